@@ -1,0 +1,73 @@
+#include "shim.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include <rocksdb/options.h>
+#include <rocksdb/statistics.h>
+#include <rocksdb/version.h>
+
+using ROCKSDB_NAMESPACE::Options;
+using ROCKSDB_NAMESPACE::Statistics;
+
+// Same definition as in RocksDB's db/c.cc (7.8.3): the C handle wraps the
+// C++ Options by value, so the shim can reach fields the C API omits.
+struct rocksdb_options_t {
+  Options rep;
+};
+
+struct shale_statistics_t {
+  std::shared_ptr<Statistics> rep;
+};
+
+extern "C" {
+
+shale_statistics_t* shale_statistics_attach(rocksdb_options_t* opts) {
+  auto* s = new shale_statistics_t;
+  s->rep = ROCKSDB_NAMESPACE::CreateDBStatistics();
+  opts->rep.statistics = s->rep;
+  return s;
+}
+
+void shale_statistics_destroy(shale_statistics_t* s) { delete s; }
+
+int shale_ticker_count(void) {
+  return static_cast<int>(ROCKSDB_NAMESPACE::TickersNameMap.size());
+}
+
+const char* shale_ticker_name(int i) {
+  return ROCKSDB_NAMESPACE::TickersNameMap[i].second.c_str();
+}
+
+void shale_statistics_tickers(shale_statistics_t* s, uint64_t* out, int n) {
+  const auto& names = ROCKSDB_NAMESPACE::TickersNameMap;
+  for (int i = 0; i < n && i < static_cast<int>(names.size()); i++) {
+    out[i] = s->rep->getTickerCount(names[i].first);
+  }
+}
+
+int shale_histogram_count(void) {
+  return static_cast<int>(ROCKSDB_NAMESPACE::HistogramsNameMap.size());
+}
+
+const char* shale_histogram_name(int i) {
+  return ROCKSDB_NAMESPACE::HistogramsNameMap[i].second.c_str();
+}
+
+void shale_statistics_histogram(shale_statistics_t* s, int i, shale_histogram_t* out) {
+  ROCKSDB_NAMESPACE::HistogramData d;
+  s->rep->histogramData(ROCKSDB_NAMESPACE::HistogramsNameMap[i].first, &d);
+  out->count = d.count;
+  out->sum = static_cast<double>(d.sum);
+  out->p50 = d.median;
+  out->p95 = d.percentile95;
+  out->p99 = d.percentile99;
+  out->max = d.max;
+}
+
+char* shale_rocksdb_version(void) {
+  return strdup(ROCKSDB_NAMESPACE::GetRocksVersionAsString(true).c_str());
+}
+
+}  // extern "C"

@@ -1,0 +1,44 @@
+// C interface to the parts of RocksDB 7.8.3's C++ API that its C API
+// (rocksdb/c.h, wrapped by grocksdb) lacks. Later releases add the Shale
+// FileSystem, CompactionService and temperature options here.
+#ifndef SHALE_ROCKSSHIM_H
+#define SHALE_ROCKSSHIM_H
+
+#include <stdint.h>
+#include <rocksdb/c.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct shale_statistics_t shale_statistics_t;
+
+typedef struct {
+  uint64_t count;
+  double sum;
+  double p50;
+  double p95;
+  double p99;
+  double max;
+} shale_histogram_t;
+
+// Creates a Statistics object and installs it in opts (before DB open).
+shale_statistics_t* shale_statistics_attach(rocksdb_options_t* opts);
+void shale_statistics_destroy(shale_statistics_t* s);
+
+int shale_ticker_count(void);
+const char* shale_ticker_name(int i);
+// Fills out[0..n) with the tickers in shale_ticker_name order.
+void shale_statistics_tickers(shale_statistics_t* s, uint64_t* out, int n);
+
+int shale_histogram_count(void);
+const char* shale_histogram_name(int i);
+void shale_statistics_histogram(shale_statistics_t* s, int i, shale_histogram_t* out);
+
+// The RocksDB version of the loaded library, e.g. "7.8.3" (malloc'd).
+char* shale_rocksdb_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
