@@ -1,0 +1,448 @@
+// Package engine is Shale's handle on one RocksDB database: it opens the
+// database with Shale's defaults, runs reads and writes, and exposes the
+// statistics and properties that metrics and the Status RPC report.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/linxGnu/grocksdb"
+	"golang.org/x/sys/unix"
+
+	"github.com/shale-rocks/shale/internal/rocksshim"
+)
+
+// Options tune a database. The zero value is not valid; start from
+// DefaultOptions.
+type Options struct {
+	// BlockCacheBytes is the size of the LRU block cache.
+	BlockCacheBytes uint64
+	// BackgroundThreads for flushes and compactions.
+	BackgroundThreads int
+}
+
+// DefaultOptions are Shale's defaults for a database on this machine.
+func DefaultOptions() Options {
+	return Options{
+		BlockCacheBytes:   256 << 20,
+		BackgroundThreads: max(2, runtime.NumCPU()),
+	}
+}
+
+var (
+	// ErrLocked: another process (or this one) has the database open.
+	ErrLocked = errors.New("database is already open in another process")
+	// ErrNotADatabase: the directory holds files but no RocksDB database.
+	ErrNotADatabase = errors.New("directory is not empty and holds no RocksDB database")
+	// ErrClosed: the database was closed.
+	ErrClosed = errors.New("database is closed")
+)
+
+// DB is an open RocksDB database. Its methods are safe for concurrent use;
+// Close waits for running calls to finish.
+type DB struct {
+	mu     sync.RWMutex // held shared by every call, exclusively by Close
+	closed bool
+
+	dir     string
+	db      *grocksdb.DB
+	opts    *grocksdb.Options
+	bbto    *grocksdb.BlockBasedTableOptions
+	cache   *grocksdb.Cache
+	stats   *rocksshim.Statistics
+	wSync   *grocksdb.WriteOptions
+	wNoSync *grocksdb.WriteOptions
+	ro      *grocksdb.ReadOptions
+
+	lockFile *os.File // flock on <dir>/LOCK, held while open
+}
+
+// Open opens the database in dir, creating it (and missing parent
+// directories) if it does not exist. On failure nothing it created is left
+// behind.
+func Open(dir string, o Options) (_ *DB, err error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("database path %q must be absolute", dir)
+	}
+	created, err := prepareDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			removeCreated(created)
+		}
+	}()
+
+	d := &DB{dir: dir}
+	// Take our own lock before RocksDB runs: its open rotates the info log
+	// before it checks its LOCK, which would disturb a live owner.
+	if d.lockFile, err = lockDir(dir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			d.lockFile.Close()
+		}
+	}()
+	d.opts = grocksdb.NewDefaultOptions()
+	d.opts.SetCreateIfMissing(true)
+	d.opts.IncreaseParallelism(o.BackgroundThreads)
+	d.opts.SetMaxBackgroundJobs(o.BackgroundThreads)
+	d.opts.SetBytesPerSync(1 << 20)
+	d.opts.SetCompression(grocksdb.LZ4Compression)
+	d.opts.SetBottommostCompression(grocksdb.ZSTDCompression)
+	d.opts.SetLevelCompactionDynamicLevelBytes(true)
+	d.opts.SetKeepLogFileNum(5)
+	d.opts.SetMaxLogFileSize(16 << 20)
+	d.bbto = grocksdb.NewDefaultBlockBasedTableOptions()
+	d.cache = grocksdb.NewLRUCache(o.BlockCacheBytes)
+	d.bbto.SetBlockCache(d.cache)
+	d.bbto.SetFilterPolicy(grocksdb.NewBloomFilter(10))
+	d.bbto.SetCacheIndexAndFilterBlocks(true)
+	d.bbto.SetPinL0FilterAndIndexBlocksInCache(true)
+	d.bbto.SetFormatVersion(5)
+	d.opts.SetBlockBasedTableFactory(d.bbto)
+	d.stats = rocksshim.AttachStatistics(d.opts)
+
+	d.db, err = grocksdb.OpenDb(d.opts, dir)
+	if err != nil {
+		d.free()
+		return nil, openError(dir, err)
+	}
+	d.wSync = grocksdb.NewDefaultWriteOptions()
+	d.wSync.SetSync(true)
+	d.wNoSync = grocksdb.NewDefaultWriteOptions()
+	d.ro = grocksdb.NewDefaultReadOptions()
+	return d, nil
+}
+
+// prepareDir checks that dir can hold a database and creates it and its
+// missing parents, returning what it created (deepest last).
+func prepareDir(dir string) ([]string, error) {
+	fi, err := os.Stat(dir)
+	switch {
+	case err == nil && !fi.IsDir():
+		return nil, fmt.Errorf("%s exists and is not a directory", dir)
+	case err == nil:
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read %s: %w", dir, err)
+		}
+		if len(entries) == 0 {
+			return nil, nil
+		}
+		if _, err := os.Stat(filepath.Join(dir, "CURRENT")); err != nil {
+			return nil, fmt.Errorf("%s: %w (found %q); choose an empty or new directory", dir, ErrNotADatabase, entries[0].Name())
+		}
+		return nil, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("cannot use %s: %w", dir, err)
+	}
+	var missing []string
+	for p := dir; ; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("cannot use %s: %w", dir, err)
+		}
+		missing = append([]string{p}, missing...)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	for i, p := range missing {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			removeCreated(missing[:i])
+			return nil, fmt.Errorf("cannot create %s: %w", dir, err)
+		}
+	}
+	return missing, nil
+}
+
+// removeCreated undoes prepareDir after a failed open. Only directories we
+// created are touched, and RocksDB's files in them were created by us too.
+func removeCreated(created []string) {
+	if len(created) == 0 {
+		return
+	}
+	os.RemoveAll(created[0])
+}
+
+// lockDir takes an exclusive flock on dir/LOCK. flock locks belong to the
+// open file, not the process, and do not interact with the fcntl lock
+// RocksDB takes on the same file, so a second open in this process or any
+// other fails here first.
+func lockDir(dir string) (*os.File, error) {
+	p := filepath.Join(dir, "LOCK")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("cannot use %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w; stop the other process or choose another directory", dir, ErrLocked)
+		}
+		return nil, fmt.Errorf("cannot lock %s: %w", p, err)
+	}
+	return f, nil
+}
+
+func openError(dir string, err error) error {
+	msg := err.Error()
+	if strings.Contains(msg, "lock file") || strings.Contains(msg, "lock hold") {
+		return fmt.Errorf("%s: %w (RocksDB: %s); stop the other process or choose another directory", dir, ErrLocked, msg)
+	}
+	return fmt.Errorf("cannot open RocksDB in %s: %s", dir, msg)
+}
+
+func (d *DB) free() {
+	for _, f := range []func(){
+		func() {
+			if d.wSync != nil {
+				d.wSync.Destroy()
+			}
+		},
+		func() {
+			if d.wNoSync != nil {
+				d.wNoSync.Destroy()
+			}
+		},
+		func() {
+			if d.ro != nil {
+				d.ro.Destroy()
+			}
+		},
+	} {
+		f()
+	}
+	d.stats.Close()
+	d.opts.Destroy()
+	d.bbto.Destroy()
+	d.cache.Destroy()
+}
+
+// Close closes the database after running calls finish.
+func (d *DB) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	d.closed = true
+	d.db.Close()
+	d.free()
+	d.lockFile.Close()
+}
+
+// Dir is the directory holding the database.
+func (d *DB) Dir() string { return d.dir }
+
+func (d *DB) enter() error {
+	d.mu.RLock()
+	if d.closed {
+		d.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (d *DB) leave() { d.mu.RUnlock() }
+
+func (d *DB) writeOptions(sync bool) *grocksdb.WriteOptions {
+	if sync {
+		return d.wSync
+	}
+	return d.wNoSync
+}
+
+// Put stores value under key; with sync it returns after the WAL is fsynced.
+func (d *DB) Put(key, value []byte, sync bool) error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.leave()
+	return d.db.Put(d.writeOptions(sync), key, value)
+}
+
+// Delete removes key.
+func (d *DB) Delete(key []byte, sync bool) error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.leave()
+	return d.db.Delete(d.writeOptions(sync), key)
+}
+
+// Mutation is one put (Delete false) or delete in a batch.
+type Mutation struct {
+	Key, Value []byte
+	Delete     bool
+}
+
+// Write applies the mutations atomically.
+func (d *DB) Write(ms []Mutation, sync bool) error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.leave()
+	wb := grocksdb.NewWriteBatch()
+	defer wb.Destroy()
+	for _, m := range ms {
+		if m.Delete {
+			wb.Delete(m.Key)
+		} else {
+			wb.Put(m.Key, m.Value)
+		}
+	}
+	return d.db.Write(d.writeOptions(sync), wb)
+}
+
+// Get returns a copy of key's value and whether it exists.
+func (d *DB) Get(key []byte) ([]byte, bool, error) {
+	if err := d.enter(); err != nil {
+		return nil, false, err
+	}
+	defer d.leave()
+	s, err := d.db.Get(d.ro, key)
+	if err != nil {
+		return nil, false, err
+	}
+	defer s.Free()
+	if !s.Exists() {
+		return nil, false, nil
+	}
+	return append([]byte{}, s.Data()...), true, nil
+}
+
+// MultiGet reads keys from one consistent view; values[i] is nil when
+// found[i] is false.
+func (d *DB) MultiGet(keys [][]byte) (values [][]byte, found []bool, err error) {
+	if err := d.enter(); err != nil {
+		return nil, nil, err
+	}
+	defer d.leave()
+	slices, err := d.db.MultiGet(d.ro, keys...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer slices.Destroy()
+	values = make([][]byte, len(keys))
+	found = make([]bool, len(keys))
+	for i, s := range slices {
+		if s.Exists() {
+			found[i] = true
+			values[i] = append([]byte{}, s.Data()...)
+		}
+	}
+	return values, found, nil
+}
+
+// ScanOptions select a key range. Start is inclusive, End exclusive; empty
+// means unbounded. Prefix, when set, replaces Start and End.
+type ScanOptions struct {
+	Start, End, Prefix []byte
+	Limit              uint64 // 0: no limit
+	Reverse            bool
+	KeysOnly           bool
+}
+
+// PrefixEnd returns the smallest key greater than every key with prefix p,
+// or nil when there is none (p is all 0xff).
+func PrefixEnd(p []byte) []byte {
+	end := append([]byte{}, p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// Scan calls fn for each pair in range, in key order (descending with
+// Reverse), from one consistent view. The slices are valid only during the
+// call. A non-nil error from fn stops the scan and is returned.
+func (d *DB) Scan(o ScanOptions, fn func(key, value []byte) error) error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.leave()
+	lower, upper := o.Start, o.End
+	if len(o.Prefix) > 0 {
+		lower, upper = o.Prefix, PrefixEnd(o.Prefix)
+	}
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	if len(lower) > 0 {
+		ro.SetIterateLowerBound(lower)
+	}
+	if len(upper) > 0 {
+		ro.SetIterateUpperBound(upper)
+	}
+	it := d.db.NewIterator(ro)
+	defer it.Close()
+	if o.Reverse {
+		it.SeekToLast()
+	} else {
+		it.SeekToFirst()
+	}
+	var n uint64
+	for ; it.Valid(); n++ {
+		if o.Limit > 0 && n >= o.Limit {
+			break
+		}
+		var v []byte
+		if !o.KeysOnly {
+			v = it.Value().Data()
+		}
+		if err := fn(it.Key().Data(), v); err != nil {
+			return err
+		}
+		if o.Reverse {
+			it.Prev()
+		} else {
+			it.Next()
+		}
+	}
+	return it.Err()
+}
+
+// Flush writes the memtables to SST files and waits for it.
+func (d *DB) Flush() error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.leave()
+	fo := grocksdb.NewDefaultFlushOptions()
+	defer fo.Destroy()
+	fo.SetWait(true)
+	return d.db.Flush(fo)
+}
+
+// Compact compacts [start, end] (empty: unbounded) and waits for it.
+func (d *DB) Compact(start, end []byte) error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.leave()
+	d.db.CompactRange(grocksdb.Range{Start: start, Limit: end})
+	return nil
+}
+
+// LatestSequence is the sequence number of the last applied write.
+func (d *DB) LatestSequence() uint64 {
+	if err := d.enter(); err != nil {
+		return 0
+	}
+	defer d.leave()
+	return d.db.GetLatestSequenceNumber()
+}

@@ -1,0 +1,318 @@
+// Package kvserver implements the gRPC KV service (api/kv/v1) over an
+// engine.DB: request validation against size limits, the mapping of
+// engine errors to gRPC codes, and chunked streaming of scans.
+package kvserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/rocksshim"
+	"github.com/shale-rocks/shale/internal/version"
+)
+
+// Limits bound request sizes; the zero value is not valid.
+type Limits struct {
+	MaxKeyBytes   int // --max-key-size
+	MaxValueBytes int // --max-value-size
+	MaxBatchBytes int // --max-batch-size: total of keys and values in one Write
+}
+
+// DefaultLimits: keys up to 64 KiB, values up to 32 MiB, batches up to 64 MiB.
+func DefaultLimits() Limits {
+	return Limits{MaxKeyBytes: 64 << 10, MaxValueBytes: 32 << 20, MaxBatchBytes: 64 << 20}
+}
+
+// MaxMessageBytes is the largest request the gRPC server must accept so
+// that oversized keys and values reach validation (and get a message that
+// names the limit) instead of being cut off by the transport.
+func (l Limits) MaxMessageBytes() int {
+	return max(l.MaxBatchBytes, l.MaxValueBytes+l.MaxKeyBytes) + 1<<20
+}
+
+// Validate reports limits that cannot work.
+func (l Limits) Validate() error {
+	switch {
+	case l.MaxKeyBytes <= 0:
+		return fmt.Errorf("--max-key-size must be positive, got %d", l.MaxKeyBytes)
+	case l.MaxValueBytes < 0:
+		return fmt.Errorf("--max-value-size must not be negative, got %d", l.MaxValueBytes)
+	case l.MaxBatchBytes < l.MaxKeyBytes+l.MaxValueBytes:
+		return fmt.Errorf("--max-batch-size (%d) must be at least --max-key-size + --max-value-size (%d)", l.MaxBatchBytes, l.MaxKeyBytes+l.MaxValueBytes)
+	case l.MaxMessageBytes() > 1<<30:
+		return fmt.Errorf("size limits over 1 GiB are not supported (gRPC messages that large are impractical)")
+	}
+	return nil
+}
+
+// Info describes the server for Status.
+type Info struct {
+	Role  kvv1.Role
+	Epoch uint64
+	DB    string // the --db URL
+}
+
+// Server is the KV service.
+type Server struct {
+	kvv1.UnimplementedKVServer
+	db     *engine.DB
+	limits Limits
+	info   Info
+}
+
+// New returns a KV service over db.
+func New(db *engine.DB, limits Limits, info Info) *Server {
+	return &Server{db: db, limits: limits, info: info}
+}
+
+// scanChunkBytes bounds one ScanResponse (a single larger pair still goes
+// in a chunk of its own).
+const scanChunkBytes = 1 << 20
+const scanChunkPairs = 1024
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// showKey renders a key for an error message, shortened.
+func showKey(k []byte) string {
+	if len(k) > 40 {
+		return fmt.Sprintf("%q... (%d bytes)", k[:40], len(k))
+	}
+	return fmt.Sprintf("%q", k)
+}
+
+func (s *Server) checkKey(k []byte) error {
+	if len(k) == 0 {
+		return invalid("key is empty; keys must be 1 to %d bytes", s.limits.MaxKeyBytes)
+	}
+	if len(k) > s.limits.MaxKeyBytes {
+		return invalid("key %s is %d bytes, over the %d-byte limit (raise it with --max-key-size)", showKey(k), len(k), s.limits.MaxKeyBytes)
+	}
+	return nil
+}
+
+func (s *Server) checkValue(k, v []byte) error {
+	if len(v) > s.limits.MaxValueBytes {
+		return invalid("value for key %s is %d bytes, over the %d-byte limit (raise it with --max-value-size)", showKey(k), len(v), s.limits.MaxValueBytes)
+	}
+	return nil
+}
+
+// dbError maps an engine error to a gRPC status.
+func dbError(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, engine.ErrClosed):
+		return status.Error(codes.Unavailable, "database is shutting down; retry against the new primary")
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Errorf(codes.Internal, "rocksdb: %v", err)
+}
+
+// Put implements KV.
+func (s *Server) Put(ctx context.Context, r *kvv1.PutRequest) (*kvv1.PutResponse, error) {
+	if err := s.checkKey(r.Key); err != nil {
+		return nil, err
+	}
+	if err := s.checkValue(r.Key, r.Value); err != nil {
+		return nil, err
+	}
+	if err := s.db.Put(r.Key, r.Value, r.Sync); err != nil {
+		return nil, dbError(ctx, err)
+	}
+	return &kvv1.PutResponse{Sequence: s.db.LatestSequence()}, nil
+}
+
+// Get implements KV.
+func (s *Server) Get(ctx context.Context, r *kvv1.GetRequest) (*kvv1.GetResponse, error) {
+	if err := s.checkKey(r.Key); err != nil {
+		return nil, err
+	}
+	v, ok, err := s.db.Get(r.Key)
+	if err != nil {
+		return nil, dbError(ctx, err)
+	}
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "key %s not found", showKey(r.Key))
+	}
+	return &kvv1.GetResponse{Value: v}, nil
+}
+
+// Delete implements KV.
+func (s *Server) Delete(ctx context.Context, r *kvv1.DeleteRequest) (*kvv1.DeleteResponse, error) {
+	if err := s.checkKey(r.Key); err != nil {
+		return nil, err
+	}
+	if err := s.db.Delete(r.Key, r.Sync); err != nil {
+		return nil, dbError(ctx, err)
+	}
+	return &kvv1.DeleteResponse{Sequence: s.db.LatestSequence()}, nil
+}
+
+// Write implements KV: the whole batch is validated before anything is
+// applied, so a bad mutation rejects the batch and writes nothing.
+func (s *Server) Write(ctx context.Context, r *kvv1.WriteRequest) (*kvv1.WriteResponse, error) {
+	if len(r.Mutations) == 0 {
+		return nil, invalid("batch has no mutations; send at least one put or delete")
+	}
+	ms := make([]engine.Mutation, len(r.Mutations))
+	total := 0
+	for i, m := range r.Mutations {
+		switch op := m.Op.(type) {
+		case *kvv1.Mutation_Put_:
+			if err := s.checkKey(op.Put.Key); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "mutation %d: %s", i, status.Convert(err).Message())
+			}
+			if err := s.checkValue(op.Put.Key, op.Put.Value); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "mutation %d: %s", i, status.Convert(err).Message())
+			}
+			ms[i] = engine.Mutation{Key: op.Put.Key, Value: op.Put.Value}
+			total += len(op.Put.Key) + len(op.Put.Value)
+		case *kvv1.Mutation_Delete_:
+			if err := s.checkKey(op.Delete.Key); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "mutation %d: %s", i, status.Convert(err).Message())
+			}
+			ms[i] = engine.Mutation{Key: op.Delete.Key, Delete: true}
+			total += len(op.Delete.Key)
+		default:
+			return nil, invalid("mutation %d has neither put nor delete", i)
+		}
+	}
+	if total > s.limits.MaxBatchBytes {
+		return nil, invalid("batch is %d bytes of keys and values, over the %d-byte limit (split it, or raise --max-batch-size)", total, s.limits.MaxBatchBytes)
+	}
+	if err := s.db.Write(ms, r.Sync); err != nil {
+		return nil, dbError(ctx, err)
+	}
+	return &kvv1.WriteResponse{Sequence: s.db.LatestSequence()}, nil
+}
+
+// MultiGet implements KV.
+func (s *Server) MultiGet(ctx context.Context, r *kvv1.MultiGetRequest) (*kvv1.MultiGetResponse, error) {
+	if len(r.Keys) == 0 {
+		return nil, invalid("multiget has no keys; send at least one")
+	}
+	for i, k := range r.Keys {
+		if err := s.checkKey(k); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "key %d: %s", i, status.Convert(err).Message())
+		}
+	}
+	vals, found, err := s.db.MultiGet(r.Keys)
+	if err != nil {
+		return nil, dbError(ctx, err)
+	}
+	resp := &kvv1.MultiGetResponse{Results: make([]*kvv1.MultiGetResponse_Result, len(r.Keys))}
+	for i, k := range r.Keys {
+		resp.Results[i] = &kvv1.MultiGetResponse_Result{Key: k, Found: found[i], Value: vals[i]}
+	}
+	return resp, nil
+}
+
+// Scan implements KV.
+func (s *Server) Scan(r *kvv1.ScanRequest, stream kvv1.KV_ScanServer) error {
+	if len(r.Prefix) > 0 && (len(r.Start) > 0 || len(r.End) > 0) {
+		return invalid("scan prefix cannot be combined with start or end; use one or the other")
+	}
+	if len(r.Start) > 0 && len(r.End) > 0 && bytes.Compare(r.Start, r.End) > 0 {
+		return invalid("scan start %s is after end %s; start must be <= end (use reverse=true for descending order)", showKey(r.Start), showKey(r.End))
+	}
+	for _, b := range [][]byte{r.Start, r.End, r.Prefix} {
+		if len(b) > s.limits.MaxKeyBytes {
+			return invalid("scan bound %s is %d bytes, over the %d-byte key limit (--max-key-size)", showKey(b), len(b), s.limits.MaxKeyBytes)
+		}
+	}
+	ctx := stream.Context()
+	chunk := &kvv1.ScanResponse{}
+	size := 0
+	flush := func() error {
+		if len(chunk.Pairs) == 0 {
+			return nil
+		}
+		err := stream.Send(chunk)
+		chunk, size = &kvv1.ScanResponse{}, 0
+		return err
+	}
+	err := s.db.Scan(engine.ScanOptions{
+		Start: r.Start, End: r.End, Prefix: r.Prefix,
+		Limit: r.Limit, Reverse: r.Reverse, KeysOnly: r.KeysOnly,
+	}, func(k, v []byte) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		kv := &kvv1.KeyValue{Key: append([]byte{}, k...)}
+		if !r.KeysOnly {
+			kv.Value = append([]byte{}, v...)
+		}
+		if size > 0 && (size+len(k)+len(v) > scanChunkBytes || len(chunk.Pairs) >= scanChunkPairs) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		chunk.Pairs = append(chunk.Pairs, kv)
+		size += len(k) + len(v)
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	return dbError(ctx, err)
+}
+
+// Flush implements KV.
+func (s *Server) Flush(ctx context.Context, _ *kvv1.FlushRequest) (*kvv1.FlushResponse, error) {
+	if err := s.db.Flush(); err != nil {
+		return nil, dbError(ctx, err)
+	}
+	return &kvv1.FlushResponse{}, nil
+}
+
+// Compact implements KV.
+func (s *Server) Compact(ctx context.Context, r *kvv1.CompactRequest) (*kvv1.CompactResponse, error) {
+	if len(r.Start) > 0 && len(r.End) > 0 && bytes.Compare(r.Start, r.End) > 0 {
+		return nil, invalid("compact start %s is after end %s; start must be <= end", showKey(r.Start), showKey(r.End))
+	}
+	if err := s.db.Compact(r.Start, r.End); err != nil {
+		return nil, dbError(ctx, err)
+	}
+	return &kvv1.CompactResponse{}, nil
+}
+
+// Status implements KV.
+func (s *Server) Status(ctx context.Context, _ *kvv1.StatusRequest) (*kvv1.StatusResponse, error) {
+	st, err := s.db.Stats()
+	if err != nil {
+		return nil, dbError(ctx, err)
+	}
+	return &kvv1.StatusResponse{
+		Role:           s.info.Role,
+		Epoch:          s.info.Epoch,
+		LatestSequence: s.db.LatestSequence(),
+		Db:             s.info.DB,
+		Version:        version.Version,
+		RocksdbVersion: rocksshim.RocksDBVersion(),
+		Stats: &kvv1.DBStats{
+			EstimatedKeys:          st.EstimatedKeys,
+			LiveSstBytes:           st.LiveSSTBytes,
+			MemtableBytes:          st.MemtableBytes,
+			SstFiles:               st.SSTFiles,
+			FilesPerLevel:          st.FilesPerLevel,
+			PendingCompactionBytes: st.PendingCompactionBytes,
+			RunningCompactions:     st.RunningCompactions,
+			RunningFlushes:         st.RunningFlushes,
+			BackgroundErrors:       st.BackgroundErrors,
+		},
+	}, nil
+}
