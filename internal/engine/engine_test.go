@@ -42,7 +42,7 @@ func TestOpenRefusals(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, dir, want string
-		is               error
+		is              error
 	}{
 		{"regular file", file, "is not a directory", nil},
 		{"under a regular file", filepath.Join(file, "db"), "not a directory", nil},
