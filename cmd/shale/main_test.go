@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+)
+
+// The test binary doubles as the shale binary: with SHALE_TEST_MAIN=1 it
+// runs the CLI, so tests can start real primary processes and kill -9 them
+// without building anything.
+func TestMain(m *testing.M) {
+	if os.Getenv("SHALE_TEST_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// proc is a shale process started from the test binary.
+type proc struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *bytes.Buffer
+}
+
+func startShale(t *testing.T, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "SHALE_TEST_MAIN=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Stdout = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, stderr: &stderr}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return p
+}
+
+// startPrimary starts `shale primary` on dir and waits until it serves.
+func startPrimary(t *testing.T, dir string) *proc {
+	t.Helper()
+	addr := freeAddr(t)
+	p := startShale(t, "primary", "--db", "file://"+dir, "--listen", addr, "--metrics-listen", "")
+	p.addr = addr
+	conn := dial(t, addr)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("primary did not start: %v\n%s", err, p.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *proc) kill9(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Wait()
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// shale runs the CLI in-process and returns its exit status and output.
+func shale(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestCLIRoundTrip(t *testing.T) {
+	p := startPrimary(t, filepath.Join(t.TempDir(), "db"))
+	a := "--addr=" + p.addr
+	steps := []struct {
+		args           []string
+		code           int
+		stdout, stderr string
+	}{
+		{[]string{"kv", "put", "hello", "world", a}, 0, "", ""},
+		{[]string{"kv", "get", a, "hello"}, 0, "world\n", ""},
+		{[]string{"kv", "put", "--sync=false", a, "fast", "lane"}, 0, "", ""},
+		{[]string{"kv", "get", "--addr", p.addr, "fast"}, 0, "lane\n", ""},
+		{[]string{"kv", "put", a, "--", "-dash", "v"}, 0, "", ""},
+		{[]string{"kv", "scan", a}, 0, "-dash\tv\nfast\tlane\nhello\tworld\n", ""},
+		{[]string{"kv", "scan", a, "--prefix", "h"}, 0, "hello\tworld\n", ""},
+		{[]string{"kv", "scan", a, "--limit", "1", "--reverse", "--keys-only"}, 0, "hello\n", ""},
+		{[]string{"kv", "delete", a, "hello"}, 0, "", ""},
+		{[]string{"kv", "get", a, "hello"}, 1, "", "shale: key \"hello\" not found\n"},
+		{[]string{"kv", "flush", a}, 0, "", ""},
+		{[]string{"kv", "compact", a}, 0, "", ""},
+		{[]string{"kv", "status", a}, 0, "role:                primary", ""},
+		{[]string{"kv", "status", a, "--json"}, 0, `"role": "ROLE_PRIMARY"`, ""},
+		{[]string{"kv", "put", a, "", "v"}, 1, "", "shale: InvalidArgument: key is empty; keys must be 1 to 65536 bytes\n"},
+		{[]string{"kv", "scan", a, "--start", "z", "--end", "a"}, 1, "", "start must be <= end"},
+		// usage errors exit 2
+		{[]string{"kv", "put", a, "--bogus", "k", "v"}, 2, "", "flag provided but not defined: -bogus"},
+		{[]string{"kv", "put", a, "onlykey"}, 2, "", "want KEY VALUE, got 1 argument(s)"},
+		{[]string{"kv", "frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{[]string{"kv"}, 2, "", "Usage: shale kv COMMAND"},
+		{[]string{"primary", "--nope"}, 2, "", "flag provided but not defined: -nope"},
+		{[]string{"primary"}, 2, "", "--db is required"},
+		{[]string{"dev"}, 2, "", "--data is required"},
+		{[]string{"launch"}, 2, "", `unknown command "launch"`},
+		{nil, 2, "", "Usage:"},
+		{[]string{"version"}, 0, "(RocksDB 7.8.3)", ""},
+		// a server that is not there
+		{[]string{"kv", "get", "--addr", freeAddr(t), "--timeout", "5s", "x"}, 1, "", "cannot reach a Shale server"},
+	}
+	for _, s := range steps {
+		code, out, errOut := shale(s.args...)
+		if code != s.code || !strings.Contains(out, s.stdout) || !strings.Contains(errOut, s.stderr) ||
+			(s.stdout == "" && out != "" && code != 2) {
+			t.Errorf("shale %q: exit %d\nstdout %q\nstderr %q\nwant exit %d, stdout containing %q, stderr containing %q",
+				s.args, code, out, errOut, s.code, s.stdout, s.stderr)
+		}
+		if code == 1 && strings.Count(errOut, "\n") != 1 {
+			t.Errorf("shale %q: error is not one line: %q", s.args, errOut)
+		}
+	}
+}
+
+// Every write acknowledged with sync=true survives kill -9 of the primary,
+// including writes acknowledged an instant before the kill.
+func TestKill9KeepsSyncedWrites(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	p := startPrimary(t, dir)
+	kv := kvv1.NewKVClient(dial(t, p.addr))
+
+	var mu sync.Mutex
+	acked := map[string]string{}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				k, v := fmt.Sprintf("w%d/%06d", w, i), fmt.Sprintf("value-%d-%d", w, i)
+				var err error
+				if i%3 == 2 { // some batches too
+					_, err = kv.Write(context.Background(), &kvv1.WriteRequest{Sync: true, Mutations: []*kvv1.Mutation{
+						{Op: &kvv1.Mutation_Put_{Put: &kvv1.Mutation_Put{Key: []byte(k), Value: []byte(v)}}},
+						{Op: &kvv1.Mutation_Put_{Put: &kvv1.Mutation_Put{Key: []byte(k + "/b"), Value: []byte(v)}}},
+					}})
+				} else {
+					_, err = kv.Put(context.Background(), &kvv1.PutRequest{Key: []byte(k), Value: []byte(v), Sync: true})
+				}
+				if err != nil {
+					return // the primary is gone
+				}
+				mu.Lock()
+				acked[k] = v
+				if i%3 == 2 {
+					acked[k+"/b"] = v
+				}
+				mu.Unlock()
+			}
+		}(w)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	p.kill9(t) // while the writers are mid-flight
+	stop.Store(true)
+	wg.Wait()
+	if len(acked) < 50 {
+		t.Fatalf("only %d writes acknowledged before the kill; test too weak", len(acked))
+	}
+
+	p2 := startPrimary(t, dir)
+	kv2 := kvv1.NewKVClient(dial(t, p2.addr))
+	missing := 0
+	for k, v := range acked {
+		r, err := kv2.Get(context.Background(), &kvv1.GetRequest{Key: []byte(k)})
+		if err != nil || string(r.Value) != v {
+			missing++
+			if missing < 5 {
+				t.Errorf("acknowledged %s=%s, after restart: %v %v", k, v, r, err)
+			}
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d acknowledged writes lost after kill -9", missing, len(acked))
+	}
+	t.Logf("%d acknowledged writes all present after kill -9", len(acked))
+}
+
+// The shell round trip from the issue: put, get, kill -9, restart, get.
+func TestCLIKill9Restart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	p := startPrimary(t, dir)
+	if code, _, e := shale("kv", "put", "--addr", p.addr, "durable", "yes"); code != 0 {
+		t.Fatalf("put: %d %s", code, e)
+	}
+	p.kill9(t)
+	p = startPrimary(t, dir)
+	if code, out, e := shale("kv", "get", "--addr", p.addr, "durable"); code != 0 || out != "yes\n" {
+		t.Fatalf("get after kill -9: exit %d %q %s", code, out, e)
+	}
+}
+
+func TestUnusableDB(t *testing.T) {
+	root := t.TempDir()
+	live := filepath.Join(root, "live")
+	startPrimary(t, live)
+	file := filepath.Join(root, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	foreign := filepath.Join(root, "foreign")
+	os.Mkdir(foreign, 0o755)
+	os.WriteFile(filepath.Join(foreign, "thesis.tex"), []byte("x"), 0o644)
+
+	for _, tc := range []struct{ db, want string }{
+		{"file://" + live, "already open in another process"},
+		{"file://" + file, "exists and is not a directory"},
+		{"file://" + filepath.Join(file, "db"), "not a directory"},
+		{"file://" + foreign, "holds no RocksDB database"},
+		{"file://relative/db", "absolute path"},
+		{"relative/db", "no scheme"},
+		{"gs://bucket/db", "unsupported scheme"},
+	} {
+		before := tree(root)
+		code, _, errOut := shale("primary", "--db", tc.db, "--listen", "127.0.0.1:0", "--metrics-listen", "")
+		if code != 1 || !strings.Contains(errOut, tc.want) || !strings.HasPrefix(errOut, "shale: ") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("primary --db %s: exit %d, stderr %q; want exit 1 and one line containing %q", tc.db, code, errOut, tc.want)
+		}
+		if after := tree(root); after != before {
+			t.Errorf("primary --db %s changed the filesystem:\n%s\n%s", tc.db, before, after)
+		}
+	}
+}
+
+func tree(root string) string {
+	var b strings.Builder
+	filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !strings.Contains(p, "/LOG") {
+			fmt.Fprintf(&b, "%s:%d\n", strings.TrimPrefix(p, root), fi.Size())
+		}
+		return nil
+	})
+	return b.String()
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int{"65536": 65536, "64KiB": 65536, "32MiB": 32 << 20, "1GiB": 1 << 30, "10B": 10} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "12MB", "-1", "x"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) accepted", bad)
+		}
+	}
+	if code, _, e := shale("primary", "--db", "file:///tmp/x", "--max-key-size", "12MB"); code != 2 || !strings.Contains(e, "want bytes, or a number with KiB, MiB or GiB") {
+		t.Errorf("bad size flag: %d %s", code, e)
+	}
+}
