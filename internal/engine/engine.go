@@ -26,6 +26,10 @@ type Options struct {
 	BlockCacheBytes uint64
 	// BackgroundThreads for flushes and compactions.
 	BackgroundThreads int
+	// FileSystem, when set, puts the Shale FileSystem under RocksDB: the
+	// directory is then only a local cache of a database that lives in an
+	// object store, and may start empty.
+	FileSystem rocksshim.FileSystemHooks
 }
 
 // DefaultOptions are Shale's defaults for a database on this machine.
@@ -62,6 +66,7 @@ type DB struct {
 	ro      *grocksdb.ReadOptions
 
 	lockFile *os.File // flock on <dir>/LOCK, held while open
+	fs       *rocksshim.FileSystem
 }
 
 // Open opens the database in dir, creating it (and missing parent
@@ -71,7 +76,12 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("database path %q must be absolute", dir)
 	}
-	created, err := prepareDir(dir)
+	var created []string
+	if o.FileSystem != nil {
+		err = os.MkdirAll(dir, 0o755)
+	} else {
+		created, err = prepareDir(dir)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +121,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.bbto.SetFormatVersion(5)
 	d.opts.SetBlockBasedTableFactory(d.bbto)
 	d.stats = rocksshim.AttachStatistics(d.opts)
+	if o.FileSystem != nil {
+		d.fs = rocksshim.AttachFileSystem(d.opts, dir, o.FileSystem)
+	}
 
 	d.db, err = grocksdb.OpenDb(d.opts, dir)
 	if err != nil {
@@ -228,6 +241,9 @@ func (d *DB) free() {
 	d.opts.Destroy()
 	d.bbto.Destroy()
 	d.cache.Destroy()
+	if d.fs != nil {
+		d.fs.Close()
+	}
 }
 
 // Close closes the database after running calls finish.

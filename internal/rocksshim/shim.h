@@ -38,6 +38,15 @@ void shale_statistics_histogram(shale_statistics_t* s, int i, shale_histogram_t*
 // The RocksDB version of the loaded library, e.g. "7.8.3" (malloc'd).
 char* shale_rocksdb_version(void);
 
+// ---- Shale FileSystem -------------------------------------------------------
+// A rocksdb::FileSystem over the local directory `dir` that reports every
+// event on a managed file (one in `dir` that the Go side says lives in the
+// object store) to the Go object behind `handle` (see fs.go). The returned
+// object owns the Env installed in opts; destroy it after the DB is closed.
+typedef struct shale_fs_t shale_fs_t;
+shale_fs_t* shale_fs_attach(rocksdb_options_t* opts, uintptr_t handle, const char* dir);
+void shale_fs_destroy(shale_fs_t* fs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,354 @@
+// The C++ half of the Shale FileSystem. Hot paths stay here: appends go to
+// the local file, reads of cached files are local reads. Only events that
+// touch the object store (sync, close, rename, delete, fetch on a cache
+// miss, listings) cross into Go.
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+#include <rocksdb/io_status.h>
+#include <rocksdb/options.h>
+
+#include "shim.h"
+
+using namespace ROCKSDB_NAMESPACE;
+
+struct rocksdb_options_t {
+  Options rep;
+};
+
+// Implemented in Go (fs.go).
+extern "C" {
+int shaleFSManaged(uintptr_t h, char* name, int n);
+int shaleFSEvent(uintptr_t h, int op, char* a, int alen, char* b, int blen,
+                 uint64_t size, int activity, char** err_out);
+int shaleFSStat(uintptr_t h, char* name, int n, uint64_t* size);
+char* shaleFSList(uintptr_t h);
+}
+
+namespace {
+
+// Event codes shared with fs.go.
+enum Op { kCreate = 1, kSync = 2, kClose = 3, kRename = 4, kDelete = 5, kFetch = 6 };
+// Result codes shared with fs.go.
+enum Code { kOK = 0, kNotFound = 1, kRetryable = 2, kFenced = 3, kIOError = 4 };
+// Activities shared with fs.go.
+enum Activity { kForeground = 1, kFlush = 2, kCompaction = 3 };
+
+// RocksDB names its pool threads "rocksdb:high" (flushes) and
+// "rocksdb:low"/"rocksdb:bottom" (compactions); anything else is a caller.
+int CurrentActivity() {
+  char name[32] = {0};
+  if (pthread_getname_np(pthread_self(), name, sizeof(name)) != 0) return kForeground;
+  if (strncmp(name, "rocksdb:high", 12) == 0) return kFlush;
+  if (strncmp(name, "rocksdb:low", 11) == 0 || strncmp(name, "rocksdb:bott", 12) == 0) return kCompaction;
+  return kForeground;
+}
+
+IOStatus ToStatus(int code, char* msg) {
+  std::string m = msg ? msg : "";
+  free(msg);
+  switch (code) {
+    case kOK:
+      return IOStatus::OK();
+    case kNotFound:
+      return IOStatus::PathNotFound(m);
+    case kRetryable: {
+      IOStatus s = IOStatus::IOError(m);
+      s.SetRetryable(true);
+      return s;
+    }
+    case kFenced: {
+      IOStatus s = IOStatus::IOError("shale fenced: " + m);
+      s.SetDataLoss(false);
+      return s;
+    }
+    default:
+      return IOStatus::IOError(m);
+  }
+}
+
+class ShaleFS;
+
+class ShaleWritableFile : public FSWritableFileOwnerWrapper {
+ public:
+  ShaleWritableFile(std::unique_ptr<FSWritableFile>&& t, ShaleFS* fs, std::string name)
+      : FSWritableFileOwnerWrapper(std::move(t)), fs_(fs), name_(std::move(name)),
+        activity_(CurrentActivity()) {}
+  ~ShaleWritableFile() override {
+    if (!closed_) {
+      IOOptions o;
+      Close(o, nullptr);
+    }
+  }
+
+  IOStatus Append(const Slice& data, const IOOptions& o, IODebugContext* dbg) override {
+    IOStatus s = target()->Append(data, o, dbg);
+    if (s.ok()) size_ += data.size();
+    return s;
+  }
+  IOStatus Append(const Slice& data, const IOOptions& o, const DataVerificationInfo& v,
+                  IODebugContext* dbg) override {
+    IOStatus s = target()->Append(data, o, v, dbg);
+    if (s.ok()) size_ += data.size();
+    return s;
+  }
+  IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
+                            IODebugContext* dbg) override {
+    IOStatus s = target()->PositionedAppend(data, off, o, dbg);
+    if (s.ok() && off + data.size() > size_) size_ = off + data.size();
+    return s;
+  }
+  IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
+                            const DataVerificationInfo& v, IODebugContext* dbg) override {
+    IOStatus s = target()->PositionedAppend(data, off, o, v, dbg);
+    if (s.ok() && off + data.size() > size_) size_ = off + data.size();
+    return s;
+  }
+  IOStatus Truncate(uint64_t size, const IOOptions& o, IODebugContext* dbg) override {
+    IOStatus s = target()->Truncate(size, o, dbg);
+    if (s.ok()) size_ = size;
+    return s;
+  }
+  // The object store is the durable copy: a sync uploads, the local file
+  // (only a cache) is not fsynced.
+  IOStatus Sync(const IOOptions& o, IODebugContext* dbg) override { return Upload(o, dbg, kSync); }
+  IOStatus Fsync(const IOOptions& o, IODebugContext* dbg) override { return Upload(o, dbg, kSync); }
+  IOStatus Close(const IOOptions& o, IODebugContext* dbg) override {
+    if (closed_) return IOStatus::OK();
+    closed_ = true;
+    IOStatus s = target()->Close(o, dbg);
+    if (!s.ok()) return s;
+    return Upload(o, dbg, kClose);
+  }
+
+ private:
+  IOStatus Upload(const IOOptions& o, IODebugContext* dbg, int op);
+
+  ShaleFS* fs_;
+  std::string name_;
+  int activity_;
+  std::atomic<uint64_t> size_{0};
+  bool closed_ = false;
+};
+
+class ShaleFS : public FileSystemWrapper {
+ public:
+  ShaleFS(const std::shared_ptr<FileSystem>& base, uintptr_t h, std::string dir)
+      : FileSystemWrapper(base), h_(h), dir_(std::move(dir)) {
+    while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  }
+
+  const char* Name() const override { return "ShaleFileSystem"; }
+
+  // Event forwards an event on a managed file to Go.
+  IOStatus Event(int op, const std::string& a, const std::string& b, uint64_t size, int activity) {
+    char* err = nullptr;
+    int code = shaleFSEvent(h_, op, const_cast<char*>(a.data()), static_cast<int>(a.size()),
+                            const_cast<char*>(b.data()), static_cast<int>(b.size()), size,
+                            activity, &err);
+    return ToStatus(code, err);
+  }
+
+  // Managed reports whether fname is a file of the database directory that
+  // lives in the object store, and its bare name.
+  bool Managed(const std::string& fname, std::string* name) {
+    std::string dir, base;
+    if (!InDir(fname, &dir, &base) || dir != dir_) return false;
+    if (!shaleFSManaged(h_, const_cast<char*>(base.data()), static_cast<int>(base.size()))) return false;
+    *name = base;
+    return true;
+  }
+
+  IOStatus NewWritableFile(const std::string& f, const FileOptions& fo,
+                           std::unique_ptr<FSWritableFile>* r, IODebugContext* dbg) override {
+    std::string name;
+    if (!Managed(f, &name)) return target()->NewWritableFile(f, fo, r, dbg);
+    IOStatus s = Event(kCreate, name, "", 0, CurrentActivity());
+    if (!s.ok()) return s;
+    std::unique_ptr<FSWritableFile> file;
+    s = target()->NewWritableFile(f, fo, &file, dbg);
+    if (!s.ok()) return s;
+    r->reset(new ShaleWritableFile(std::move(file), this, name));
+    return s;
+  }
+
+  IOStatus ReopenWritableFile(const std::string& f, const FileOptions& fo,
+                              std::unique_ptr<FSWritableFile>* r, IODebugContext* dbg) override {
+    std::string name;
+    if (Managed(f, &name)) return IOStatus::NotSupported("Shale FileSystem cannot reopen " + name);
+    return target()->ReopenWritableFile(f, fo, r, dbg);
+  }
+
+  IOStatus ReuseWritableFile(const std::string& f, const std::string& old, const FileOptions& fo,
+                             std::unique_ptr<FSWritableFile>* r, IODebugContext* dbg) override {
+    std::string name;
+    if (Managed(f, &name) || Managed(old, &name))
+      return IOStatus::NotSupported("Shale FileSystem cannot recycle log files (recycle_log_file_num must be 0)");
+    return target()->ReuseWritableFile(f, old, fo, r, dbg);
+  }
+
+  // Reads are local; a managed file missing from the cache is fetched first.
+  IOStatus EnsureLocal(const std::string& f, const IOOptions& io, IODebugContext* dbg) {
+    std::string name;
+    if (!Managed(f, &name)) return IOStatus::OK();
+    if (target()->FileExists(f, io, dbg).ok()) return IOStatus::OK();
+    return Event(kFetch, name, "", 0, CurrentActivity());
+  }
+
+  IOStatus NewSequentialFile(const std::string& f, const FileOptions& fo,
+                             std::unique_ptr<FSSequentialFile>* r, IODebugContext* dbg) override {
+    IOStatus s = EnsureLocal(f, fo.io_options, dbg);
+    if (!s.ok()) return s;
+    return target()->NewSequentialFile(f, fo, r, dbg);
+  }
+
+  IOStatus NewRandomAccessFile(const std::string& f, const FileOptions& fo,
+                               std::unique_ptr<FSRandomAccessFile>* r, IODebugContext* dbg) override {
+    IOStatus s = EnsureLocal(f, fo.io_options, dbg);
+    if (!s.ok()) return s;
+    return target()->NewRandomAccessFile(f, fo, r, dbg);
+  }
+
+  IOStatus NewRandomRWFile(const std::string& f, const FileOptions& fo,
+                           std::unique_ptr<FSRandomRWFile>* r, IODebugContext* dbg) override {
+    std::string name;
+    if (Managed(f, &name)) return IOStatus::NotSupported("Shale FileSystem cannot open " + name + " read-write");
+    return target()->NewRandomRWFile(f, fo, r, dbg);
+  }
+
+  IOStatus FileExists(const std::string& f, const IOOptions& io, IODebugContext* dbg) override {
+    std::string name;
+    if (!Managed(f, &name)) return target()->FileExists(f, io, dbg);
+    uint64_t size;
+    if (shaleFSStat(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), &size))
+      return IOStatus::OK();
+    return IOStatus::NotFound(f);
+  }
+
+  IOStatus GetFileSize(const std::string& f, const IOOptions& io, uint64_t* size,
+                       IODebugContext* dbg) override {
+    std::string name;
+    if (!Managed(f, &name)) return target()->GetFileSize(f, io, size, dbg);
+    if (shaleFSStat(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), size))
+      return IOStatus::OK();
+    return IOStatus::PathNotFound(f);
+  }
+
+  IOStatus GetFileModificationTime(const std::string& f, const IOOptions& io, uint64_t* t,
+                                   IODebugContext* dbg) override {
+    std::string name;
+    if (Managed(f, &name) && !target()->FileExists(f, io, dbg).ok()) {
+      *t = 0;  // not cached locally; RocksDB only uses it as a fallback
+      return IOStatus::OK();
+    }
+    return target()->GetFileModificationTime(f, io, t, dbg);
+  }
+
+  IOStatus GetChildren(const std::string& dir, const IOOptions& io, std::vector<std::string>* r,
+                       IODebugContext* dbg) override {
+    std::string d = dir;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    if (d != dir_) return target()->GetChildren(dir, io, r, dbg);
+    std::vector<std::string> local;
+    IOStatus s = target()->GetChildren(dir, io, &local, dbg);
+    if (!s.ok()) return s;
+    r->clear();
+    char* list = shaleFSList(h_);
+    for (char* p = list; p && *p; p += strlen(p) + 1) r->emplace_back(p);
+    free(list);
+    for (auto& n : local) {
+      if (!shaleFSManaged(h_, const_cast<char*>(n.data()), static_cast<int>(n.size()))) r->push_back(n);
+    }
+    return IOStatus::OK();
+  }
+
+  IOStatus GetChildrenFileAttributes(const std::string& dir, const IOOptions& io,
+                                     std::vector<FileAttributes>* r, IODebugContext* dbg) override {
+    std::vector<std::string> names;
+    IOStatus s = GetChildren(dir, io, &names, dbg);
+    if (!s.ok()) return s;
+    r->clear();
+    for (auto& n : names) {
+      FileAttributes a;
+      a.name = n;
+      if (GetFileSize(dir + "/" + n, io, &a.size_bytes, dbg).ok()) r->push_back(a);
+    }
+    return IOStatus::OK();
+  }
+
+  IOStatus DeleteFile(const std::string& f, const IOOptions& io, IODebugContext* dbg) override {
+    std::string name;
+    if (!Managed(f, &name)) return target()->DeleteFile(f, io, dbg);
+    IOStatus s = Event(kDelete, name, "", 0, CurrentActivity());
+    if (!s.ok()) return s;
+    s = target()->DeleteFile(f, io, dbg);
+    if (s.IsNotFound() || s.IsPathNotFound()) return IOStatus::OK();
+    return s;
+  }
+
+  IOStatus RenameFile(const std::string& src, const std::string& dst, const IOOptions& io,
+                      IODebugContext* dbg) override {
+    std::string dname, sdir, sname;
+    if (Managed(dst, &dname)) {
+      if (!InDir(src, &sdir, &sname) || sdir != dir_)
+        return IOStatus::NotSupported("Shale FileSystem renames only within " + dir_);
+      IOStatus s = Event(kRename, sname, dname, 0, CurrentActivity());
+      if (!s.ok()) return s;
+    }
+    return target()->RenameFile(src, dst, io, dbg);
+  }
+
+  IOStatus LinkFile(const std::string& src, const std::string& dst, const IOOptions& io,
+                    IODebugContext* dbg) override {
+    std::string name;
+    if (Managed(src, &name) || Managed(dst, &name))
+      return IOStatus::NotSupported("Shale FileSystem cannot hard-link " + name);
+    return target()->LinkFile(src, dst, io, dbg);
+  }
+
+ private:
+  static bool InDir(const std::string& f, std::string* dir, std::string* base) {
+    size_t slash = f.find_last_of('/');
+    if (slash == std::string::npos) return false;
+    *dir = f.substr(0, slash);
+    while (dir->size() > 1 && dir->back() == '/') dir->pop_back();
+    *base = f.substr(slash + 1);
+    return !base->empty();
+  }
+
+  uintptr_t h_;
+  std::string dir_;
+};
+
+IOStatus ShaleWritableFile::Upload(const IOOptions&, IODebugContext*, int op) {
+  return fs_->Event(op, name_, "", size_.load(), activity_);
+}
+
+}  // namespace
+
+struct shale_fs_t {
+  std::shared_ptr<FileSystem> fs;
+  std::unique_ptr<Env> env;
+};
+
+extern "C" {
+
+shale_fs_t* shale_fs_attach(rocksdb_options_t* opts, uintptr_t handle, const char* dir) {
+  auto* s = new shale_fs_t;
+  s->fs = std::make_shared<ShaleFS>(FileSystem::Default(), handle, dir);
+  s->env = NewCompositeEnv(s->fs);
+  opts->rep.env = s->env.get();
+  return s;
+}
+
+void shale_fs_destroy(shale_fs_t* s) { delete s; }
+
+}  // extern "C"

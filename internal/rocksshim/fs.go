@@ -1,0 +1,169 @@
+package rocksshim
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"io/fs"
+	"runtime"
+	"runtime/cgo"
+	"strings"
+	"unsafe"
+
+	"github.com/linxGnu/grocksdb"
+)
+
+// FileSystemHooks is what the C++ Shale FileSystem asks of Go. Names are
+// bare file names in the database directory. Errors may implement
+// Fenced() bool or Retryable() bool to set RocksDB's IOStatus accordingly.
+type FileSystemHooks interface {
+	// Managed reports whether the file lives in the object store (else it
+	// is local only and the hooks never hear of it).
+	Managed(name string) bool
+	Create(name string) error
+	Sync(name string, size int64, activity string) error
+	Close(name string, size int64, activity string) error
+	Rename(src, dst string) error
+	Delete(name string) error
+	Fetch(name, activity string) error
+	Stat(name string) (size int64, exists bool)
+	List() []string
+}
+
+// Event, result and activity codes shared with fs.cc.
+const (
+	opCreate = 1
+	opSync   = 2
+	opClose  = 3
+	opRename = 4
+	opDelete = 5
+	opFetch  = 6
+
+	codeOK        = 0
+	codeNotFound  = 1
+	codeRetryable = 2
+	codeFenced    = 3
+	codeIOError   = 4
+)
+
+func activityName(a C.int, name string) string {
+	if strings.HasSuffix(name, ".log") {
+		return "wal"
+	}
+	switch a {
+	case 2:
+		return "flush"
+	case 3:
+		return "compaction"
+	}
+	return "foreground_read"
+}
+
+// FileSystem is a Shale FileSystem installed in a database's options.
+type FileSystem struct {
+	c *C.shale_fs_t
+	h cgo.Handle
+}
+
+// AttachFileSystem makes the database opened with opts run on dir through
+// the Shale FileSystem, reporting to hooks. Call Close after the DB closed.
+func AttachFileSystem(opts *grocksdb.Options, dir string, hooks FileSystemHooks) *FileSystem {
+	h := cgo.NewHandle(hooks)
+	cdir := C.CString(dir)
+	defer C.free(unsafe.Pointer(cdir))
+	f := &FileSystem{c: C.shale_fs_attach(optionsHandle(opts), C.uintptr_t(h), cdir), h: h}
+	runtime.KeepAlive(opts)
+	return f
+}
+
+// Close releases the FileSystem; the database must be closed.
+func (f *FileSystem) Close() {
+	if f.c != nil {
+		C.shale_fs_destroy(f.c)
+		f.c = nil
+		f.h.Delete()
+	}
+}
+
+func hooksOf(h C.uintptr_t) FileSystemHooks {
+	return cgo.Handle(h).Value().(FileSystemHooks)
+}
+
+//export shaleFSManaged
+func shaleFSManaged(h C.uintptr_t, name *C.char, n C.int) C.int {
+	if hooksOf(h).Managed(C.GoStringN(name, n)) {
+		return 1
+	}
+	return 0
+}
+
+//export shaleFSEvent
+func shaleFSEvent(h C.uintptr_t, op C.int, a *C.char, alen C.int, b *C.char, blen C.int, size C.uint64_t, activity C.int, errOut **C.char) C.int {
+	hooks := hooksOf(h)
+	name := C.GoStringN(a, alen)
+	var err error
+	switch op {
+	case opCreate:
+		err = hooks.Create(name)
+	case opSync:
+		err = hooks.Sync(name, int64(size), activityName(activity, name))
+	case opClose:
+		err = hooks.Close(name, int64(size), activityName(activity, name))
+	case opRename:
+		err = hooks.Rename(name, C.GoStringN(b, blen))
+	case opDelete:
+		err = hooks.Delete(name)
+	case opFetch:
+		err = hooks.Fetch(name, activityName(activity, name))
+	default:
+		err = errors.New("unknown file system event")
+	}
+	if err == nil {
+		return codeOK
+	}
+	*errOut = C.CString(err.Error())
+	var fenced interface{ Fenced() bool }
+	var retry interface{ Retryable() bool }
+	switch {
+	case errors.As(err, &fenced) && fenced.Fenced():
+		return codeFenced
+	case errors.Is(err, fs.ErrNotExist):
+		return codeNotFound
+	case errors.As(err, &retry) && retry.Retryable():
+		return codeRetryable
+	}
+	return codeIOError
+}
+
+//export shaleFSStat
+func shaleFSStat(h C.uintptr_t, name *C.char, n C.int, size *C.uint64_t) C.int {
+	sz, ok := hooksOf(h).Stat(C.GoStringN(name, n))
+	if !ok {
+		return 0
+	}
+	*size = C.uint64_t(sz)
+	return 1
+}
+
+//export shaleFSList
+func shaleFSList(h C.uintptr_t) *C.char {
+	names := hooksOf(h).List()
+	n := 1
+	for _, s := range names {
+		n += len(s) + 1
+	}
+	buf := (*[1 << 30]byte)(C.malloc(C.size_t(n)))[:n:n]
+	i := 0
+	for _, s := range names {
+		i += copy(buf[i:], s)
+		buf[i] = 0
+		i++
+	}
+	buf[i] = 0
+	return (*C.char)(unsafe.Pointer(&buf[0]))
+}

@@ -1,0 +1,148 @@
+package shalefs
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Kind says how a RocksDB file is kept in the object store (design §3).
+type Kind int
+
+const (
+	// KindLocal files never leave the machine: LOCK, LOG*, *.dbtmp, ...
+	KindLocal Kind = iota
+	// KindLog files (WAL *.log, MANIFEST-*) are append-only segment logs.
+	KindLog
+	// KindTable files (*.sst, *.blob) are one immutable object, uploaded on
+	// close.
+	KindTable
+	// KindObject files (IDENTITY, OPTIONS-*) are whole objects, written when
+	// RocksDB renames them into place.
+	KindObject
+	// KindCurrent is CURRENT, replaced with If-Match.
+	KindCurrent
+)
+
+func (k Kind) String() string {
+	return [...]string{"local", "log", "table", "object", "current"}[k]
+}
+
+// KindOf classifies a file name (no directory).
+func KindOf(name string) Kind {
+	switch {
+	case name == "CURRENT":
+		return KindCurrent
+	case name == "IDENTITY", strings.HasPrefix(name, "OPTIONS-") && !strings.HasSuffix(name, ".dbtmp"):
+		return KindObject
+	case strings.HasPrefix(name, "MANIFEST-"), strings.HasSuffix(name, ".log") && isNumber(strings.TrimSuffix(name, ".log")):
+		return KindLog
+	case strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob"):
+		return KindTable
+	}
+	return KindLocal
+}
+
+// FileType is the metrics label of a file: sst, wal, manifest or other.
+func FileType(name string) string {
+	switch {
+	case strings.HasSuffix(name, ".sst"), strings.HasSuffix(name, ".blob"):
+		return "sst"
+	case strings.HasSuffix(name, ".log"):
+		return "wal"
+	case strings.HasPrefix(name, "MANIFEST-"):
+		return "manifest"
+	}
+	return "other"
+}
+
+func isNumber(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Object-store layout of one database (keys relative to the DB's root):
+//
+//	CURRENT                           replaced with If-Match
+//	000012.sst/<epoch>                a table (or IDENTITY, OPTIONS-*)
+//	                                  written by the owner with <epoch>
+//	000011.log/<epoch>/<seq>          segment <seq> of a log written by the
+//	                                  owner with <epoch>; an empty segment
+//	                                  is a seal: the log ends before it
+//	_shale/epoch/<epoch>              ownership claims, create-only
+//	_shale/trash/<name>/<epoch>       a deleted file awaiting physical delete
+//
+// Every file name carries its writer's epoch because a deposed owner that
+// has not noticed yet may create a file with a name the new owner also
+// allocates; the versions never collide, and the highest epoch's wins.
+const (
+	metaPrefix  = "_shale/"
+	epochPrefix = "_shale/epoch/"
+	trashPrefix = "_shale/trash/"
+)
+
+func pad(n uint64) string { return fmt.Sprintf("%020d", n) }
+
+func epochKey(e uint64) string { return epochPrefix + pad(e) }
+
+func segmentPrefix(name string, epoch uint64) string { return name + "/" + pad(epoch) + "/" }
+
+func segmentKey(name string, epoch, seq uint64) string { return segmentPrefix(name, epoch) + pad(seq) }
+
+func objectKey(name string, epoch uint64) string { return name + "/" + pad(epoch) }
+
+func trashKey(name string, epoch uint64) string { return trashPrefix + name + "/" + pad(epoch) }
+
+// parseObjectKey splits "<name>/<epoch>" of a table or whole object.
+func parseObjectKey(key string) (name string, epoch uint64, ok bool) {
+	name, e, found := strings.Cut(key, "/")
+	if !found || len(e) != 20 || (KindOf(name) != KindTable && KindOf(name) != KindObject) {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(e, 10, 64)
+	return name, n, err == nil
+}
+
+// parseTrashKey splits "_shale/trash/<name>/<epoch>".
+func parseTrashKey(key string) (name string, epoch uint64, ok bool) {
+	rest, found := strings.CutPrefix(key, trashPrefix)
+	if !found {
+		return "", 0, false
+	}
+	name, e, found := strings.Cut(rest, "/")
+	if !found || len(e) != 20 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(e, 10, 64)
+	return name, n, err == nil
+}
+
+// parseSegmentKey splits "<name>/<epoch>/<seq>".
+func parseSegmentKey(key string) (name string, epoch, seq uint64, ok bool) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 3 || KindOf(parts[0]) != KindLog {
+		return "", 0, 0, false
+	}
+	e, err1 := strconv.ParseUint(parts[1], 10, 64)
+	s, err2 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || len(parts[1]) != 20 || len(parts[2]) != 20 {
+		return "", 0, 0, false
+	}
+	return parts[0], e, s, true
+}
+
+func parseEpochKey(key string) (uint64, bool) {
+	s, ok := strings.CutPrefix(key, epochPrefix)
+	if !ok || len(s) != 20 {
+		return 0, false
+	}
+	e, err := strconv.ParseUint(s, 10, 64)
+	return e, err == nil
+}
