@@ -26,6 +26,7 @@ import (
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvserver"
+	"github.com/shale-rocks/shale/internal/shalefs"
 )
 
 type fixture struct {
@@ -43,6 +44,7 @@ func start(t *testing.T, limits kvserver.Limits) *fixture {
 		MetricsListen: "127.0.0.1:0",
 		Limits:        limits,
 		Engine:        engine.DefaultOptions(),
+		Storage:       shalefs.Config{CacheDir: filepath.Join(t.TempDir(), "cache"), Lease: 200 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)

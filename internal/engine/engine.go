@@ -194,7 +194,13 @@ func removeCreated(created []string) {
 // RocksDB takes on the same file, so a second open in this process or any
 // other fails here first.
 func lockDir(dir string) (*os.File, error) {
-	p := filepath.Join(dir, "LOCK")
+	return LockFile(dir, "LOCK")
+}
+
+// LockFile takes an exclusive flock on dir/name (created if missing), held
+// until the returned file is closed; ErrLocked if another holder has it.
+func LockFile(dir, name string) (*os.File, error) {
+	p := filepath.Join(dir, name)
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("cannot use %s: %w", dir, err)

@@ -578,8 +578,8 @@ func (f *FS) List() []string {
 	return names
 }
 
-// Close stops the background work. It does not upload anything: RocksDB
-// closed its files before.
+// Stop stops the background work. It uploads nothing: RocksDB closed its
+// files before.
 func (f *FS) Stop() {
 	select {
 	case <-f.stop:
@@ -587,6 +587,17 @@ func (f *FS) Stop() {
 		close(f.stop)
 	}
 	f.wg.Wait()
+}
+
+// Release records that this owner stopped serving for good, so the next
+// owner need not wait out its read lease. Call it only after the database
+// is closed and no request is being served.
+func (f *FS) Release(ctx context.Context) error {
+	if f.FenceError() != nil {
+		return nil
+	}
+	_, err := f.put(ctx, releasedKey(f.epoch), "", "background", []byte(time.Now().UTC().Format(time.RFC3339Nano)), objstore.PutOptions{})
+	return err
 }
 
 // describeKey shortens keys for messages.

@@ -87,8 +87,18 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 
-	// 4. The previous owner serves reads until its lease runs out.
-	if wait := time.Until(f.takenAt.Add(cfg.Lease + cfg.LeaseMargin)); wait > 0 {
+	// 4. The previous owner serves reads until its lease runs out, unless
+	// there was none or it released the database when it stopped.
+	prev := uint64(0)
+	for _, e := range existing {
+		prev = max(prev, e)
+	}
+	released := prev == 0
+	if !released {
+		_, err := f.store.Stat(ctx, releasedKey(prev))
+		released = err == nil
+	}
+	if wait := time.Until(f.takenAt.Add(cfg.Lease + cfg.LeaseMargin)); wait > 0 && !released {
 		cfg.Logger.Info("waiting out the previous owner's read lease", "wait", wait.Round(time.Millisecond))
 		select {
 		case <-time.After(wait):
