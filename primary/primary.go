@@ -261,7 +261,13 @@ func (s *Server) Stop(grace time.Duration) {
 	s.cfg.Logger.Info("primary stopped", "db", s.cfg.DB)
 }
 
-// Run starts a primary and serves until ctx is done or serving fails.
+// FenceDrain is how long a fenced primary keeps answering, with
+// FAILED_PRECONDITION naming the new epoch, before it exits: clients learn
+// why instead of seeing a refused connection.
+const FenceDrain = 2 * time.Second
+
+// Run starts a primary and serves until ctx is done or serving fails; a
+// fenced primary returns the fence error.
 func Run(ctx context.Context, cfg Config) error {
 	s, err := Start(cfg)
 	if err != nil {
@@ -272,6 +278,12 @@ func Run(ctx context.Context, cfg Config) error {
 		s.Stop(10 * time.Second)
 		return nil
 	case err := <-s.Done():
+		if s.fs.FenceError() != nil {
+			select {
+			case <-time.After(FenceDrain):
+			case <-ctx.Done():
+			}
+		}
 		s.Stop(time.Second)
 		return err
 	}

@@ -36,6 +36,9 @@ type Config struct {
 	// confirmed its ownership within Lease, and a new owner waits
 	// Lease+LeaseMargin after taking its epoch before it opens.
 	Lease, LeaseMargin time.Duration
+	// ConfirmEvery is how often ownership is re-confirmed (default Lease/4;
+	// above Lease, reads stop between confirmations).
+	ConfirmEvery time.Duration
 	// DeleteGrace is how long a deleted file stays in the store.
 	DeleteGrace time.Duration
 	// Storage classes for logs (WAL, MANIFEST, CURRENT, ...) and tables.
@@ -69,6 +72,7 @@ func (c *Config) defaults() {
 	}
 	def(&c.Lease, 5*time.Second)
 	def(&c.LeaseMargin, c.Lease/5)
+	def(&c.ConfirmEvery, max(c.Lease/4, 10*time.Millisecond))
 	def(&c.DeleteGrace, time.Hour)
 	def(&c.ReadTimeout, 10*time.Second)
 	def(&c.WriteTimeout, 60*time.Second)
@@ -92,6 +96,7 @@ type FS struct {
 	fencedCh    chan struct{}
 	fenceOnce   sync.Once
 	lastConfirm atomic.Int64 // unix nanos of the last ownership confirmation
+	confirmMu   sync.Mutex   // one on-demand confirmation at a time
 	takenAt     time.Time
 
 	stop chan struct{}
@@ -138,16 +143,33 @@ func (f *FS) setFenced(by uint64) error {
 }
 
 // ReadAllowed reports whether this owner may serve reads: it is not fenced
-// and it confirmed its ownership within the read lease.
+// and it confirmed its ownership within the read lease. When the last
+// confirmation is too old it confirms again on the spot (one listing).
 func (f *FS) ReadAllowed() error {
 	if err := f.FenceError(); err != nil {
 		return err
 	}
-	last := time.Unix(0, f.lastConfirm.Load())
-	if age := time.Since(last); age > f.cfg.Lease {
-		return fmt.Errorf("read lease expired: ownership last confirmed %s ago (lease %s); is the object store reachable?", age.Round(time.Millisecond), f.cfg.Lease)
+	if f.leaseFresh() {
+		return nil
+	}
+	f.confirmMu.Lock()
+	defer f.confirmMu.Unlock()
+	if f.leaseFresh() {
+		return nil // another reader just confirmed
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(f.cfg.ReadTimeout, f.cfg.Lease))
+	defer cancel()
+	if err := f.confirm(ctx, "foreground_read"); err != nil {
+		if ferr := f.FenceError(); ferr != nil {
+			return ferr
+		}
+		return fmt.Errorf("read lease expired and ownership cannot be confirmed (lease %s): %w", f.cfg.Lease, err)
 	}
 	return nil
+}
+
+func (f *FS) leaseFresh() bool {
+	return time.Since(time.Unix(0, f.lastConfirm.Load())) < f.cfg.Lease
 }
 
 func (f *FS) observe(op, name, activity string, n int64, start time.Time, err error) {

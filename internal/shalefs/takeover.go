@@ -313,7 +313,7 @@ func (f *FS) prepareCache() error {
 // being served, and notices a newer owner within one lease.
 func (f *FS) leaseLoop() {
 	defer f.wg.Done()
-	tick := time.NewTicker(max(f.cfg.Lease/4, 10*time.Millisecond))
+	tick := time.NewTicker(f.cfg.ConfirmEvery)
 	defer tick.Stop()
 	for {
 		select {
