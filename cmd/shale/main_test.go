@@ -293,6 +293,48 @@ func tree(root string) string {
 	return b.String()
 }
 
+// The zombie scenario from a shell: two primary processes on one database.
+func TestZombieProcessExits(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	a := startPrimary(t, dir, filepath.Join(t.TempDir(), "a"), "--epoch", "1")
+	for i := 0; i < 20; i++ {
+		if code, _, e := shale("kv", "put", "--addr", a.addr, fmt.Sprintf("k%02d", i), "from-a"); code != 0 {
+			t.Fatalf("put: %s", e)
+		}
+	}
+	b := startPrimary(t, dir, filepath.Join(t.TempDir(), "b"), "--epoch", "2")
+
+	code, _, errOut := shale("kv", "put", "--addr", a.addr, "late", "from-a")
+	if code != 1 || !strings.Contains(errOut, "FailedPrecondition: fenced: epoch 1 superseded by 2") {
+		t.Fatalf("zombie put: exit %d %q", code, errOut)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- a.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil || a.cmd.ProcessState.ExitCode() != 1 {
+			t.Fatalf("fenced primary exited with %v", err)
+		}
+		if !strings.Contains(a.stderr.String(), "shale: fenced: epoch 1 superseded by 2") {
+			t.Fatalf("fenced primary's last words: %s", a.stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("fenced primary still running after 10s")
+	}
+	for i := 0; i < 20; i++ {
+		if code, out, _ := shale("kv", "get", "--addr", b.addr, fmt.Sprintf("k%02d", i)); code != 0 || out != "from-a\n" {
+			t.Fatalf("B lacks k%02d: %d %q", i, code, out)
+		}
+	}
+	if code, _, _ := shale("kv", "get", "--addr", b.addr, "late"); code != 1 {
+		t.Fatal("the write A reported as fenced is visible on B")
+	}
+	code, out, _ := shale("admin", "fence-status", "--db", "file://"+dir)
+	if code != 0 || !strings.Contains(out, "epoch:     2\n") || !strings.Contains(out, "state:     held") {
+		t.Fatalf("fence-status: %d %s", code, out)
+	}
+}
+
 func TestParseSize(t *testing.T) {
 	for in, want := range map[string]int{"65536": 65536, "64KiB": 65536, "32MiB": 32 << 20, "1GiB": 1 << 30, "10B": 10} {
 		if got, err := parseSize(in); err != nil || got != want {
