@@ -10,7 +10,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help deps build test stress dev generate lint clean
+.PHONY: help deps build test stress bench-storage dev generate lint clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -27,6 +27,9 @@ test: deps ## install dependencies, then run every test
 
 stress: deps ## long fencing race: STRESS_ROUNDS rounds of takeover under concurrent synced writes
 	SHALE_STRESS_ROUNDS=$${STRESS_ROUNDS:-2000} go test -count=1 -timeout 120m -run 'TestFencingRace' -v ./primary/ 2>&1 | grep -vE 'level=|INFO|ERROR this owner'
+
+bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on MinIO (NUM keys, default 1M)
+	hack/bench-storage.sh
 
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
 	$(BIN)/shale dev --data
