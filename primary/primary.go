@@ -163,6 +163,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.db, err = engine.Open(sc.CacheDir, eo); err != nil {
 		return nil, fmt.Errorf("--db %s: %w", u, err)
 	}
+	s.fs.Serving()
 	epochGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shale_epoch", Help: "Epoch this primary owns the database with."},
 		func() float64 { return float64(s.fs.Epoch()) })
 	fencedGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shale_fenced", Help: "1 once a newer owner fenced this primary."},

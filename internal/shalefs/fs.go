@@ -99,9 +99,16 @@ type FS struct {
 	confirmMu   sync.Mutex   // one on-demand confirmation at a time
 	takenAt     time.Time
 
+	serving   atomic.Bool          // RocksDB is open: reads are foreground
+	trashSeen map[string]time.Time // trash marker -> deletion time (trashLoop only)
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
+
+// Serving tells the FS that RocksDB finished opening: later fetches are
+// foreground reads, earlier ones part of the open.
+func (f *FS) Serving() { f.serving.Store(true) }
 
 // file is the state of one managed file.
 type file struct {
@@ -518,6 +525,9 @@ func (f *FS) Fetch(name, activity string) error {
 	f.mu.Unlock()
 	if st == nil {
 		return fmt.Errorf("fetch %s: %w", name, os.ErrNotExist)
+	}
+	if activity == "foreground_read" && !f.serving.Load() {
+		activity = "open"
 	}
 	var data []byte
 	pol := f.foreground()

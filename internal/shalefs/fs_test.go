@@ -68,3 +68,83 @@ func TestWriteCloseReopenFromEmptyCache(t *testing.T) {
 		}
 	}
 }
+
+// Deleted files stay in the store for the grace period, then go; seals
+// stay forever (deleting one would reopen its slot to a stale owner).
+func TestDeferredDelete(t *testing.T) {
+	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Epoch 1 writes a WAL and closes; epoch 2 seals it, recovers, flushes
+	// and deletes it: its data segments must outlive the grace period and
+	// its seal must outlive the deletion.
+	c1 := filepath.Join(t.TempDir(), "c1")
+	f1 := openFS(t, store, 1, c1)
+	d1 := openDB(t, f1, c1)
+	for i := 0; i < 100; i++ {
+		d1.Put([]byte(fmt.Sprintf("k%03d", i)), []byte("v"), true)
+	}
+	d1.Close()
+	f1.Stop()
+
+	c2 := filepath.Join(t.TempDir(), "c2")
+	f2, err := Open(ctx, Config{Store: store, CacheDir: c2, Epoch: 2, Lease: 50 * time.Millisecond, DeleteGrace: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Stop()
+	d2 := openDB(t, f2, c2)
+	defer d2.Close()
+	if err := d2.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	count := func(prefix string) (data, seals int) {
+		store.List(ctx, prefix, func(o objstore.ObjectInfo) error {
+			if o.Size == 0 {
+				seals++
+			} else {
+				data++
+			}
+			return nil
+		})
+		return
+	}
+	var trashed []string
+	store.List(ctx, trashPrefix, func(o objstore.ObjectInfo) error { trashed = append(trashed, o.Key); return nil })
+	if len(trashed) == 0 {
+		t.Fatal("recovery deleted nothing; the test needs an obsolete WAL")
+	}
+	var walPrefix string
+	for _, k := range trashed {
+		if name, e, _ := parseTrashKey(k); KindOf(name) == KindLog && e == 1 && FileType(name) == "wal" {
+			walPrefix = segmentPrefix(name, e)
+		}
+	}
+	if data, seals := count(walPrefix); data == 0 || seals != 1 {
+		t.Fatalf("right after the delete %s has %d data segments and %d seals", walPrefix, data, seals)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		data, seals := count(walPrefix)
+		if data == 0 {
+			if seals != 1 {
+				t.Fatalf("the seal of %s was deleted", walPrefix)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still has %d data segments 5s after a 300ms grace", walPrefix, data)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n, _ := count(trashPrefix); n != 0 {
+		t.Fatalf("%d trash markers left after their grace", n)
+	}
+	for i := 0; i < 100; i++ {
+		if _, ok, _ := d2.Get([]byte(fmt.Sprintf("k%03d", i))); !ok {
+			t.Fatalf("k%03d lost", i)
+		}
+	}
+}

@@ -35,7 +35,7 @@ type epochClaim struct {
 // RocksDB is then opened on cfg.CacheDir by the caller.
 func Open(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{})}
+	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]time.Time{}}
 	pol := f.background()
 
 	// 0. Recognize the location before claiming anything in it.
@@ -361,12 +361,20 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 		if !ok || f.FenceError() != nil {
 			continue
 		}
-		b, _, err := f.get(ctx, m.Key, name, "background")
-		if err != nil {
-			continue
+		deletedAt, seen := f.trashSeen[m.Key]
+		if !seen {
+			b, _, err := f.get(ctx, m.Key, name, "background")
+			if err != nil {
+				continue
+			}
+			var tm trashMarker
+			if json.Unmarshal(b, &tm) != nil {
+				tm.DeletedAt = m.ModTime // unreadable marker: trust the store's time
+			}
+			deletedAt = tm.DeletedAt
+			f.trashSeen[m.Key] = deletedAt
 		}
-		var tm trashMarker
-		if json.Unmarshal(b, &tm) != nil || time.Since(tm.DeletedAt) < f.cfg.DeleteGrace {
+		if time.Since(deletedAt) < f.cfg.DeleteGrace {
 			continue
 		}
 		if KindOf(name) == KindLog {
@@ -387,6 +395,7 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 		if err := f.del(ctx, m.Key, name); err != nil {
 			return err
 		}
+		delete(f.trashSeen, m.Key)
 	}
 	return nil
 }
