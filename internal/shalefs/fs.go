@@ -41,6 +41,9 @@ type Config struct {
 	ConfirmEvery time.Duration
 	// DeleteGrace is how long a deleted file stays in the store.
 	DeleteGrace time.Duration
+	// CacheBytes bounds the tables kept in CacheDir (0: unbounded). Tables
+	// that do not fit are read from the store range by range.
+	CacheBytes int64
 	// Storage classes for logs (WAL, MANIFEST, CURRENT, ...) and tables.
 	LogStorageClass, TableStorageClass string
 	// ReadTimeout bounds one attempt of a foreground read; WriteTimeout one
@@ -99,6 +102,7 @@ type FS struct {
 	confirmMu   sync.Mutex   // one on-demand confirmation at a time
 	takenAt     time.Time
 
+	cache     tableCache
 	serving   atomic.Bool          // RocksDB is open: reads are foreground
 	trashSeen map[string]time.Time // trash marker -> deletion time (trashLoop only)
 
@@ -413,6 +417,20 @@ func (f *FS) upload(name, path, activity string) error {
 	f.mu.Lock()
 	f.files[name] = &file{kind: KindOf(name), epoch: f.epoch, size: fi.Size()}
 	f.mu.Unlock()
+	if KindOf(name) == KindTable && path == f.localPath(name) {
+		// The new table stays cached; older ones make room for it.
+		f.cache.add(name, fi.Size())
+		if !f.cache.makeRoom(0, name, f.cfg.CacheDir) {
+			f.cache.mu.Lock()
+			evict := f.cache.evict
+			f.cache.mu.Unlock()
+			if evict != nil {
+				evict(name)
+			}
+			f.cache.forget(name)
+			os.Remove(path) // too big for the cache: read it from the store
+		}
+	}
 	return nil
 }
 
@@ -501,6 +519,7 @@ func (f *FS) Delete(name string) error {
 	st := f.files[name]
 	delete(f.files, name)
 	f.mu.Unlock()
+	f.cache.forget(name)
 	if st == nil {
 		return nil
 	}

@@ -36,6 +36,7 @@ type epochClaim struct {
 func Open(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
 	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]time.Time{}}
+	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
 	pol := f.background()
 
 	// 0. Recognize the location before claiming anything in it.
@@ -297,6 +298,7 @@ func (f *FS) prepareCache() error {
 			if st := f.files[name]; st != nil {
 				if fi, err := e.Info(); err == nil && fi.Size() == st.size {
 					keep = true
+					f.cache.add(name, st.size)
 				}
 			}
 		}
