@@ -272,3 +272,37 @@ func TestLargeObject(t *testing.T) {
 		t.Fatalf("tail = %q", got)
 	}
 }
+
+// Put returns the info of its own write, even when another writer replaces
+// the object right after it: an owner's next If-Match uses that ETag.
+func TestFilePutReturnsOwnInfo(t *testing.T) {
+	s := newFileStore(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[string]string{} // etag -> the put that returned it
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			class := fmt.Sprint("CLASS", w)
+			for i := 0; i < 50; i++ {
+				val := fmt.Sprintf("%d-%d", w, i)
+				info, err := put(t, s, "k", val, PutOptions{StorageClass: class})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if info.Size != int64(len(val)) || info.StorageClass != class {
+					t.Errorf("put %s returned another write's info %+v", val, info)
+				}
+				mu.Lock()
+				if prev, dup := seen[info.ETag]; dup {
+					t.Errorf("puts %s and %s both returned etag %s", prev, val, info.ETag)
+				}
+				seen[info.ETag] = val
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Wait()
+}
