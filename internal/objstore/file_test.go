@@ -236,32 +236,6 @@ func TestInvalidKeys(t *testing.T) {
 	}
 }
 
-func TestParseURL(t *testing.T) {
-	for _, tc := range []struct{ in, want, err string }{
-		{in: "file:///var/lib/shale/db", want: "file:///var/lib/shale/db"},
-		{in: "file:///var/lib/shale/db/", want: "file:///var/lib/shale/db"},
-		{in: "/tmp/x/../db", want: "file:///tmp/db"},
-		{in: "file://relative/db", err: "absolute path"},
-		{in: "file:relative", err: "absolute path"},
-		{in: "relative/db", err: "no scheme"},
-		{in: "", err: "empty"},
-	} {
-		u, err := ParseURL(tc.in)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("ParseURL(%q) = %v, want error containing %q", tc.in, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || u.String() != tc.want {
-			t.Errorf("ParseURL(%q) = %v, %v; want %s", tc.in, u, err, tc.want)
-		}
-	}
-	if _, err := Open("gs://bucket/x"); err == nil || !strings.Contains(err.Error(), "unsupported scheme") {
-		t.Fatalf("Open(gs://) = %v", err)
-	}
-}
-
 func TestLargeObject(t *testing.T) {
 	s := newFileStore(t)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
