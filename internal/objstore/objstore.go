@@ -18,6 +18,11 @@
 // objects), so on S3 rewriting identical bytes restores an old ETag.
 // Protocols using If-Match must write content that never repeats (CURRENT
 // names an ever-increasing MANIFEST number, so it does not).
+//
+// A key must never also be a "directory" of other keys ("a" and "a/b"): the
+// file store rejects the second with ErrInvalidKey, and MinIO accepts it
+// but then leaves the deeper keys out of List (Stat and Get still find
+// them), which would hide WAL segments from recovery.
 package objstore
 
 import (
