@@ -17,6 +17,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -92,6 +93,15 @@ func Start(t testing.TB) *Server {
 	for attempt := 1; ; attempt++ {
 		s.addr, s.console = freeAddr(t), freeAddr(t)
 		s.Endpoint = "http://" + s.addr
+		s.client, err = minio.New(s.addr, &minio.Options{
+			Creds:        credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+			Region:       Region,
+			BucketLookup: minio.BucketLookupPath,
+			MaxRetries:   1, // tests stop the server on purpose; fail fast then
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		err = s.start()
 		if err == nil {
 			break
@@ -100,15 +110,6 @@ func Start(t testing.TB) *Server {
 			t.Fatalf("miniotest: %v", err)
 		}
 		t.Logf("miniotest: %v; retrying on other ports", err)
-	}
-	s.client, err = minio.New(s.addr, &minio.Options{
-		Creds:        credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
-		Region:       Region,
-		BucketLookup: minio.BucketLookupPath,
-		MaxRetries:   1, // tests stop the server on purpose; fail fast then
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return s
 }
@@ -197,26 +198,38 @@ func (s *Server) start() error {
 	return nil
 }
 
-// waitReady polls the liveness endpoint until the server answers.
+// waitReady polls until the server reports its object layer initialized
+// (the health endpoints answer 200 before that, with
+// x-minio-server-status: offline) and a signed ListBuckets succeeds.
 func (s *Server) waitReady(exited <-chan struct{}) error {
 	deadline := time.Now().Add(startTimeout)
 	hc := &http.Client{Timeout: time.Second}
+	last := errors.New("no answer")
 	for delay := 20 * time.Millisecond; ; {
 		select {
 		case <-exited:
 			return fmt.Errorf("minio exited during startup")
 		default:
 		}
-		resp, err := hc.Get(s.Endpoint + "/minio/health/ready")
-		if err == nil {
+		if resp, err := hc.Get(s.Endpoint + "/minio/health/ready"); err != nil {
+			last = err
+		} else {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+			if st := resp.Header.Get("X-Minio-Server-Status"); resp.StatusCode != http.StatusOK || st == "offline" {
+				last = fmt.Errorf("health: HTTP %d, server status %q", resp.StatusCode, st)
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, err := s.client.ListBuckets(ctx)
+				cancel()
+				if err == nil {
+					return nil
+				}
+				last = err
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("minio on %s not ready after %v (last: %v)", s.addr, startTimeout, err)
+			return fmt.Errorf("minio on %s not ready after %v (last: %v)", s.addr, startTimeout, last)
 		}
 		time.Sleep(delay)
 		if delay < 200*time.Millisecond {
