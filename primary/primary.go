@@ -90,6 +90,11 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
+	if u.Scheme == "s3" {
+		// objstore opens s3:// stores; the FileSystem that runs RocksDB on
+		// them is not in this build yet.
+		return nil, fmt.Errorf("--db %s: s3:// databases are not supported by this build yet; use file:///ABS/PATH", cfg.DB)
+	}
 	store, err := objstore.Open(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
