@@ -75,9 +75,9 @@ func mustOwner(t *testing.T, db string, epoch uint64) *owner {
 	return o
 }
 
-func storeKeys(t *testing.T, dir string) string {
+func storeKeys(t *testing.T, db string) string {
 	t.Helper()
-	s, err := objstore.OpenFile(dir)
+	s, err := objstore.Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +92,10 @@ func storeKeys(t *testing.T, dir string) string {
 // Test 3 of the issue: A (epoch 1) serving, B opens with epoch 2; A's next
 // synced write fails FAILED_PRECONDITION and A stops; B holds every write
 // A acknowledged.
-func TestZombieIsFenced(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "db")
-	db := "file://" + dir
+func TestZombieIsFenced(t *testing.T) { forEachBackend(t, testZombieIsFenced) }
+
+func testZombieIsFenced(t *testing.T, be backend) {
+	db := be.newDB(t)
 	a := mustOwner(t, db, 1)
 	ctx := context.Background()
 	for i := 0; i < 50; i++ {
@@ -143,9 +144,10 @@ func TestZombieIsFenced(t *testing.T) {
 
 // The write path alone fences: an owner that has not noticed the new epoch
 // fails its next synced write on the seal the new owner put in its WAL.
-func TestZombieFencedByStore(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "db")
-	db := "file://" + dir
+func TestZombieFencedByStore(t *testing.T) { forEachBackend(t, testZombieFencedByStore) }
+
+func testZombieFencedByStore(t *testing.T, be backend) {
+	db := be.newDB(t)
 	a, err := startOwnerWith(t, db, blindOwner(1))
 	if err != nil {
 		t.Fatal(err)
@@ -178,19 +180,21 @@ func TestZombieFencedByStore(t *testing.T) {
 
 // Test 4: a stale start (epoch 1 after epoch 2) refuses to open, naming
 // both epochs, and changes nothing in the store.
-func TestStaleEpochRefused(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "db")
-	b := mustOwner(t, "file://"+dir, 2)
+func TestStaleEpochRefused(t *testing.T) { forEachBackend(t, testStaleEpochRefused) }
+
+func testStaleEpochRefused(t *testing.T, be backend) {
+	db := be.newDB(t)
+	b := mustOwner(t, db, 2)
 	b.kv.Put(context.Background(), &kvv1.PutRequest{Key: []byte("k"), Value: []byte("v"), Sync: true})
-	before := storeKeys(t, dir)
+	before := storeKeys(t, db)
 	for _, e := range []uint64{1, 2} {
-		_, err := startOwner(t, "file://"+dir, e)
+		_, err := startOwner(t, db, e)
 		want := fmt.Sprintf("epoch %d is not above epoch 2 already taken in storage", e)
 		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 			t.Fatalf("stale start with epoch %d: %v, want one line containing %q", e, err, want)
 		}
 	}
-	if after := storeKeys(t, dir); after != before {
+	if after := storeKeys(t, db); after != before {
 		t.Fatalf("a refused start changed the store:\n%s\nvs\n%s", before, after)
 	}
 	if _, err := b.kv.Get(context.Background(), &kvv1.GetRequest{Key: []byte("k")}); err != nil {
@@ -201,13 +205,14 @@ func TestStaleEpochRefused(t *testing.T) {
 // Test 5: rounds of A writing concurrently with sync=true while B takes
 // over; after each round every write A acknowledged is on B. SHALE_STRESS_ROUNDS
 // sets the number of rounds (make stress runs thousands).
-func TestFencingRace(t *testing.T) {
+func TestFencingRace(t *testing.T) { forEachBackend(t, testFencingRace) }
+
+func testFencingRace(t *testing.T, be backend) {
 	rounds := 4
 	if n, err := strconv.Atoi(os.Getenv("SHALE_STRESS_ROUNDS")); err == nil && n > 0 {
 		rounds = n
 	}
-	dir := filepath.Join(t.TempDir(), "db")
-	db := "file://" + dir
+	db := be.newDB(t)
 	cur, err := startOwnerWith(t, db, blindOwner(1))
 	if err != nil {
 		t.Fatal(err)

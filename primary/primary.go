@@ -90,14 +90,18 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
-	if u.Scheme == "s3" {
-		// objstore opens s3:// stores; the FileSystem that runs RocksDB on
-		// them is not in this build yet.
-		return nil, fmt.Errorf("--db %s: s3:// databases are not supported by this build yet; use file:///ABS/PATH", cfg.DB)
-	}
 	store, err := objstore.Open(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
+	}
+	if s3, ok := store.(*objstore.S3Store); ok {
+		// A missing bucket or bad credentials: say so before anything else.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s3.CheckBucket(ctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("--db %s: %w", u, err)
+		}
 	}
 	s := &Server{cfg: cfg, done: make(chan error, 3)}
 	// Bind before opening so a busy port creates nothing on disk.

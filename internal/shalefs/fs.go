@@ -461,14 +461,31 @@ func (f *FS) dropLocalOnly(name string) {
 	f.mu.Unlock()
 }
 
+// currentObject is what the store holds for CURRENT: RocksDB's content
+// ("MANIFEST-000005\n") and a trailer line unique to this write. S3 etags
+// are content hashes, so without the trailer a rewrite of the same
+// content would keep its etag, and a stale owner's If-Match would pass.
+func (f *FS) currentObject(content []byte) []byte {
+	return fmt.Appendf(append([]byte{}, content...), "shale epoch=%d write=%s\n", f.epoch, newNonce())
+}
+
+// currentContent strips the trailer: RocksDB's CURRENT is the first line.
+func currentContent(obj []byte) []byte {
+	if i := bytes.IndexByte(obj, '\n'); i >= 0 {
+		return obj[:i+1]
+	}
+	return obj
+}
+
 // replaceCurrent writes CURRENT from a local file, conditional on the etag
 // this owner last wrote: a newer owner rewrote CURRENT when it opened, so
 // a stale owner's update fails here.
 func (f *FS) replaceCurrent(path string) error {
-	data, err := os.ReadFile(path)
+	content, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
+	data := f.currentObject(content)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	opts := objstore.PutOptions{IfMatch: f.currentETag, StorageClass: f.cfg.LogStorageClass}
@@ -497,7 +514,7 @@ func (f *FS) replaceCurrent(path string) error {
 		return err
 	}
 	f.currentETag = info.ETag
-	f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(data))}
+	f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(content))}
 	return nil
 }
 
@@ -560,6 +577,7 @@ func (f *FS) Fetch(name, activity string) error {
 			data, err = f.readLog(ctx, name, st, activity)
 		case KindCurrent:
 			data, _, err = f.get(ctx, "CURRENT", name, activity)
+			data = currentContent(data)
 		default:
 			data, _, err = f.get(ctx, objectKey(name, st.epoch), name, activity)
 		}

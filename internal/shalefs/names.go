@@ -1,6 +1,8 @@
 package shalefs
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -92,6 +94,12 @@ const (
 )
 
 func releasedKey(e uint64) string { return releasedPrefix + pad(e) }
+
+func newNonce() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 func pad(n uint64) string { return fmt.Sprintf("%020d", n) }
 

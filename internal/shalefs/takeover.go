@@ -1,6 +1,7 @@
 package shalefs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ type epochClaim struct {
 	Epoch   uint64    `json:"epoch"`
 	TakenAt time.Time `json:"takenAt"`
 	Owner   string    `json:"owner,omitempty"`
+	Nonce   string    `json:"nonce"` // tells our claim from another's
 }
 
 // Open takes ownership of the database in cfg.Store and prepares the local
@@ -63,9 +65,15 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	f.epoch = epoch
-	claim, _ := json.Marshal(epochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner})
+	claim, _ := json.Marshal(epochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce()})
 	err = pol.do(ctx, func(ctx context.Context) error {
 		_, err := f.put(ctx, epochKey(epoch), "", "open", claim, objstore.PutOptions{IfNoneMatch: true})
+		if errors.Is(err, objstore.ErrPreconditionFailed) {
+			// A retry after our own claim landed finds it taken: by us?
+			if got, _, gerr := f.get(ctx, epochKey(epoch), "", "open"); gerr == nil && bytes.Equal(got, claim) {
+				return nil
+			}
+		}
 		return err
 	})
 	if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -254,9 +262,18 @@ func (f *FS) takeCurrent(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("read CURRENT: %w", err)
 		}
+		content := currentContent(data)
+		mine := f.currentObject(content)
 		err = pol.do(ctx, func(ctx context.Context) error {
 			var err error
-			info, err = f.put(ctx, "CURRENT", "CURRENT", "open", data, objstore.PutOptions{IfMatch: info.ETag, StorageClass: f.cfg.LogStorageClass})
+			info, err = f.put(ctx, "CURRENT", "CURRENT", "open", mine, objstore.PutOptions{IfMatch: info.ETag, StorageClass: f.cfg.LogStorageClass})
+			if errors.Is(err, objstore.ErrPreconditionFailed) {
+				// Our own write whose reply was lost, or a stale owner's.
+				if got, ginfo, gerr := f.get(ctx, "CURRENT", "CURRENT", "open"); gerr == nil && bytes.Equal(got, mine) {
+					info = ginfo
+					return nil
+				}
+			}
 			return err
 		})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -266,8 +283,8 @@ func (f *FS) takeCurrent(ctx context.Context) error {
 			return fmt.Errorf("rewrite CURRENT: %w", err)
 		}
 		f.currentETag = info.ETag
-		f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(data))}
-		manifest := strings.TrimSpace(string(data))
+		f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(content))}
+		manifest := strings.TrimSpace(string(content))
 		if _, ok := f.files[manifest]; !ok {
 			return fmt.Errorf("CURRENT names %s, which is not in the store; refusing to open", manifest)
 		}
