@@ -22,6 +22,7 @@ import (
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/shalefs"
 )
 
@@ -92,10 +93,10 @@ func storeKeys(t *testing.T, db string) string {
 // Test 3 of the issue: A (epoch 1) serving, B opens with epoch 2; A's next
 // synced write fails FAILED_PRECONDITION and A stops; B holds every write
 // A acknowledged.
-func TestZombieIsFenced(t *testing.T) { forEachBackend(t, testZombieIsFenced) }
+func TestZombieIsFenced(t *testing.T) { storetest.ForEachBackend(t, testZombieIsFenced) }
 
-func testZombieIsFenced(t *testing.T, be backend) {
-	db := be.newDB(t)
+func testZombieIsFenced(t *testing.T, be storetest.Location) {
+	db := be.NewURL(t)
 	a := mustOwner(t, db, 1)
 	ctx := context.Background()
 	for i := 0; i < 50; i++ {
@@ -144,10 +145,10 @@ func testZombieIsFenced(t *testing.T, be backend) {
 
 // The write path alone fences: an owner that has not noticed the new epoch
 // fails its next synced write on the seal the new owner put in its WAL.
-func TestZombieFencedByStore(t *testing.T) { forEachBackend(t, testZombieFencedByStore) }
+func TestZombieFencedByStore(t *testing.T) { storetest.ForEachBackend(t, testZombieFencedByStore) }
 
-func testZombieFencedByStore(t *testing.T, be backend) {
-	db := be.newDB(t)
+func testZombieFencedByStore(t *testing.T, be storetest.Location) {
+	db := be.NewURL(t)
 	a, err := startOwnerWith(t, db, blindOwner(1))
 	if err != nil {
 		t.Fatal(err)
@@ -180,10 +181,10 @@ func testZombieFencedByStore(t *testing.T, be backend) {
 
 // Test 4: a stale start (epoch 1 after epoch 2) refuses to open, naming
 // both epochs, and changes nothing in the store.
-func TestStaleEpochRefused(t *testing.T) { forEachBackend(t, testStaleEpochRefused) }
+func TestStaleEpochRefused(t *testing.T) { storetest.ForEachBackend(t, testStaleEpochRefused) }
 
-func testStaleEpochRefused(t *testing.T, be backend) {
-	db := be.newDB(t)
+func testStaleEpochRefused(t *testing.T, be storetest.Location) {
+	db := be.NewURL(t)
 	b := mustOwner(t, db, 2)
 	b.kv.Put(context.Background(), &kvv1.PutRequest{Key: []byte("k"), Value: []byte("v"), Sync: true})
 	before := storeKeys(t, db)
@@ -205,14 +206,14 @@ func testStaleEpochRefused(t *testing.T, be backend) {
 // Test 5: rounds of A writing concurrently with sync=true while B takes
 // over; after each round every write A acknowledged is on B. SHALE_STRESS_ROUNDS
 // sets the number of rounds (make stress runs thousands).
-func TestFencingRace(t *testing.T) { forEachBackend(t, testFencingRace) }
+func TestFencingRace(t *testing.T) { storetest.ForEachBackend(t, testFencingRace) }
 
-func testFencingRace(t *testing.T, be backend) {
+func testFencingRace(t *testing.T, be storetest.Location) {
 	rounds := 4
 	if n, err := strconv.Atoi(os.Getenv("SHALE_STRESS_ROUNDS")); err == nil && n > 0 {
 		rounds = n
 	}
-	db := be.newDB(t)
+	db := be.NewURL(t)
 	cur, err := startOwnerWith(t, db, blindOwner(1))
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
 )
 
 // The test binary doubles as the shale binary: with SHALE_TEST_MAIN=1 it
@@ -69,12 +70,16 @@ func startShale(t *testing.T, args ...string) *proc {
 	return p
 }
 
-// startPrimary starts `shale primary` on the database in dir with a local
-// cache in cache, and waits until it serves.
-func startPrimary(t *testing.T, dir, cache string, extra ...string) *proc {
+// startPrimary starts `shale primary` on the database at URL db (a bare
+// path means file://) with a local cache in cache, and waits until it
+// serves.
+func startPrimary(t *testing.T, db, cache string, extra ...string) *proc {
 	t.Helper()
 	addr := freeAddr(t)
-	args := append([]string{"primary", "--db", "file://" + dir, "--cache-dir", cache, "--listen", addr, "--metrics-listen", "", "--lease", "500ms"}, extra...)
+	if strings.HasPrefix(db, "/") {
+		db = "file://" + db
+	}
+	args := append([]string{"primary", "--db", db, "--cache-dir", cache, "--listen", addr, "--metrics-listen", "", "--lease", "500ms"}, extra...)
 	p := startShale(t, args...)
 	p.addr = addr
 	conn := dial(t, addr)
@@ -174,7 +179,11 @@ func TestCLIRoundTrip(t *testing.T) {
 // primary with the next epoch opens the database from the store alone (an
 // empty cache directory, as on another machine).
 func TestKill9KeepsSyncedWrites(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "db")
+	storetest.ForEachBackend(t, testKill9KeepsSyncedWrites)
+}
+
+func testKill9KeepsSyncedWrites(t *testing.T, loc storetest.Location) {
+	dir := loc.NewURL(t)
 	p := startPrimary(t, dir, filepath.Join(t.TempDir(), "cache1"), "--epoch", "1")
 	kv := kvv1.NewKVClient(dial(t, p.addr))
 
