@@ -9,6 +9,8 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/miniotest"
+	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/shalefs"
 )
 
@@ -90,4 +92,52 @@ func TestStoreOutageDuringFlush(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged writes kept across two outages", len(acked))
+}
+
+// Per-file-type storage classes (paper §4.2): logs and small files get
+// --wal-storage-class, tables --sst-storage-class, on file:// and MinIO.
+func TestStorageClassPerFileType(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		db := loc.NewURL(t)
+		o, err := startOwnerWith(t, db, shalefs.Config{Epoch: 1, Lease: 100 * time.Millisecond,
+			LogStorageClass: "REDUCED_REDUNDANCY", TableStorageClass: "STANDARD"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for i := 0; i < 100; i++ {
+			if _, err := o.kv.Put(ctx, &kvv1.PutRequest{Key: []byte(fmt.Sprint(i)), Value: []byte("v"), Sync: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := o.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		store, err := objstore.Open(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		err = store.List(ctx, "", func(obj objstore.ObjectInfo) error {
+			name, _, _ := strings.Cut(obj.Key, "/")
+			want := "REDUCED_REDUNDANCY"
+			switch {
+			case strings.HasPrefix(obj.Key, "_shale/"):
+				return nil
+			case shalefs.KindOf(name) == shalefs.KindTable:
+				want = "STANDARD"
+			}
+			if obj.StorageClass != want {
+				t.Errorf("%s has storage class %q, want %q", obj.Key, obj.StorageClass, want)
+			}
+			seen[shalefs.FileType(name)]++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen["sst"] == 0 || seen["wal"] == 0 || seen["manifest"] == 0 {
+			t.Fatalf("objects by type: %v", seen)
+		}
+	})
 }

@@ -27,6 +27,12 @@ func primaryFlags(fs *flag.FlagSet, cfg *primary.Config) {
 	fs.Var(sizeFlag{&cfg.Limits.MaxBatchBytes}, "max-batch-size", "largest total of keys and values in one Write batch")
 	st := &cfg.Storage
 	fs.StringVar(&st.CacheDir, "cache-dir", "", "local cache and staging directory (default: one per --db under the user cache dir)")
+	st.CacheBytes = 8 << 30
+	fs.Func("cache-size", "SST bytes kept in --cache-dir; tables that do not fit are read from the store (default 8GiB, 0: unbounded)", func(v string) error {
+		n, err := parseSize(v)
+		st.CacheBytes = int64(n)
+		return err
+	})
 	fs.Uint64Var(&st.Epoch, "epoch", 0, "fencing epoch to own the database with; must exceed every epoch in storage (0: the next one, deposing the current owner)")
 	fs.DurationVar(&st.Lease, "lease", 5*time.Second, "read lease: serve reads only while ownership was confirmed this recently; a new owner waits this long")
 	fs.DurationVar(&st.DeleteGrace, "delete-grace", time.Hour, "keep deleted files in the store this long (readers may still use them)")
