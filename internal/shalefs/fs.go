@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -285,9 +284,6 @@ func (f *FS) confirm(ctx context.Context, activity string) error {
 }
 
 // ---- callbacks from the C++ FileSystem ---------------------------------
-
-// Kind classifies a file of the database directory.
-func (f *FS) Kind(name string) Kind { return KindOf(name) }
 
 // Create records a managed file RocksDB just created locally.
 func (f *FS) Create(name string) error {
@@ -667,14 +663,6 @@ func (f *FS) Release(ctx context.Context) error {
 	}
 	_, err := f.put(ctx, releasedKey(f.epoch), "", "background", []byte(time.Now().UTC().Format(time.RFC3339Nano)), objstore.PutOptions{})
 	return err
-}
-
-// describeKey shortens keys for messages.
-func describeKey(k string) string {
-	if len(k) > 60 {
-		return k[:60] + "..."
-	}
-	return strings.TrimSpace(k)
 }
 
 // Managed implements rocksshim.FileSystemHooks.
