@@ -13,6 +13,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
@@ -23,7 +26,7 @@ import (
 )
 
 func main() {
-	db := flag.String("db", "", "database URL (file:///ABS/PATH or s3://BUCKET/PREFIX)")
+	db := flag.String("db", "", "database URL (file:///ABS/PATH or s3://BUCKET/PREFIX), or local:///ABS/PATH for the engine without the Shale FileSystem")
 	cache := flag.String("cache-dir", "", "local cache directory")
 	num := flag.Int("num", 1000000, "keys to write, and reads to do")
 	keySize := flag.Int("key_size", 20, "key bytes")
@@ -43,43 +46,87 @@ func main() {
 }
 
 func run(url, cache string, num, keySize, valueSize int, cacheSize uint64, blockSize int, seed uint64) error {
+	o := engine.DefaultOptions()
+	o.BlockCacheBytes = cacheSize
+	o.BlockSizeBytes = blockSize
+	o.BottommostCompression = grocksdb.LZ4Compression // db_bench uses one compression type
+	if dir, ok := strings.CutPrefix(url, "local://"); ok {
+		// The engine alone: what the Go binding costs, without the store.
+		d, err := engine.Open(dir, o)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return bench(d, num, keySize, valueSize, seed)
+	}
 	store, err := objstore.Open(url)
 	if err != nil {
 		return err
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	fs, err := shalefs.Open(context.Background(), shalefs.Config{Store: store, CacheDir: cache, Logger: quiet})
+	var mu sync.Mutex
+	requests := map[string]int{}
+	observe := func(r shalefs.Request) {
+		mu.Lock()
+		requests[r.Op+" "+r.FileType+" "+r.Activity]++
+		mu.Unlock()
+	}
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		keys := make([]string, 0, len(requests))
+		for k := range requests {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Printf("# store requests %-40s %d\n", k, requests[k])
+		}
+	}()
+	fs, err := shalefs.Open(context.Background(), shalefs.Config{Store: store, CacheDir: cache, Logger: quiet, Observe: observe})
 	if err != nil {
 		return err
 	}
 	defer fs.Stop()
-	o := engine.DefaultOptions()
 	o.FileSystem = fs
-	o.BlockCacheBytes = cacheSize
-	o.BlockSizeBytes = blockSize
-	o.BottommostCompression = grocksdb.LZ4Compression // db_bench uses one compression type
 	d, err := engine.Open(cache, o)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	return bench(d, num, keySize, valueSize, seed)
+}
 
+func bench(d *engine.DB, num, keySize, valueSize int, seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	key := func(n uint64) []byte {
 		k := make([]byte, keySize)
 		binary.BigEndian.PutUint64(k, n)
 		return k
 	}
-	// Values shrink to half under compression, as db_bench's default.
-	half := make([]byte, valueSize/2)
-	for i := range half {
-		half[i] = byte(' ' + rng.IntN(95))
+	// Values shrink to half under compression, as db_bench's: slices of a
+	// 1 MiB pool built from 100-byte pieces of 50 random bytes repeated.
+	pool := make([]byte, 0, 1<<20+valueSize)
+	for len(pool) < 1<<20+valueSize {
+		piece := make([]byte, 50)
+		for i := range piece {
+			piece[i] = byte(' ' + rng.IntN(95))
+		}
+		pool = append(append(pool, piece...), piece...)
 	}
-	value := append(append([]byte{}, half...), half...)
+	pos := 0
+	nextValue := func() []byte {
+		if pos+valueSize > len(pool) {
+			pos = 0
+		}
+		v := pool[pos : pos+valueSize]
+		pos += valueSize
+		return v
+	}
 
 	start := time.Now()
 	for i := 0; i < num; i++ {
-		if err := d.Put(key(rng.Uint64N(uint64(num))), value, false); err != nil {
+		if err := d.Put(key(rng.Uint64N(uint64(num))), nextValue(), false); err != nil {
 			return err
 		}
 	}
