@@ -65,7 +65,10 @@ const (
 	codeRemote    = 5
 )
 
-func activityName(a C.int, name string) string {
+// activityName labels an event for I/O metrics: WAL traffic, the flush and
+// compaction pools (by thread), and otherwise the caller's thread: a
+// foreground read, or a foreground write (DB open, manual flush).
+func activityName(a C.int, name string, write bool) string {
 	if strings.HasSuffix(name, ".log") {
 		return "wal"
 	}
@@ -74,6 +77,9 @@ func activityName(a C.int, name string) string {
 		return "flush"
 	case 3:
 		return "compaction"
+	}
+	if write {
+		return "foreground_write"
 	}
 	return "foreground_read"
 }
@@ -140,17 +146,17 @@ func shaleFSEvent(h C.uintptr_t, op C.int, a *C.char, alen C.int, b *C.char, ble
 	case opCreate:
 		err = hooks.Create(name)
 	case opSync:
-		err = hooks.Sync(name, int64(size), activityName(activity, name))
+		err = hooks.Sync(name, int64(size), activityName(activity, name, true))
 	case opClose:
-		err = hooks.Close(name, int64(size), activityName(activity, name))
+		err = hooks.Close(name, int64(size), activityName(activity, name, true))
 	case opRename:
 		err = hooks.Rename(name, C.GoStringN(b, blen))
 	case opDelete:
 		err = hooks.Delete(name)
 	case opFetch:
-		err = hooks.Fetch(name, activityName(activity, name))
+		err = hooks.Fetch(name, activityName(activity, name, false))
 	case opOpen:
-		err = hooks.OpenTable(name, activityName(activity, name))
+		err = hooks.OpenTable(name, activityName(activity, name, false))
 		if errors.Is(err, ErrReadRemote) {
 			return codeRemote
 		}
@@ -178,7 +184,7 @@ func shaleFSEvent(h C.uintptr_t, op C.int, a *C.char, alen C.int, b *C.char, ble
 func shaleFSReadAt(h C.uintptr_t, name *C.char, n C.int, off C.uint64_t, length C.size_t, buf *C.char, got *C.uint64_t, activity C.int, errOut **C.char) C.int {
 	nm := C.GoStringN(name, n)
 	b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(length))
-	read, err := hooksOf(h).ReadAt(nm, int64(off), b, activityName(activity, nm))
+	read, err := hooksOf(h).ReadAt(nm, int64(off), b, activityName(activity, nm, false))
 	*got = C.uint64_t(read)
 	if err == nil {
 		return codeOK

@@ -59,7 +59,7 @@ type Config struct {
 type Request struct {
 	Op       string // put, get, list, delete
 	FileType string // sst, wal, manifest, other
-	Activity string // foreground_read, wal, flush, compaction, open, background
+	Activity string // foreground_read, foreground_write, wal, flush, compaction, open, background
 	Bytes    int64
 	Duration time.Duration
 	Err      error
