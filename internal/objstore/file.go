@@ -380,6 +380,47 @@ func (s *FileStore) List(ctx context.Context, prefix string, fn func(ObjectInfo)
 	return nil
 }
 
+// ListDir implements Store.
+func (s *FileStore) ListDir(ctx context.Context, dir string, fn func(ObjectInfo) error) error {
+	if dir != "" && !strings.HasSuffix(dir, "/") {
+		return fmt.Errorf("list %q: %w: a directory ends in /", dir, ErrInvalidKey)
+	}
+	base := filepath.Join(s.dir, filepath.FromSlash(dir))
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return nil
+		}
+		return fmt.Errorf("list %q: %w", dir, err)
+	}
+	var out []ObjectInfo
+	for _, e := range entries {
+		key := dir + e.Name()
+		if dir == "" && (e.Name() == fileTmpDir || e.Name() == fileLockName) {
+			continue
+		}
+		if e.IsDir() {
+			out = append(out, ObjectInfo{Key: key + "/"})
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // deleted while listing
+		}
+		out = append(out, s.info(key, filepath.Join(base, e.Name()), fi))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	for _, o := range out {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Delete implements Store.
 func (s *FileStore) Delete(ctx context.Context, key string) error {
 	p, err := s.path(key)

@@ -50,6 +50,11 @@ type Store interface {
 	// List calls fn for every object whose key starts with prefix, in
 	// ascending byte order of keys, until fn returns an error.
 	List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error
+	// ListDir calls fn for the immediate children of dir ("" or a prefix
+	// ending in "/"), in ascending byte order: objects directly under it,
+	// and "directories" (S3 common prefixes) as keys ending in "/" with
+	// size 0. It costs one entry per child, however deep the tree below.
+	ListDir(ctx context.Context, dir string, fn func(ObjectInfo) error) error
 	// Delete removes key; deleting a missing key is not an error.
 	Delete(ctx context.Context, key string) error
 	// Copy copies src to dst within the store (server-side where possible).

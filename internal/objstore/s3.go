@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -315,6 +316,42 @@ func (s *S3Store) List(ctx context.Context, prefix string, fn func(ObjectInfo) e
 		}
 	}
 	return ctx.Err()
+}
+
+// ListDir implements Store.
+func (s *S3Store) ListDir(ctx context.Context, dir string, fn func(ObjectInfo) error) error {
+	if dir != "" && !strings.HasSuffix(dir, "/") {
+		return fmt.Errorf("list %q: %w: a directory ends in /", dir, ErrInvalidKey)
+	}
+	var out []ObjectInfo
+	for oi := range s.client.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{
+		Prefix:    s.prefix + dir,
+		Recursive: false,
+	}) {
+		if oi.Err != nil {
+			return s.fail(ctx, "list", dir, oi.Err)
+		}
+		key, ok := strings.CutPrefix(oi.Key, s.prefix)
+		if !ok || key == "" || key == dir {
+			continue
+		}
+		info := ObjectInfo{Key: key}
+		if !strings.HasSuffix(key, "/") {
+			info = s.info(key, oi)
+		}
+		out = append(out, info)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// S3 returns objects and common prefixes as two runs; merge them.
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	for _, info := range out {
+		if err := fn(info); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Delete implements Store.

@@ -246,6 +246,17 @@ func (f *FS) list(ctx context.Context, prefix, activity string) ([]objstore.Obje
 	return out, err
 }
 
+func (f *FS) listDir(ctx context.Context, dir, activity string) ([]objstore.ObjectInfo, error) {
+	start := time.Now()
+	var out []objstore.ObjectInfo
+	err := f.store.ListDir(ctx, dir, func(o objstore.ObjectInfo) error {
+		out = append(out, o)
+		return nil
+	})
+	f.observe("list", "", activity, 0, start, err)
+	return out, err
+}
+
 func (f *FS) del(ctx context.Context, key, name string) error {
 	start := time.Now()
 	err := f.store.Delete(ctx, key)

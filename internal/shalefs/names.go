@@ -151,6 +151,15 @@ func parseSegmentKey(key string) (name string, epoch, seq uint64, ok bool) {
 	return parts[0], e, s, true
 }
 
+// parseEpochPart parses a 20-digit epoch path element.
+func parseEpochPart(s string) (uint64, bool) {
+	if len(s) != 20 {
+		return 0, false
+	}
+	e, err := strconv.ParseUint(s, 10, 64)
+	return e, err == nil
+}
+
 func parseEpochKey(key string) (uint64, bool) {
 	s, ok := strings.CutPrefix(key, epochPrefix)
 	if !ok || len(s) != 20 {

@@ -42,23 +42,24 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	pol := f.background()
 
 	// 0. Recognize the location before claiming anything in it.
-	var all []objstore.ObjectInfo
+	var top []objstore.ObjectInfo
 	if err := pol.do(ctx, func(ctx context.Context) (err error) {
-		all, err = f.list(ctx, "", "open")
+		top, err = f.listDir(ctx, "", "open")
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("list %s: %w", cfg.Store.URL(), err)
 	}
-	if err := recognize(all); err != nil {
+	if err := recognize(top); err != nil {
 		return nil, err
 	}
 
 	// 1-2. Claim the epoch.
 	var existing []uint64
-	for _, o := range all {
-		if e, ok := parseEpochKey(o.Key); ok {
-			existing = append(existing, e)
-		}
+	if err := pol.do(ctx, func(ctx context.Context) (err error) {
+		existing, err = f.epochs(ctx, "open")
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("list epochs: %w", err)
 	}
 	epoch, err := chooseEpoch(existing, cfg.Epoch)
 	if err != nil {
@@ -130,118 +131,147 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	return f, nil
 }
 
-// recognize refuses a location with objects but no sign of Shale.
-func recognize(all []objstore.ObjectInfo) error {
-	if len(all) == 0 {
+// recognize refuses a location with objects but no sign of Shale; top is
+// its first level (ListDir).
+func recognize(top []objstore.ObjectInfo) error {
+	if len(top) == 0 {
 		return nil
 	}
-	for _, o := range all {
-		if o.Key == "CURRENT" || strings.HasPrefix(o.Key, metaPrefix) {
+	for _, o := range top {
+		if o.Key == "CURRENT" || o.Key == metaPrefix {
 			return nil
 		}
 	}
-	for _, o := range all {
+	for _, o := range top {
 		if k := KindOf(o.Key); k == KindLog || k == KindTable {
 			return fmt.Errorf("%w: %q looks like a plain RocksDB directory, not Shale's layout; choose an empty location", ErrNotShale, o.Key)
 		}
 	}
-	return fmt.Errorf("%w (found %q); choose an empty location", ErrNotShale, all[0].Key)
+	return fmt.Errorf("%w (found %q); choose an empty location", ErrNotShale, strings.TrimSuffix(top[0].Key, "/"))
 }
 
 // sealAndList seals every log version and fills f.files with the live
-// files: per name, the highest epoch's version, minus trashed versions.
+// files: per name, the highest epoch's version, minus trashed versions. It
+// lists level by level (names, then versions, then the segments of logs
+// that are not trashed), so its cost follows the live files, not
+// everything the store still holds for the delete grace period.
 func (f *FS) sealAndList(ctx context.Context) error {
 	pol := f.background()
-	var all []objstore.ObjectInfo
-	if err := pol.do(ctx, func(ctx context.Context) (err error) {
-		all, err = f.list(ctx, "", "open")
+	listDir := func(dir string) (out []objstore.ObjectInfo, err error) {
+		err = pol.do(ctx, func(ctx context.Context) error {
+			out, err = f.listDir(ctx, dir, "open")
+			return err
+		})
+		return out, err
+	}
+	listAll := func(prefix string) (out []objstore.ObjectInfo, err error) {
+		err = pol.do(ctx, func(ctx context.Context) error {
+			out, err = f.list(ctx, prefix, "open")
+			return err
+		})
+		return out, err
+	}
+	top, err := listDir("")
+	if err != nil {
 		return err
-	}); err != nil {
+	}
+	markers, err := listAll(trashPrefix)
+	if err != nil {
 		return err
 	}
 	type vkey struct {
 		name  string
 		epoch uint64
 	}
-	logSegs := map[vkey][]segment{}
-	objects := map[string][]vkey{}
 	trashed := map[vkey]bool{}
-	var current *objstore.ObjectInfo
-	for i, o := range all {
-		if name, e, seq, ok := parseSegmentKey(o.Key); ok {
-			logSegs[vkey{name, e}] = append(logSegs[vkey{name, e}], segment{seq: seq, size: o.Size})
-		} else if name, e, ok := parseObjectKey(o.Key); ok {
-			objects[name] = append(objects[name], vkey{name, e})
-		} else if name, e, ok := parseTrashKey(o.Key); ok {
+	for _, m := range markers {
+		if name, e, ok := parseTrashKey(m.Key); ok {
 			trashed[vkey{name, e}] = true
-		} else if o.Key == "CURRENT" {
-			current = &all[i]
 		}
 	}
 
-	// Seal every version that is not sealed yet. If a stale owner won the
-	// slot, its segment belongs to the log: seal the next slot.
-	versions := map[string][]logVersion{}
-	for vk, segs := range logSegs {
-		v := buildLogVersion(vk.epoch, segs)
-		for !v.sealed && vk.epoch < f.epoch {
-			slot := v.lastSeq + 1
-			err := pol.do(ctx, func(ctx context.Context) error {
-				_, err := f.put(ctx, segmentKey(vk.name, vk.epoch, slot), vk.name, "open", nil, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
-				return err
-			})
-			if err != nil && !errors.Is(err, objstore.ErrPreconditionFailed) {
-				return fmt.Errorf("seal %s (epoch %d): %w", vk.name, vk.epoch, err)
-			}
-			// Re-read the version: sealed by us, or grown by the stale owner.
-			var objs []objstore.ObjectInfo
-			if err := pol.do(ctx, func(ctx context.Context) (err error) {
-				objs, err = f.list(ctx, segmentPrefix(vk.name, vk.epoch), "open")
-				return err
-			}); err != nil {
+	for _, o := range top {
+		name, isDir := strings.CutSuffix(o.Key, "/")
+		switch {
+		case o.Key == "CURRENT":
+			f.files["CURRENT"] = &file{kind: KindCurrent, size: o.Size}
+		case !isDir:
+		case KindOf(name) == KindTable || KindOf(name) == KindObject:
+			versions, err := listDir(name + "/")
+			if err != nil {
 				return err
 			}
-			segs = segs[:0]
-			for _, o := range objs {
-				if _, _, seq, ok := parseSegmentKey(o.Key); ok {
-					segs = append(segs, segment{seq: seq, size: o.Size})
+			for _, v := range versions {
+				if _, e, ok := parseObjectKey(v.Key); ok && !trashed[vkey{name, e}] {
+					if st := f.files[name]; st == nil || e > st.epoch {
+						f.files[name] = &file{kind: KindOf(name), epoch: e, size: v.Size}
+					}
 				}
 			}
-			v = buildLogVersion(vk.epoch, segs)
-		}
-		if trashed[vk] {
-			continue
-		}
-		if !v.contiguous() {
-			return fmt.Errorf("log %s (epoch %d) has a missing segment; the store lost data, refusing to open", vk.name, vk.epoch)
-		}
-		versions[vk.name] = append(versions[vk.name], v)
-	}
-	for name, vs := range versions {
-		if v, ok := chooseLogVersion(vs); ok {
-			f.files[name] = &file{kind: KindLog, epoch: v.epoch, size: v.size, segments: v.segments, nextSeq: v.lastSeq + 1}
-		}
-	}
-	for name, vks := range objects {
-		var best *vkey
-		for i := range vks {
-			if !trashed[vks[i]] && (best == nil || vks[i].epoch > best.epoch) {
-				best = &vks[i]
+		case KindOf(name) == KindLog:
+			epochDirs, err := listDir(name + "/")
+			if err != nil {
+				return err
+			}
+			var versions []logVersion
+			for _, d := range epochDirs {
+				es, _ := strings.CutSuffix(strings.TrimPrefix(d.Key, name+"/"), "/")
+				e, ok := parseEpochPart(es)
+				// A trashed version was deleted by an owner that had sealed it
+				// (or had written and closed it): no seal, no listing needed.
+				if !ok || trashed[vkey{name, e}] {
+					continue
+				}
+				v, err := f.sealVersion(ctx, name, e)
+				if err != nil {
+					return err
+				}
+				if !v.contiguous() {
+					return fmt.Errorf("log %s (epoch %d) has a missing segment; the store lost data, refusing to open", name, e)
+				}
+				versions = append(versions, v)
+			}
+			if v, ok := chooseLogVersion(versions); ok {
+				f.files[name] = &file{kind: KindLog, epoch: v.epoch, size: v.size, segments: v.segments, nextSeq: v.lastSeq + 1}
 			}
 		}
-		if best == nil {
-			continue
-		}
-		for _, o := range all {
-			if o.Key == objectKey(name, best.epoch) {
-				f.files[name] = &file{kind: KindOf(name), epoch: best.epoch, size: o.Size}
-			}
-		}
-	}
-	if current != nil {
-		f.files["CURRENT"] = &file{kind: KindCurrent, size: current.Size}
 	}
 	return nil
+}
+
+// sealVersion lists one log version and, unless it is sealed already or
+// is this owner's, writes a seal at its next slot. If a stale owner won
+// that slot, its segment belongs to the log: seal the next slot.
+func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVersion, error) {
+	pol := f.background()
+	for {
+		var objs []objstore.ObjectInfo
+		if err := pol.do(ctx, func(ctx context.Context) (err error) {
+			objs, err = f.list(ctx, segmentPrefix(name, epoch), "open")
+			return err
+		}); err != nil {
+			return logVersion{}, err
+		}
+		var segs []segment
+		for _, o := range objs {
+			if _, _, seq, ok := parseSegmentKey(o.Key); ok {
+				segs = append(segs, segment{seq: seq, size: o.Size})
+			}
+		}
+		v := buildLogVersion(epoch, segs)
+		if v.sealed || epoch >= f.epoch {
+			return v, nil
+		}
+		slot := v.lastSeq + 1
+		err := pol.do(ctx, func(ctx context.Context) error {
+			_, err := f.put(ctx, segmentKey(name, epoch, slot), name, "open", nil, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
+			return err
+		})
+		if err != nil && !errors.Is(err, objstore.ErrPreconditionFailed) {
+			return logVersion{}, fmt.Errorf("seal %s (epoch %d): %w", name, epoch, err)
+		}
+		// Sealed by us, or grown by the stale owner: list it again.
+	}
 }
 
 // takeCurrent re-writes CURRENT with its own content under If-Match, so

@@ -45,6 +45,7 @@ func Run(t *testing.T, b Backend) {
 		{"ListStops", testListStops},
 		{"Canceled", testCanceled},
 		{"LargeObject", testLargeObject},
+		{"ListDir", testListDir},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
 	}
@@ -582,5 +583,42 @@ func testLargeObject(t *testing.T, b Backend) {
 	}
 	if got := read(t, s, "big", 0, -1); got != string(big) {
 		t.Fatal("whole object differs")
+	}
+}
+
+// ListDir lists one level: objects and "directories" (keys ending in /).
+func testListDir(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	for _, k := range []string{"CURRENT", "000011.log/001/001", "000011.log/001/002", "000011.log/002/001", "000012.sst/001", "_shale/epoch/001", "a.b"} {
+		mustPut(t, s, k, "x"+k, objstore.PutOptions{})
+	}
+	dir := func(prefix string) string {
+		var out []string
+		if err := s.ListDir(ctx, prefix, func(o objstore.ObjectInfo) error {
+			e := o.Key
+			if !strings.HasSuffix(e, "/") {
+				e = fmt.Sprintf("%s:%d", e, o.Size)
+			}
+			out = append(out, e)
+			return nil
+		}); err != nil {
+			t.Fatalf("ListDir(%q): %v", prefix, err)
+		}
+		return strings.Join(out, " ")
+	}
+	for prefix, want := range map[string]string{
+		"":                "000011.log/ 000012.sst/ CURRENT:8 _shale/ a.b:4",
+		"000011.log/":     "000011.log/001/ 000011.log/002/",
+		"000011.log/001/": "000011.log/001/001:19 000011.log/001/002:19",
+		"000012.sst/":     "000012.sst/001:15",
+		"missing/":        "",
+	} {
+		if got := dir(prefix); got != want {
+			t.Errorf("ListDir(%q) = %q, want %q", prefix, got, want)
+		}
+	}
+	if err := s.ListDir(ctx, "000011.log", func(objstore.ObjectInfo) error { return nil }); !errors.Is(err, objstore.ErrInvalidKey) {
+		t.Errorf("ListDir without a trailing slash: %v", err)
 	}
 }
