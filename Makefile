@@ -11,6 +11,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 export PATH := $(BIN):$(PATH)
 
 .PHONY: help deps build test dev generate lint clean
+.PHONY: k8s-binaries
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -41,6 +42,9 @@ lint: ## gofmt, go vet, and a check that generated code is up to date
 	go vet ./...
 	$(MAKE) --no-print-directory generate
 	git diff --exit-code -- api/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
+
+k8s-binaries: ## build kubelet, kubeadm, kubectl, control plane, etcd, CoreDNS, crictl, kind, helm (cached)
+	hack/k8s-binaries.sh
 
 clean: ## remove built binaries (never data: DEV_DATA is kept)
 	rm -rf $(BIN)/shale $(BIN)/shale-operator
