@@ -11,7 +11,11 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 export PATH := $(BIN):$(PATH)
 
 .PHONY: help deps build test dev generate lint clean
-.PHONY: k8s-binaries
+.PHONY: k8s-binaries envtest-assets
+
+# Kubernetes tooling is built from Go modules into a cache outside the repo
+# (hack/k8s-binaries.sh); envtest finds kube-apiserver and etcd here.
+KUBEBUILDER_ASSETS = $(shell hack/envtest-assets.sh --print)
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -23,8 +27,8 @@ build: ## build bin/shale and bin/shale-operator
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale ./cmd/shale
 	CGO_ENABLED=0 go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale-operator ./cmd/shale-operator
 
-test: deps ## install dependencies, then run every test
-	go test $(GO_TEST_FLAGS) ./...
+test: deps envtest-assets ## install dependencies and envtest binaries, then run every test
+	KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS) go test $(GO_TEST_FLAGS) ./...
 
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
 	$(BIN)/shale dev --data
@@ -45,6 +49,9 @@ lint: ## gofmt, go vet, and a check that generated code is up to date
 
 k8s-binaries: ## build kubelet, kubeadm, kubectl, control plane, etcd, CoreDNS, crictl, kind, helm (cached)
 	hack/k8s-binaries.sh
+
+envtest-assets: ## lay out kube-apiserver, etcd, kubectl for envtest (cached; no docker needed)
+	hack/envtest-assets.sh
 
 clean: ## remove built binaries (never data: DEV_DATA is kept)
 	rm -rf $(BIN)/shale $(BIN)/shale-operator
