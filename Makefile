@@ -11,7 +11,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 export PATH := $(BIN):$(PATH)
 
 .PHONY: help deps build test dev generate lint clean
-.PHONY: k8s-binaries envtest-assets
+.PHONY: docker k8s-binaries envtest-assets
 
 # Kubernetes tooling is built from Go modules into a cache outside the repo
 # (hack/k8s-binaries.sh); envtest finds kube-apiserver and etcd here.
@@ -46,6 +46,9 @@ lint: ## gofmt, go vet, and a check that generated code is up to date
 	go vet ./...
 	$(MAKE) --no-print-directory generate
 	git diff --exit-code -- api/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
+
+docker: ## make sure a dockerd that can run privileged containers is up (installs docker.io)
+	hack/docker.sh
 
 k8s-binaries: ## build kubelet, kubeadm, kubectl, control plane, etcd, CoreDNS, crictl, kind, helm (cached)
 	hack/k8s-binaries.sh
