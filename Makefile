@@ -11,7 +11,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 export PATH := $(BIN):$(PATH)
 
 .PHONY: help deps build test dev generate lint clean
-.PHONY: docker k8s-binaries envtest-assets images
+.PHONY: docker k8s-binaries envtest-assets kind-node-image images
 
 # Kubernetes tooling is built from Go modules into a cache outside the repo
 # (hack/k8s-binaries.sh); envtest finds kube-apiserver and etcd here.
@@ -55,6 +55,9 @@ k8s-binaries: ## build kubelet, kubeadm, kubectl, control plane, etcd, CoreDNS, 
 
 envtest-assets: ## lay out kube-apiserver, etcd, kubectl for envtest (cached; no docker needed)
 	hack/envtest-assets.sh
+
+kind-node-image: docker ## assemble the kind node image offline (rebuilt only when its inputs change)
+	hack/node-image.sh
 
 images: docker deps build ## build Shale's images: shale-operator, shale, minio (tagged with the git revision)
 	hack/images.sh
