@@ -11,11 +11,13 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 export PATH := $(BIN):$(PATH)
 
 .PHONY: help deps build test dev generate lint clean
-.PHONY: docker k8s-binaries envtest-assets kind-node-image images
+.PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 
 # Kubernetes tooling is built from Go modules into a cache outside the repo
 # (hack/k8s-binaries.sh); envtest finds kube-apiserver and etcd here.
 KUBEBUILDER_ASSETS = $(shell hack/envtest-assets.sh --print)
+KIND_CLUSTER ?= shale
+export KIND_CLUSTER
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -61,6 +63,19 @@ kind-node-image: docker ## assemble the kind node image offline (rebuilt only wh
 
 images: docker deps build ## build Shale's images: shale-operator, shale, minio (tagged with the git revision)
 	hack/images.sh
+
+kind-up: kind-node-image images ## create the kind cluster KIND_CLUSTER (default shale) and load Shale's images
+	hack/kind.sh up
+	hack/kind.sh load
+
+kind-load: images ## load Shale's images into the running cluster
+	hack/kind.sh load
+
+kind-down: ## delete the kind cluster KIND_CLUSTER
+	hack/kind.sh down
+
+kind-smoke: kind-node-image images ## create a cluster, run shale and minio pods, check a Service, delete it
+	hack/kind-smoke.sh
 
 clean: ## remove built binaries (never data: DEV_DATA is kept)
 	rm -rf $(BIN)/shale $(BIN)/shale-operator
