@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for hack/*.sh. Source it; it sets `repo`, `cache` and the
 # pins from versions.env.
 #

@@ -276,9 +276,14 @@ if docker image inspect "$tag" >/dev/null 2>&1; then
 fi
 
 "$repo/hack/docker.sh"
+# The base (mostly downloads and dpkg) builds while Go compiles.
+timed "base image $(base_image)" build_base &
+base_job=$!
+# shellcheck disable=SC2064
+trap "kill $base_job 2>/dev/null || true" EXIT
 "$repo/hack/k8s-binaries.sh" kubelet kubeadm kubectl kube-apiserver \
   kube-controller-manager kube-scheduler kube-proxy etcd coredns crictl
-timed "base image $(base_image)" build_base
+wait "$base_job" || die "building the base image failed"
 mapfile -t images < <(control_plane_images)
 log "control-plane images: ${images[*]}"
 
@@ -310,3 +315,10 @@ docker commit \
   --change 'CMD []' \
   "$cid" "$tag" >/dev/null
 log "ok: built $tag"
+
+# Older node and base images (other input hashes) are dead weight of 1-2 GB
+# each; remove those no container uses.
+for old in $(docker images --format '{{.Repository}}:{{.Tag}}' | grep -E "^$IMAGE_PREFIX/kind-(node|base|base-rootfs):" || true); do
+  case $old in "$tag"|"$(base_image)"|"$(base_image | sed 's/kind-base:/kind-base-rootfs:/')") continue ;; esac
+  docker rmi "$old" >/dev/null 2>&1 && log "removed the outdated $old" || true
+done
