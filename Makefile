@@ -10,7 +10,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help deps build test dev generate lint clean
+.PHONY: help deps build test stress bench-storage dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 
 # Kubernetes tooling is built from Go modules into a cache outside the repo
@@ -31,6 +31,12 @@ build: ## build bin/shale and bin/shale-operator
 
 test: deps envtest-assets ## install dependencies and envtest binaries, then run every test
 	KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS) go test $(GO_TEST_FLAGS) ./...
+
+stress: deps ## long fencing race: STRESS_ROUNDS rounds of takeover under concurrent synced writes
+	SHALE_STRESS_ROUNDS=$${STRESS_ROUNDS:-2000} go test -count=1 -timeout 120m -run 'TestFencingRace' -v ./primary/ 2>&1 | grep -vE 'level=|INFO|ERROR this owner'
+
+bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on MinIO (NUM keys, default 1M)
+	hack/bench-storage.sh
 
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
 	$(BIN)/shale dev --data

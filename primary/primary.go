@@ -6,11 +6,15 @@ package primary
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -27,8 +31,10 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/iometrics"
 	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs"
 )
 
 // Config is what a primary needs to run.
@@ -38,19 +44,37 @@ type Config struct {
 	MetricsListen string // HTTP address for /metrics; "" disables it
 	Limits        kvserver.Limits
 	Engine        engine.Options
-	Logger        *slog.Logger
+	// Storage configures the Shale FileSystem: epoch, cache dir, lease,
+	// delete grace, storage classes, timeouts. Store and Logger are set by
+	// Start; an empty CacheDir gets DefaultCacheDir(DB).
+	Storage shalefs.Config
+	Logger  *slog.Logger
+}
+
+// DefaultCacheDir is where a primary keeps its local cache of db when
+// --cache-dir is not given: under the user's cache directory, one
+// directory per database URL.
+func DefaultCacheDir(db string) string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(db))
+	return filepath.Join(base, "shale", "db-"+hex.EncodeToString(sum[:8]))
 }
 
 // Server is a running primary.
 type Server struct {
-	cfg     Config
-	db      *engine.DB
-	grpc    *grpc.Server
-	health  *health.Server
-	lis     net.Listener
-	metrics *http.Server
-	mlis    net.Listener
-	done    chan error
+	cfg       Config
+	cacheLock *os.File // held while serving: one primary per cache dir
+	fs        *shalefs.FS
+	db        *engine.DB
+	grpc      *grpc.Server
+	health    *health.Server
+	lis       net.Listener
+	metrics   *http.Server
+	mlis      net.Listener
+	done      chan error
 }
 
 // Start opens the database and starts serving. On error nothing is left
@@ -70,12 +94,16 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
-	dir, ok := objstore.LocalDir(store)
-	if !ok {
-		return nil, fmt.Errorf("--db %s: only file:// databases are supported by this build", cfg.DB)
+	if s3, ok := store.(*objstore.S3Store); ok {
+		// A missing bucket or bad credentials: say so before anything else.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s3.CheckBucket(ctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("--db %s: %w", u, err)
+		}
 	}
-
-	s := &Server{cfg: cfg, done: make(chan error, 2)}
+	s := &Server{cfg: cfg, done: make(chan error, 3)}
 	// Bind before opening so a busy port creates nothing on disk.
 	if s.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", cfg.Listen, err)
@@ -95,11 +123,71 @@ func Start(cfg Config) (_ *Server, err error) {
 			}
 		}()
 	}
-	if s.db, err = engine.Open(dir, cfg.Engine); err != nil {
+	reg := prometheus.NewRegistry()
+	io := iometrics.New(reg)
+	sc := cfg.Storage
+	sc.Store = store
+	sc.Logger = cfg.Logger
+	sc.Observe = io.Observe
+	if sc.CacheDir == "" {
+		sc.CacheDir = DefaultCacheDir(u.String())
+	}
+	if sc.Owner == "" {
+		host, _ := os.Hostname()
+		sc.Owner = fmt.Sprintf("%s pid %d", host, os.Getpid())
+	}
+	// Take the local cache's lock before fencing anyone: a second primary
+	// on the same machine and cache must fail, not depose the first.
+	if _, statErr := os.Stat(sc.CacheDir); errors.Is(statErr, os.ErrNotExist) {
+		defer func() {
+			if err != nil {
+				os.RemoveAll(sc.CacheDir) // created here: leave nothing behind
+			}
+		}()
+	}
+	if err := os.MkdirAll(sc.CacheDir, 0o755); err != nil {
+		return nil, fmt.Errorf("--cache-dir %s: %w", sc.CacheDir, err)
+	}
+	if s.cacheLock, err = engine.LockFile(sc.CacheDir, "SHALE-OWNER.lock"); err != nil {
+		return nil, fmt.Errorf("--db %s: cache %w", u, err)
+	}
+	defer func() {
+		if err != nil {
+			s.cacheLock.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	s.fs, err = shalefs.Open(ctx, sc)
+	cancel()
+	if err != nil {
 		return nil, fmt.Errorf("--db %s: %w", u, err)
 	}
+	defer func() {
+		if err != nil {
+			s.fs.Stop()
+		}
+	}()
+	eo := cfg.Engine
+	eo.FileSystem = s.fs
+	if s.db, err = engine.Open(sc.CacheDir, eo); err != nil {
+		return nil, fmt.Errorf("--db %s: %w", u, err)
+	}
+	s.fs.Serving()
+	epochGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shale_epoch", Help: "Epoch this primary owns the database with."},
+		func() float64 { return float64(s.fs.Epoch()) })
+	fencedGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shale_fenced", Help: "1 once a newer owner fenced this primary."},
+		func() float64 {
+			if s.fs.FenceError() != nil {
+				return 1
+			}
+			return 0
+		})
+	reg.MustRegister(epochGauge, fencedGauge)
+	go func() {
+		<-s.fs.Fenced()
+		s.done <- s.fs.FenceError()
+	}()
 
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(engine.NewCollector(s.db))
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
@@ -114,7 +202,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(onPanic)),
 		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(onPanic)),
 	)
-	kvv1.RegisterKVServer(s.grpc, kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String()}))
+	kvv1.RegisterKVServer(s.grpc, kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs}))
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -134,9 +222,12 @@ func Start(cfg Config) (_ *Server, err error) {
 			}
 		}()
 	}
-	cfg.Logger.Info("primary serving", "db", u.String(), "listen", s.lis.Addr().String(), "metrics", s.MetricsAddr())
+	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.lis.Addr().String(), "metrics", s.MetricsAddr())
 	return s, nil
 }
+
+// Epoch is the epoch this primary owns the database with.
+func (s *Server) Epoch() uint64 { return s.fs.Epoch() }
 
 // Addr is the gRPC address the server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
@@ -170,10 +261,23 @@ func (s *Server) Stop(grace time.Duration) {
 		cancel()
 	}
 	s.db.Close()
+	s.fs.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := s.fs.Release(ctx); err != nil {
+		s.cfg.Logger.Warn("could not record the release; the next owner waits one lease", "err", err)
+	}
+	cancel()
+	s.cacheLock.Close()
 	s.cfg.Logger.Info("primary stopped", "db", s.cfg.DB)
 }
 
-// Run starts a primary and serves until ctx is done or serving fails.
+// FenceDrain is how long a fenced primary keeps answering, with
+// FAILED_PRECONDITION naming the new epoch, before it exits: clients learn
+// why instead of seeing a refused connection.
+const FenceDrain = 2 * time.Second
+
+// Run starts a primary and serves until ctx is done or serving fails; a
+// fenced primary returns the fence error.
 func Run(ctx context.Context, cfg Config) error {
 	s, err := Start(cfg)
 	if err != nil {
@@ -184,6 +288,12 @@ func Run(ctx context.Context, cfg Config) error {
 		s.Stop(10 * time.Second)
 		return nil
 	case err := <-s.Done():
+		if s.fs.FenceError() != nil {
+			select {
+			case <-time.After(FenceDrain):
+			case <-ctx.Done():
+			}
+		}
 		s.Stop(time.Second)
 		return err
 	}

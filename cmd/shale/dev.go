@@ -32,6 +32,9 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--data %s: %w", data, err)
 	}
 	cfg.DB = "file://" + filepath.Join(abs, "db")
+	if cfg.Storage.CacheDir == "" {
+		cfg.Storage.CacheDir = filepath.Join(abs, "cache")
+	}
 	cfg.Logger = newLogger(stderr)
 
 	ctx, stop := signalContext()

@@ -22,6 +22,7 @@ Usage:
   shale primary --db URL [flags]     serve a database read-write over gRPC
   shale dev --data DIR [flags]       run everything locally on a directory
   shale kv COMMAND [flags] [args]    talk to a running server (shale kv --help)
+  shale admin fence-status --db URL  show who owns a database
   shale version                      print versions
 
 Run "shale COMMAND --help" for a command's flags.
@@ -49,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runDev(args[1:], stdout, stderr)
 	case "kv":
 		err = runKV(args[1:], stdout, stderr)
+	case "admin":
+		err = runAdmin(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "shale %s (RocksDB %s)\n", version.Version, rocksshim.RocksDBVersion())
 		return 0

@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
 )
 
 // The test binary doubles as the shale binary: with SHALE_TEST_MAIN=1 it
@@ -69,11 +70,17 @@ func startShale(t *testing.T, args ...string) *proc {
 	return p
 }
 
-// startPrimary starts `shale primary` on dir and waits until it serves.
-func startPrimary(t *testing.T, dir string) *proc {
+// startPrimary starts `shale primary` on the database at URL db (a bare
+// path means file://) with a local cache in cache, and waits until it
+// serves.
+func startPrimary(t *testing.T, db, cache string, extra ...string) *proc {
 	t.Helper()
 	addr := freeAddr(t)
-	p := startShale(t, "primary", "--db", "file://"+dir, "--listen", addr, "--metrics-listen", "")
+	if strings.HasPrefix(db, "/") {
+		db = "file://" + db
+	}
+	args := append([]string{"primary", "--db", db, "--cache-dir", cache, "--listen", addr, "--metrics-listen", "", "--lease", "500ms"}, extra...)
+	p := startShale(t, args...)
 	p.addr = addr
 	conn := dial(t, addr)
 	deadline := time.Now().Add(30 * time.Second)
@@ -117,7 +124,7 @@ func shale(args ...string) (code int, stdout, stderr string) {
 }
 
 func TestCLIRoundTrip(t *testing.T) {
-	p := startPrimary(t, filepath.Join(t.TempDir(), "db"))
+	p := startPrimary(t, filepath.Join(t.TempDir(), "db"), filepath.Join(t.TempDir(), "cache"))
 	a := "--addr=" + p.addr
 	steps := []struct {
 		args           []string
@@ -168,10 +175,16 @@ func TestCLIRoundTrip(t *testing.T) {
 }
 
 // Every write acknowledged with sync=true survives kill -9 of the primary,
-// including writes acknowledged an instant before the kill.
+// including writes acknowledged an instant before the kill, when a new
+// primary with the next epoch opens the database from the store alone (an
+// empty cache directory, as on another machine).
 func TestKill9KeepsSyncedWrites(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "db")
-	p := startPrimary(t, dir)
+	storetest.ForEachBackend(t, testKill9KeepsSyncedWrites)
+}
+
+func testKill9KeepsSyncedWrites(t *testing.T, loc storetest.Location) {
+	dir := loc.NewURL(t)
+	p := startPrimary(t, dir, filepath.Join(t.TempDir(), "cache1"), "--epoch", "1")
 	kv := kvv1.NewKVClient(dial(t, p.addr))
 
 	var mu sync.Mutex
@@ -213,7 +226,7 @@ func TestKill9KeepsSyncedWrites(t *testing.T) {
 		t.Fatalf("only %d writes acknowledged before the kill; test too weak", len(acked))
 	}
 
-	p2 := startPrimary(t, dir)
+	p2 := startPrimary(t, dir, filepath.Join(t.TempDir(), "cache2"), "--epoch", "2")
 	kv2 := kvv1.NewKVClient(dial(t, p2.addr))
 	missing := 0
 	for k, v := range acked {
@@ -233,13 +246,13 @@ func TestKill9KeepsSyncedWrites(t *testing.T) {
 
 // The shell round trip from the issue: put, get, kill -9, restart, get.
 func TestCLIKill9Restart(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "db")
-	p := startPrimary(t, dir)
+	dir, cache := filepath.Join(t.TempDir(), "db"), filepath.Join(t.TempDir(), "cache")
+	p := startPrimary(t, dir, cache)
 	if code, _, e := shale("kv", "put", "--addr", p.addr, "durable", "yes"); code != 0 {
 		t.Fatalf("put: %d %s", code, e)
 	}
 	p.kill9(t)
-	p = startPrimary(t, dir)
+	p = startPrimary(t, dir, cache)
 	if code, out, e := shale("kv", "get", "--addr", p.addr, "durable"); code != 0 || out != "yes\n" {
 		t.Fatalf("get after kill -9: exit %d %q %s", code, out, e)
 	}
@@ -247,25 +260,28 @@ func TestCLIKill9Restart(t *testing.T) {
 
 func TestUnusableDB(t *testing.T) {
 	root := t.TempDir()
-	live := filepath.Join(root, "live")
-	startPrimary(t, live)
+	live, liveCache := filepath.Join(root, "live"), filepath.Join(root, "live-cache")
+	startPrimary(t, live, liveCache)
 	file := filepath.Join(root, "file")
 	os.WriteFile(file, []byte("x"), 0o644)
 	foreign := filepath.Join(root, "foreign")
 	os.Mkdir(foreign, 0o755)
 	os.WriteFile(filepath.Join(foreign, "thesis.tex"), []byte("x"), 0o644)
 
-	for _, tc := range []struct{ db, want string }{
-		{"file://" + live, "already open in another process"},
-		{"file://" + file, "exists and is not a directory"},
-		{"file://" + filepath.Join(file, "db"), "not a directory"},
-		{"file://" + foreign, "holds no RocksDB database"},
-		{"file://relative/db", "absolute path"},
-		{"relative/db", "no scheme"},
-		{"gs://bucket/db", "unsupported scheme"},
+	for _, tc := range []struct{ db, cache, want string }{
+		{"file://" + live, liveCache, "already open in another process"},
+		{"file://" + file, "", "exists and is not a directory"},
+		{"file://" + filepath.Join(file, "db"), "", "not a directory"},
+		{"file://" + foreign, "", "holds objects but no Shale database (found \"thesis.tex\")"},
+		{"file://relative/db", "", "absolute path"},
+		{"relative/db", "", "no scheme"},
+		{"gs://bucket/db", "", "unsupported scheme"},
 	} {
+		if tc.cache == "" {
+			tc.cache = filepath.Join(root, "new-cache")
+		}
 		before := tree(root)
-		code, _, errOut := shale("primary", "--db", tc.db, "--listen", "127.0.0.1:0", "--metrics-listen", "")
+		code, _, errOut := shale("primary", "--db", tc.db, "--cache-dir", tc.cache, "--listen", "127.0.0.1:0", "--metrics-listen", "")
 		if code != 1 || !strings.Contains(errOut, tc.want) || !strings.HasPrefix(errOut, "shale: ") || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("primary --db %s: exit %d, stderr %q; want exit 1 and one line containing %q", tc.db, code, errOut, tc.want)
 		}
@@ -284,6 +300,48 @@ func tree(root string) string {
 		return nil
 	})
 	return b.String()
+}
+
+// The zombie scenario from a shell: two primary processes on one database.
+func TestZombieProcessExits(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	a := startPrimary(t, dir, filepath.Join(t.TempDir(), "a"), "--epoch", "1")
+	for i := 0; i < 20; i++ {
+		if code, _, e := shale("kv", "put", "--addr", a.addr, fmt.Sprintf("k%02d", i), "from-a"); code != 0 {
+			t.Fatalf("put: %s", e)
+		}
+	}
+	b := startPrimary(t, dir, filepath.Join(t.TempDir(), "b"), "--epoch", "2")
+
+	code, _, errOut := shale("kv", "put", "--addr", a.addr, "late", "from-a")
+	if code != 1 || !strings.Contains(errOut, "FailedPrecondition: fenced: epoch 1 superseded by 2") {
+		t.Fatalf("zombie put: exit %d %q", code, errOut)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- a.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil || a.cmd.ProcessState.ExitCode() != 1 {
+			t.Fatalf("fenced primary exited with %v", err)
+		}
+		if !strings.Contains(a.stderr.String(), "shale: fenced: epoch 1 superseded by 2") {
+			t.Fatalf("fenced primary's last words: %s", a.stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("fenced primary still running after 10s")
+	}
+	for i := 0; i < 20; i++ {
+		if code, out, _ := shale("kv", "get", "--addr", b.addr, fmt.Sprintf("k%02d", i)); code != 0 || out != "from-a\n" {
+			t.Fatalf("B lacks k%02d: %d %q", i, code, out)
+		}
+	}
+	if code, _, _ := shale("kv", "get", "--addr", b.addr, "late"); code != 1 {
+		t.Fatal("the write A reported as fenced is visible on B")
+	}
+	code, out, _ := shale("admin", "fence-status", "--db", "file://"+dir)
+	if code != 0 || !strings.Contains(out, "epoch:     2\n") || !strings.Contains(out, "state:     held") {
+		t.Fatalf("fence-status: %d %s", code, out)
+	}
 }
 
 func TestParseSize(t *testing.T) {

@@ -26,6 +26,10 @@ type Options struct {
 	BlockCacheBytes uint64
 	// BackgroundThreads for flushes and compactions.
 	BackgroundThreads int
+	// BlockSizeBytes of SST data blocks (0: RocksDB's 4 KiB).
+	BlockSizeBytes int
+	// BottommostCompression for the last level; newer data uses LZ4.
+	BottommostCompression grocksdb.CompressionType
 	// FileSystem, when set, puts the Shale FileSystem under RocksDB: the
 	// directory is then only a local cache of a database that lives in an
 	// object store, and may start empty.
@@ -35,8 +39,9 @@ type Options struct {
 // DefaultOptions are Shale's defaults for a database on this machine.
 func DefaultOptions() Options {
 	return Options{
-		BlockCacheBytes:   256 << 20,
-		BackgroundThreads: max(2, runtime.NumCPU()),
+		BlockCacheBytes:       256 << 20,
+		BackgroundThreads:     max(2, runtime.NumCPU()),
+		BottommostCompression: grocksdb.ZSTDCompression,
 	}
 }
 
@@ -108,7 +113,7 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.opts.SetMaxBackgroundJobs(o.BackgroundThreads)
 	d.opts.SetBytesPerSync(1 << 20)
 	d.opts.SetCompression(grocksdb.LZ4Compression)
-	d.opts.SetBottommostCompression(grocksdb.ZSTDCompression)
+	d.opts.SetBottommostCompression(o.BottommostCompression)
 	d.opts.SetLevelCompactionDynamicLevelBytes(true)
 	d.opts.SetKeepLogFileNum(5)
 	d.opts.SetMaxLogFileSize(16 << 20)
@@ -119,6 +124,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.bbto.SetCacheIndexAndFilterBlocks(true)
 	d.bbto.SetPinL0FilterAndIndexBlocksInCache(true)
 	d.bbto.SetFormatVersion(5)
+	if o.BlockSizeBytes > 0 {
+		d.bbto.SetBlockSize(o.BlockSizeBytes)
+	}
 	d.opts.SetBlockBasedTableFactory(d.bbto)
 	d.stats = rocksshim.AttachStatistics(d.opts)
 	if o.FileSystem != nil {
@@ -194,7 +202,13 @@ func removeCreated(created []string) {
 // RocksDB takes on the same file, so a second open in this process or any
 // other fails here first.
 func lockDir(dir string) (*os.File, error) {
-	p := filepath.Join(dir, "LOCK")
+	return LockFile(dir, "LOCK")
+}
+
+// LockFile takes an exclusive flock on dir/name (created if missing), held
+// until the returned file is closed; ErrLocked if another holder has it.
+func LockFile(dir, name string) (*os.File, error) {
+	p := filepath.Join(dir, name)
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("cannot use %s: %w", dir, err)

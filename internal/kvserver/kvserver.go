@@ -57,6 +57,18 @@ type Info struct {
 	Role  kvv1.Role
 	Epoch uint64
 	DB    string // the --db URL
+	// Guard, when set, is asked before every request whether this server
+	// still owns the database (fencing); nil for a plain local database.
+	Guard Guard
+}
+
+// Guard reports whether a server may serve. Errors that implement
+// Fenced() bool mean a newer owner took over: permanent.
+type Guard interface {
+	// ReadAllowed fails when the server is fenced or its read lease ran out.
+	ReadAllowed() error
+	// FenceError is non-nil once the server is fenced.
+	FenceError() error
 }
 
 // Server is the KV service.
@@ -106,6 +118,47 @@ func (s *Server) checkValue(k, v []byte) error {
 	return nil
 }
 
+func guardError(err error) error {
+	var f interface{ Fenced() bool }
+	if errors.As(err, &f) && f.Fenced() {
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// canRead fails reads of a server that may no longer own the database.
+func (s *Server) canRead() error {
+	if s.info.Guard == nil {
+		return nil
+	}
+	if err := s.info.Guard.ReadAllowed(); err != nil {
+		return guardError(err)
+	}
+	return nil
+}
+
+// canWrite fails writes of a fenced server before they reach RocksDB (a
+// sync=false write would otherwise be acknowledged from the memtable).
+func (s *Server) canWrite() error {
+	if s.info.Guard == nil {
+		return nil
+	}
+	if err := s.info.Guard.FenceError(); err != nil {
+		return guardError(err)
+	}
+	return nil
+}
+
+// writeError maps a failed write: the fence, if that is what stopped it.
+func (s *Server) writeError(ctx context.Context, err error) error {
+	if s.info.Guard != nil {
+		if ferr := s.info.Guard.FenceError(); ferr != nil {
+			return guardError(ferr)
+		}
+	}
+	return dbError(ctx, err)
+}
+
 // dbError maps an engine error to a gRPC status.
 func dbError(ctx context.Context, err error) error {
 	switch {
@@ -130,8 +183,11 @@ func (s *Server) Put(ctx context.Context, r *kvv1.PutRequest) (*kvv1.PutResponse
 	if err := s.checkValue(r.Key, r.Value); err != nil {
 		return nil, err
 	}
+	if err := s.canWrite(); err != nil {
+		return nil, err
+	}
 	if err := s.db.Put(r.Key, r.Value, r.Sync); err != nil {
-		return nil, dbError(ctx, err)
+		return nil, s.writeError(ctx, err)
 	}
 	return &kvv1.PutResponse{Sequence: s.db.LatestSequence()}, nil
 }
@@ -139,6 +195,9 @@ func (s *Server) Put(ctx context.Context, r *kvv1.PutRequest) (*kvv1.PutResponse
 // Get implements KV.
 func (s *Server) Get(ctx context.Context, r *kvv1.GetRequest) (*kvv1.GetResponse, error) {
 	if err := s.checkKey(r.Key); err != nil {
+		return nil, err
+	}
+	if err := s.canRead(); err != nil {
 		return nil, err
 	}
 	v, ok, err := s.db.Get(r.Key)
@@ -156,8 +215,11 @@ func (s *Server) Delete(ctx context.Context, r *kvv1.DeleteRequest) (*kvv1.Delet
 	if err := s.checkKey(r.Key); err != nil {
 		return nil, err
 	}
+	if err := s.canWrite(); err != nil {
+		return nil, err
+	}
 	if err := s.db.Delete(r.Key, r.Sync); err != nil {
-		return nil, dbError(ctx, err)
+		return nil, s.writeError(ctx, err)
 	}
 	return &kvv1.DeleteResponse{Sequence: s.db.LatestSequence()}, nil
 }
@@ -194,8 +256,11 @@ func (s *Server) Write(ctx context.Context, r *kvv1.WriteRequest) (*kvv1.WriteRe
 	if total > s.limits.MaxBatchBytes {
 		return nil, invalid("batch is %d bytes of keys and values, over the %d-byte limit (split it, or raise --max-batch-size)", total, s.limits.MaxBatchBytes)
 	}
+	if err := s.canWrite(); err != nil {
+		return nil, err
+	}
 	if err := s.db.Write(ms, r.Sync); err != nil {
-		return nil, dbError(ctx, err)
+		return nil, s.writeError(ctx, err)
 	}
 	return &kvv1.WriteResponse{Sequence: s.db.LatestSequence()}, nil
 }
@@ -209,6 +274,9 @@ func (s *Server) MultiGet(ctx context.Context, r *kvv1.MultiGetRequest) (*kvv1.M
 		if err := s.checkKey(k); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "key %d: %s", i, status.Convert(err).Message())
 		}
+	}
+	if err := s.canRead(); err != nil {
+		return nil, err
 	}
 	vals, found, err := s.db.MultiGet(r.Keys)
 	if err != nil {
@@ -234,6 +302,9 @@ func (s *Server) Scan(r *kvv1.ScanRequest, stream kvv1.KV_ScanServer) error {
 			return invalid("scan bound %s is %d bytes, over the %d-byte key limit (--max-key-size)", showKey(b), len(b), s.limits.MaxKeyBytes)
 		}
 	}
+	if err := s.canRead(); err != nil {
+		return err
+	}
 	ctx := stream.Context()
 	chunk := &kvv1.ScanResponse{}
 	size := 0
@@ -251,6 +322,12 @@ func (s *Server) Scan(r *kvv1.ScanRequest, stream kvv1.KV_ScanServer) error {
 	}, func(k, v []byte) error {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if len(chunk.Pairs) == 0 {
+			// Long scans re-check ownership before every chunk.
+			if err := s.canRead(); err != nil {
+				return err
+			}
 		}
 		kv := &kvv1.KeyValue{Key: append([]byte{}, k...)}
 		if !r.KeysOnly {
@@ -273,8 +350,11 @@ func (s *Server) Scan(r *kvv1.ScanRequest, stream kvv1.KV_ScanServer) error {
 
 // Flush implements KV.
 func (s *Server) Flush(ctx context.Context, _ *kvv1.FlushRequest) (*kvv1.FlushResponse, error) {
+	if err := s.canWrite(); err != nil {
+		return nil, err
+	}
 	if err := s.db.Flush(); err != nil {
-		return nil, dbError(ctx, err)
+		return nil, s.writeError(ctx, err)
 	}
 	return &kvv1.FlushResponse{}, nil
 }
@@ -284,8 +364,11 @@ func (s *Server) Compact(ctx context.Context, r *kvv1.CompactRequest) (*kvv1.Com
 	if len(r.Start) > 0 && len(r.End) > 0 && bytes.Compare(r.Start, r.End) > 0 {
 		return nil, invalid("compact start %s is after end %s; start must be <= end", showKey(r.Start), showKey(r.End))
 	}
+	if err := s.canWrite(); err != nil {
+		return nil, err
+	}
 	if err := s.db.Compact(r.Start, r.End); err != nil {
-		return nil, dbError(ctx, err)
+		return nil, s.writeError(ctx, err)
 	}
 	return &kvv1.CompactResponse{}, nil
 }

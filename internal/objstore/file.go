@@ -163,15 +163,28 @@ func (s *FileStore) Put(ctx context.Context, key string, r io.Reader, size int64
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
-	tmp, _, err := s.writeTemp(r, opts.StorageClass)
+	tmp, etag, err := s.writeTemp(r, opts.StorageClass)
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	defer os.Remove(tmp) // no-op once renamed
+	// Describe the object from the private temp file (rename keeps its size
+	// and mtime): once installed, another writer may replace it at once,
+	// and the caller needs the ETag of its own write.
+	fi, err := os.Stat(tmp)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+	}
 	if err := s.install(key, p, tmp, opts); err != nil {
 		return ObjectInfo{}, err
 	}
-	return s.Stat(ctx, key)
+	return ObjectInfo{
+		Key:          key,
+		Size:         fi.Size(),
+		ETag:         etag,
+		ModTime:      fi.ModTime(),
+		StorageClass: storageClass(opts.StorageClass),
+	}, nil
 }
 
 // install moves a finished temp file to its key under the store lock,
@@ -229,6 +242,14 @@ func fileETag(p string, fi fs.FileInfo) string {
 		ino = st.Ino
 	}
 	return fmt.Sprintf("f-%x-%x-%x", ino, fi.ModTime().UnixNano(), fi.Size())
+}
+
+// storageClass is the class an object reports: "" means the default.
+func storageClass(c string) string {
+	if c == "" {
+		return defaultStorageClass
+	}
+	return c
 }
 
 func fileClass(p string) string {

@@ -1,14 +1,28 @@
 // Package objstore is Shale's view of an object store: the one place every
-// byte of a database ends up. Backends (file:// now, s3:// next) share these
-// semantics, so the FileSystem and the fencing protocol built on top behave
-// the same on a laptop directory and on S3:
+// byte of a database ends up. Backends (file:// and s3://) share these
+// semantics (the conformance suite in storetest holds them to it), so the
+// FileSystem and the fencing protocol built on top behave the same on a
+// laptop directory and on S3:
 //
 //   - objects are immutable blobs addressed by a key ("a/b/c");
 //   - Put can be conditional: create-only (If-None-Match: *) or
 //     replace-only-if-unchanged (If-Match: etag); a failed condition is
 //     ErrPreconditionFailed and changes nothing;
 //   - Get reads a byte range; List returns keys in byte order;
-//   - every Put may name a storage class (S3's x-amz-storage-class).
+//   - every Put may name a storage class (S3's x-amz-storage-class);
+//   - IsRetryable tells a transient failure (network, overload, 5xx) from
+//     a final one.
+//
+// ETags differ between backends: the file store gives every put a new
+// random ETag, S3 derives it from the content (MD5 for single-part
+// objects), so on S3 rewriting identical bytes restores an old ETag.
+// Protocols using If-Match must write content that never repeats (CURRENT
+// names an ever-increasing MANIFEST number, so it does not).
+//
+// A key must never also be a "directory" of other keys ("a" and "a/b"): the
+// file store rejects the second with ErrInvalidKey, and MinIO accepts it
+// but then leaves the deeper keys out of List (Stat and Get still find
+// them), which would hide WAL segments from recovery.
 package objstore
 
 import (
@@ -77,9 +91,16 @@ var (
 	ErrInvalidKey = errors.New("invalid object key")
 )
 
+// Supported store URLs, for error messages.
+const supportedURLs = "file:///ABS/PATH or s3://BUCKET/PREFIX"
+
 // Open opens the store a URL names:
 //
-//	file:///ABS/PATH   a local directory (created on first write)
+//	file:///ABS/PATH     a local directory (created on first write)
+//	s3://BUCKET/PREFIX   objects under PREFIX in an S3 bucket; the endpoint
+//	                     and credentials come from the environment
+//	                     (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+//	                     AWS_SECRET_ACCESS_KEY, AWS_REGION; see S3ConfigFromEnv)
 func Open(rawURL string) (Store, error) {
 	u, err := ParseURL(rawURL)
 	if err != nil {
@@ -88,15 +109,19 @@ func Open(rawURL string) (Store, error) {
 	switch u.Scheme {
 	case "file":
 		return OpenFile(u.Path)
+	case "s3":
+		return OpenS3(u.String(), S3ConfigFromEnv())
 	}
-	return nil, fmt.Errorf("store URL %q: unsupported scheme %q (supported: file:///ABS/PATH)", rawURL, u.Scheme)
+	return nil, fmt.Errorf("store URL %q: unsupported scheme %q (supported: %s)", rawURL, u.Scheme, supportedURLs)
 }
 
 // ParseURL checks a store URL and returns it in canonical form. A bare
-// absolute path is accepted as a file:// URL.
+// absolute path is accepted as a file:// URL. An s3 URL names a bucket and
+// an optional key prefix (s3://BUCKET or s3://BUCKET/PREFIX); its canonical
+// form has no trailing slash.
 func ParseURL(rawURL string) (*url.URL, error) {
 	if rawURL == "" {
-		return nil, errors.New("store URL is empty (want file:///ABS/PATH)")
+		return nil, fmt.Errorf("store URL is empty (want %s)", supportedURLs)
 	}
 	if strings.HasPrefix(rawURL, "/") {
 		return &url.URL{Scheme: "file", Path: filepath.Clean(rawURL)}, nil
@@ -116,10 +141,70 @@ func ParseURL(rawURL string) (*url.URL, error) {
 		u.Host = ""
 		u.Path = filepath.Clean(u.Path)
 		return u, nil
+	case "s3":
+		return parseS3URL(rawURL, u)
 	case "":
-		return nil, fmt.Errorf("store URL %q: no scheme; use file:///ABS/PATH", rawURL)
+		return nil, fmt.Errorf("store URL %q: no scheme; use %s", rawURL, supportedURLs)
 	}
 	return u, nil
+}
+
+// parseS3URL validates s3://BUCKET[/PREFIX].
+func parseS3URL(rawURL string, u *url.URL) (*url.URL, error) {
+	bad := func(format string, args ...any) (*url.URL, error) {
+		return nil, fmt.Errorf("store URL %q: "+format+" (want s3://BUCKET/PREFIX)", append([]any{rawURL}, args...)...)
+	}
+	switch {
+	case u.Opaque != "":
+		return bad("an s3 URL starts with s3:// (two slashes)")
+	case u.User != nil:
+		return bad("credentials do not belong in the URL; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+	case u.Port() != "":
+		return bad("the endpoint does not belong in the URL; set AWS_ENDPOINT_URL")
+	case u.RawQuery != "" || u.ForceQuery:
+		return bad("s3 URLs take no query")
+	case u.Fragment != "":
+		return bad("s3 URLs take no fragment")
+	}
+	if err := checkBucketName(u.Host); err != nil {
+		return bad("%v", err)
+	}
+	prefix := strings.TrimSuffix(strings.TrimPrefix(u.Path, "/"), "/")
+	if prefix != "" {
+		if err := ValidateKey(prefix); err != nil {
+			return bad("prefix %q: keys are relative paths without empty, '.' or '..' segments", prefix)
+		}
+	}
+	out := &url.URL{Scheme: "s3", Host: u.Host}
+	if prefix != "" {
+		out.Path = "/" + prefix
+	}
+	return out, nil
+}
+
+// checkBucketName applies S3's bucket naming rules: 3 to 63 characters of
+// lower-case letters, digits, '.' and '-', starting and ending with a letter
+// or digit.
+func checkBucketName(b string) error {
+	if b == "" {
+		return errors.New("no bucket")
+	}
+	if len(b) < 3 || len(b) > 63 {
+		return fmt.Errorf("bucket name %q must have 3 to 63 characters", b)
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	for i := 0; i < len(b); i++ {
+		if c := b[i]; !alnum(c) && c != '.' && c != '-' {
+			return fmt.Errorf("bucket name %q may hold only lower-case letters, digits, '.' and '-'", b)
+		}
+	}
+	if !alnum(b[0]) || !alnum(b[len(b)-1]) {
+		return fmt.Errorf("bucket name %q must start and end with a letter or digit", b)
+	}
+	if strings.Contains(b, "..") {
+		return fmt.Errorf("bucket name %q may not contain \"..\"", b)
+	}
+	return nil
 }
 
 // LocalDir returns the directory behind a file:// store, or false for a

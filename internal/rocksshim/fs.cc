@@ -8,7 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <rocksdb/env.h>
@@ -31,14 +35,17 @@ int shaleFSEvent(uintptr_t h, int op, char* a, int alen, char* b, int blen,
                  uint64_t size, int activity, char** err_out);
 int shaleFSStat(uintptr_t h, char* name, int n, uint64_t* size);
 char* shaleFSList(uintptr_t h);
+int shaleFSReadAt(uintptr_t h, char* name, int n, uint64_t off, size_t len, char* buf,
+                  uint64_t* got, int activity, char** err_out);
 }
 
 namespace {
 
 // Event codes shared with fs.go.
-enum Op { kCreate = 1, kSync = 2, kClose = 3, kRename = 4, kDelete = 5, kFetch = 6 };
-// Result codes shared with fs.go.
-enum Code { kOK = 0, kNotFound = 1, kRetryable = 2, kFenced = 3, kIOError = 4 };
+enum Op { kCreate = 1, kSync = 2, kClose = 3, kRename = 4, kDelete = 5, kFetch = 6, kOpenTable = 7 };
+// Result codes shared with fs.go; kRemote answers kOpenTable: read the table
+// from the store with ranged reads instead of a local copy.
+enum Code { kOK = 0, kNotFound = 1, kRetryable = 2, kFenced = 3, kIOError = 4, kRemote = 5 };
 // Activities shared with fs.go.
 enum Activity { kForeground = 1, kFlush = 2, kCompaction = 3 };
 
@@ -76,6 +83,43 @@ IOStatus ToStatus(int code, char* msg) {
 }
 
 class ShaleFS;
+
+// A table read from the local cache while it holds a copy, and from the
+// object store (ranged reads through Go) once the copy is evicted or when
+// the table was never cached.
+class ShaleRandomAccessFile : public FSRandomAccessFile {
+ public:
+  ShaleRandomAccessFile(ShaleFS* fs, std::string name, std::unique_ptr<FSRandomAccessFile> local);
+  ~ShaleRandomAccessFile() override;
+
+  IOStatus Read(uint64_t offset, size_t n, const IOOptions& o, Slice* result, char* scratch,
+                IODebugContext* dbg) const override;
+  IOStatus MultiRead(FSReadRequest* reqs, size_t num, const IOOptions& o,
+                     IODebugContext* dbg) override {
+    for (size_t i = 0; i < num; i++) {
+      reqs[i].status = Read(reqs[i].offset, reqs[i].len, o, &reqs[i].result, reqs[i].scratch, dbg);
+    }
+    return IOStatus::OK();
+  }
+  IOStatus Prefetch(uint64_t offset, size_t n, const IOOptions& o, IODebugContext* dbg) override {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    if (local_) return local_->Prefetch(offset, n, o, dbg);
+    return IOStatus::OK();
+  }
+  IOStatus InvalidateCache(size_t, size_t) override { return IOStatus::OK(); }
+  const std::string& name() const { return name_; }
+  // DropLocal makes later reads remote; the local copy is being evicted.
+  void DropLocal() {
+    std::unique_lock<std::shared_mutex> l(mu_);
+    local_.reset();
+  }
+
+ private:
+  ShaleFS* fs_;
+  std::string name_;
+  mutable std::shared_mutex mu_;
+  std::unique_ptr<FSRandomAccessFile> local_;
+};
 
 class ShaleWritableFile : public FSWritableFileOwnerWrapper {
  public:
@@ -212,9 +256,63 @@ class ShaleFS : public FileSystemWrapper {
 
   IOStatus NewRandomAccessFile(const std::string& f, const FileOptions& fo,
                                std::unique_ptr<FSRandomAccessFile>* r, IODebugContext* dbg) override {
-    IOStatus s = EnsureLocal(f, fo.io_options, dbg);
-    if (!s.ok()) return s;
-    return target()->NewRandomAccessFile(f, fo, r, dbg);
+    std::string name;
+    if (!Managed(f, &name) || !IsTable(name)) {
+      IOStatus s = EnsureLocal(f, fo.io_options, dbg);
+      if (!s.ok()) return s;
+      return target()->NewRandomAccessFile(f, fo, r, dbg);
+    }
+    // Go decides: a local copy (existing or fetched now) or remote reads.
+    char* err = nullptr;
+    int code = shaleFSEvent(h_, kOpenTable, const_cast<char*>(name.data()), static_cast<int>(name.size()),
+                            nullptr, 0, 0, CurrentActivity(), &err);
+    std::unique_ptr<FSRandomAccessFile> local;
+    if (code == kOK) {
+      free(err);
+      FileOptions lfo = fo;
+      lfo.use_mmap_reads = false;
+      if (!target()->NewRandomAccessFile(f, lfo, &local, dbg).ok()) local.reset();  // evicted meanwhile
+    } else if (code == kRemote) {
+      free(err);
+    } else {
+      return ToStatus(code, err);
+    }
+    r->reset(new ShaleRandomAccessFile(this, name, std::move(local)));
+    return IOStatus::OK();
+  }
+
+  static bool IsTable(const std::string& name) {
+    auto ends = [&](const char* suf) {
+      size_t n = strlen(suf);
+      return name.size() >= n && name.compare(name.size() - n, n, suf) == 0;
+    };
+    return ends(".sst") || ends(".blob");
+  }
+
+  // Open tables, so an eviction can make them read remotely.
+  void Register(ShaleRandomAccessFile* f) {
+    std::lock_guard<std::mutex> l(open_mu_);
+    open_[f->name()].insert(f);
+  }
+  void Unregister(ShaleRandomAccessFile* f) {
+    std::lock_guard<std::mutex> l(open_mu_);
+    auto it = open_.find(f->name());
+    if (it == open_.end()) return;
+    it->second.erase(f);
+    if (it->second.empty()) open_.erase(it);
+  }
+  void Evict(const std::string& name) {
+    std::lock_guard<std::mutex> l(open_mu_);
+    auto it = open_.find(name);
+    if (it == open_.end()) return;
+    for (auto* f : it->second) f->DropLocal();
+  }
+
+  IOStatus ReadRemote(const std::string& name, uint64_t off, size_t n, char* buf, uint64_t* got) {
+    char* err = nullptr;
+    int code = shaleFSReadAt(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), off, n,
+                             buf, got, CurrentActivity(), &err);
+    return ToStatus(code, err);
   }
 
   IOStatus NewRandomRWFile(const std::string& f, const FileOptions& fo,
@@ -326,7 +424,30 @@ class ShaleFS : public FileSystemWrapper {
 
   uintptr_t h_;
   std::string dir_;
+  std::mutex open_mu_;
+  std::unordered_map<std::string, std::unordered_set<ShaleRandomAccessFile*>> open_;
 };
+
+ShaleRandomAccessFile::ShaleRandomAccessFile(ShaleFS* fs, std::string name,
+                                             std::unique_ptr<FSRandomAccessFile> local)
+    : fs_(fs), name_(std::move(name)), local_(std::move(local)) {
+  fs_->Register(this);
+}
+
+ShaleRandomAccessFile::~ShaleRandomAccessFile() { fs_->Unregister(this); }
+
+IOStatus ShaleRandomAccessFile::Read(uint64_t offset, size_t n, const IOOptions& o, Slice* result,
+                                     char* scratch, IODebugContext* dbg) const {
+  {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    if (local_) return local_->Read(offset, n, o, result, scratch, dbg);
+  }
+  uint64_t got = 0;
+  IOStatus s = fs_->ReadRemote(name_, offset, n, scratch, &got);
+  if (!s.ok()) return s;
+  *result = Slice(scratch, got);
+  return s;
+}
 
 IOStatus ShaleWritableFile::Upload(const IOOptions&, IODebugContext*, int op) {
   return fs_->Event(op, name_, "", size_.load(), activity_);
@@ -335,7 +456,7 @@ IOStatus ShaleWritableFile::Upload(const IOOptions&, IODebugContext*, int op) {
 }  // namespace
 
 struct shale_fs_t {
-  std::shared_ptr<FileSystem> fs;
+  std::shared_ptr<ShaleFS> fs;
   std::unique_ptr<Env> env;
 };
 
@@ -346,8 +467,13 @@ shale_fs_t* shale_fs_attach(rocksdb_options_t* opts, uintptr_t handle, const cha
   s->fs = std::make_shared<ShaleFS>(FileSystem::Default(), handle, dir);
   s->env = NewCompositeEnv(s->fs);
   opts->rep.env = s->env.get();
+  // Compaction inputs may be read from the store: read them in large
+  // ranges rather than block by block.
+  opts->rep.compaction_readahead_size = 2 << 20;
   return s;
 }
+
+void shale_fs_evict(shale_fs_t* s, const char* name, int n) { s->fs->Evict(std::string(name, n)); }
 
 void shale_fs_destroy(shale_fs_t* s) { delete s; }
 

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/linxGnu/grocksdb"
@@ -33,7 +34,18 @@ type FileSystemHooks interface {
 	Fetch(name, activity string) error
 	Stat(name string) (size int64, exists bool)
 	List() []string
+	// OpenTable prepares reading a table: nil means a local copy is ready,
+	// ErrReadRemote that reads go to ReadAt.
+	OpenTable(name, activity string) error
+	// ReadAt reads a range of a table from the store into buf.
+	ReadAt(name string, off int64, buf []byte, activity string) (int, error)
+	// SetEvictor hands the hooks the function that makes open readers of a
+	// table stop using its local copy; call it before deleting the copy.
+	SetEvictor(evict func(name string))
 }
+
+// ErrReadRemote answers OpenTable: no local copy, read from the store.
+var ErrReadRemote = errors.New("read the table from the object store")
 
 // Event, result and activity codes shared with fs.cc.
 const (
@@ -43,15 +55,20 @@ const (
 	opRename = 4
 	opDelete = 5
 	opFetch  = 6
+	opOpen   = 7
 
 	codeOK        = 0
 	codeNotFound  = 1
 	codeRetryable = 2
 	codeFenced    = 3
 	codeIOError   = 4
+	codeRemote    = 5
 )
 
-func activityName(a C.int, name string) string {
+// activityName labels an event for I/O metrics: WAL traffic, the flush and
+// compaction pools (by thread), and otherwise the caller's thread: a
+// foreground read, or a foreground write (DB open, manual flush).
+func activityName(a C.int, name string, write bool) string {
 	if strings.HasSuffix(name, ".log") {
 		return "wal"
 	}
@@ -61,13 +78,17 @@ func activityName(a C.int, name string) string {
 	case 3:
 		return "compaction"
 	}
+	if write {
+		return "foreground_write"
+	}
 	return "foreground_read"
 }
 
 // FileSystem is a Shale FileSystem installed in a database's options.
 type FileSystem struct {
-	c *C.shale_fs_t
-	h cgo.Handle
+	mu sync.Mutex // guards c against an eviction racing Close
+	c  *C.shale_fs_t
+	h  cgo.Handle
 }
 
 // AttachFileSystem makes the database opened with opts run on dir through
@@ -78,11 +99,25 @@ func AttachFileSystem(opts *grocksdb.Options, dir string, hooks FileSystemHooks)
 	defer C.free(unsafe.Pointer(cdir))
 	f := &FileSystem{c: C.shale_fs_attach(optionsHandle(opts), C.uintptr_t(h), cdir), h: h}
 	runtime.KeepAlive(opts)
+	hooks.SetEvictor(f.evict)
 	return f
+}
+
+func (f *FileSystem) evict(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.c == nil {
+		return
+	}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	C.shale_fs_evict(f.c, cname, C.int(len(name)))
 }
 
 // Close releases the FileSystem; the database must be closed.
 func (f *FileSystem) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.c != nil {
 		C.shale_fs_destroy(f.c)
 		f.c = nil
@@ -111,15 +146,20 @@ func shaleFSEvent(h C.uintptr_t, op C.int, a *C.char, alen C.int, b *C.char, ble
 	case opCreate:
 		err = hooks.Create(name)
 	case opSync:
-		err = hooks.Sync(name, int64(size), activityName(activity, name))
+		err = hooks.Sync(name, int64(size), activityName(activity, name, true))
 	case opClose:
-		err = hooks.Close(name, int64(size), activityName(activity, name))
+		err = hooks.Close(name, int64(size), activityName(activity, name, true))
 	case opRename:
 		err = hooks.Rename(name, C.GoStringN(b, blen))
 	case opDelete:
 		err = hooks.Delete(name)
 	case opFetch:
-		err = hooks.Fetch(name, activityName(activity, name))
+		err = hooks.Fetch(name, activityName(activity, name, false))
+	case opOpen:
+		err = hooks.OpenTable(name, activityName(activity, name, false))
+		if errors.Is(err, ErrReadRemote) {
+			return codeRemote
+		}
 	default:
 		err = errors.New("unknown file system event")
 	}
@@ -135,6 +175,23 @@ func shaleFSEvent(h C.uintptr_t, op C.int, a *C.char, alen C.int, b *C.char, ble
 	case errors.Is(err, fs.ErrNotExist):
 		return codeNotFound
 	case errors.As(err, &retry) && retry.Retryable():
+		return codeRetryable
+	}
+	return codeIOError
+}
+
+//export shaleFSReadAt
+func shaleFSReadAt(h C.uintptr_t, name *C.char, n C.int, off C.uint64_t, length C.size_t, buf *C.char, got *C.uint64_t, activity C.int, errOut **C.char) C.int {
+	nm := C.GoStringN(name, n)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(length))
+	read, err := hooksOf(h).ReadAt(nm, int64(off), b, activityName(activity, nm, false))
+	*got = C.uint64_t(read)
+	if err == nil {
+		return codeOK
+	}
+	*errOut = C.CString(err.Error())
+	var retry interface{ Retryable() bool }
+	if errors.As(err, &retry) && retry.Retryable() {
 		return codeRetryable
 	}
 	return codeIOError

@@ -46,6 +46,9 @@ char* shale_rocksdb_version(void);
 typedef struct shale_fs_t shale_fs_t;
 shale_fs_t* shale_fs_attach(rocksdb_options_t* opts, uintptr_t handle, const char* dir);
 void shale_fs_destroy(shale_fs_t* fs);
+// Makes open readers of the table `name` read from the store from now on
+// (its local copy is about to be deleted).
+void shale_fs_evict(shale_fs_t* fs, const char* name, int n);
 
 #ifdef __cplusplus
 }

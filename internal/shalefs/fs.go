@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,8 +35,14 @@ type Config struct {
 	// confirmed its ownership within Lease, and a new owner waits
 	// Lease+LeaseMargin after taking its epoch before it opens.
 	Lease, LeaseMargin time.Duration
+	// ConfirmEvery is how often ownership is re-confirmed (default Lease/4;
+	// above Lease, reads stop between confirmations).
+	ConfirmEvery time.Duration
 	// DeleteGrace is how long a deleted file stays in the store.
 	DeleteGrace time.Duration
+	// CacheBytes bounds the tables kept in CacheDir (0: unbounded). Tables
+	// that do not fit are read from the store range by range.
+	CacheBytes int64
 	// Storage classes for logs (WAL, MANIFEST, CURRENT, ...) and tables.
 	LogStorageClass, TableStorageClass string
 	// ReadTimeout bounds one attempt of a foreground read; WriteTimeout one
@@ -54,7 +59,7 @@ type Config struct {
 type Request struct {
 	Op       string // put, get, list, delete
 	FileType string // sst, wal, manifest, other
-	Activity string // foreground_read, wal, flush, compaction, open, background
+	Activity string // foreground_read, foreground_write, wal, flush, compaction, open, background
 	Bytes    int64
 	Duration time.Duration
 	Err      error
@@ -69,6 +74,7 @@ func (c *Config) defaults() {
 	}
 	def(&c.Lease, 5*time.Second)
 	def(&c.LeaseMargin, c.Lease/5)
+	def(&c.ConfirmEvery, max(c.Lease/4, 10*time.Millisecond))
 	def(&c.DeleteGrace, time.Hour)
 	def(&c.ReadTimeout, 10*time.Second)
 	def(&c.WriteTimeout, 60*time.Second)
@@ -92,11 +98,20 @@ type FS struct {
 	fencedCh    chan struct{}
 	fenceOnce   sync.Once
 	lastConfirm atomic.Int64 // unix nanos of the last ownership confirmation
+	confirmMu   sync.Mutex   // one on-demand confirmation at a time
 	takenAt     time.Time
+
+	cache     tableCache
+	serving   atomic.Bool          // RocksDB is open: reads are foreground
+	trashSeen map[string]time.Time // trash marker -> deletion time (trashLoop only)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
+
+// Serving tells the FS that RocksDB finished opening: later fetches are
+// foreground reads, earlier ones part of the open.
+func (f *FS) Serving() { f.serving.Store(true) }
 
 // file is the state of one managed file.
 type file struct {
@@ -138,16 +153,33 @@ func (f *FS) setFenced(by uint64) error {
 }
 
 // ReadAllowed reports whether this owner may serve reads: it is not fenced
-// and it confirmed its ownership within the read lease.
+// and it confirmed its ownership within the read lease. When the last
+// confirmation is too old it confirms again on the spot (one listing).
 func (f *FS) ReadAllowed() error {
 	if err := f.FenceError(); err != nil {
 		return err
 	}
-	last := time.Unix(0, f.lastConfirm.Load())
-	if age := time.Since(last); age > f.cfg.Lease {
-		return fmt.Errorf("read lease expired: ownership last confirmed %s ago (lease %s); is the object store reachable?", age.Round(time.Millisecond), f.cfg.Lease)
+	if f.leaseFresh() {
+		return nil
+	}
+	f.confirmMu.Lock()
+	defer f.confirmMu.Unlock()
+	if f.leaseFresh() {
+		return nil // another reader just confirmed
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(f.cfg.ReadTimeout, f.cfg.Lease))
+	defer cancel()
+	if err := f.confirm(ctx, "foreground_read"); err != nil {
+		if ferr := f.FenceError(); ferr != nil {
+			return ferr
+		}
+		return fmt.Errorf("read lease expired and ownership cannot be confirmed (lease %s): %w", f.cfg.Lease, err)
 	}
 	return nil
+}
+
+func (f *FS) leaseFresh() bool {
+	return time.Since(time.Unix(0, f.lastConfirm.Load())) < f.cfg.Lease
 }
 
 func (f *FS) observe(op, name, activity string, n int64, start time.Time, err error) {
@@ -252,9 +284,6 @@ func (f *FS) confirm(ctx context.Context, activity string) error {
 }
 
 // ---- callbacks from the C++ FileSystem ---------------------------------
-
-// Kind classifies a file of the database directory.
-func (f *FS) Kind(name string) Kind { return KindOf(name) }
 
 // Create records a managed file RocksDB just created locally.
 func (f *FS) Create(name string) error {
@@ -384,6 +413,20 @@ func (f *FS) upload(name, path, activity string) error {
 	f.mu.Lock()
 	f.files[name] = &file{kind: KindOf(name), epoch: f.epoch, size: fi.Size()}
 	f.mu.Unlock()
+	if KindOf(name) == KindTable && path == f.localPath(name) {
+		// The new table stays cached; older ones make room for it.
+		f.cache.add(name, fi.Size())
+		if !f.cache.makeRoom(0, name, f.cfg.CacheDir) {
+			f.cache.mu.Lock()
+			evict := f.cache.evict
+			f.cache.mu.Unlock()
+			if evict != nil {
+				evict(name)
+			}
+			f.cache.forget(name)
+			os.Remove(path) // too big for the cache: read it from the store
+		}
+	}
 	return nil
 }
 
@@ -414,14 +457,31 @@ func (f *FS) dropLocalOnly(name string) {
 	f.mu.Unlock()
 }
 
+// currentObject is what the store holds for CURRENT: RocksDB's content
+// ("MANIFEST-000005\n") and a trailer line unique to this write. S3 etags
+// are content hashes, so without the trailer a rewrite of the same
+// content would keep its etag, and a stale owner's If-Match would pass.
+func (f *FS) currentObject(content []byte) []byte {
+	return fmt.Appendf(append([]byte{}, content...), "shale epoch=%d write=%s\n", f.epoch, newNonce())
+}
+
+// currentContent strips the trailer: RocksDB's CURRENT is the first line.
+func currentContent(obj []byte) []byte {
+	if i := bytes.IndexByte(obj, '\n'); i >= 0 {
+		return obj[:i+1]
+	}
+	return obj
+}
+
 // replaceCurrent writes CURRENT from a local file, conditional on the etag
 // this owner last wrote: a newer owner rewrote CURRENT when it opened, so
 // a stale owner's update fails here.
 func (f *FS) replaceCurrent(path string) error {
-	data, err := os.ReadFile(path)
+	content, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
+	data := f.currentObject(content)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	opts := objstore.PutOptions{IfMatch: f.currentETag, StorageClass: f.cfg.LogStorageClass}
@@ -450,7 +510,7 @@ func (f *FS) replaceCurrent(path string) error {
 		return err
 	}
 	f.currentETag = info.ETag
-	f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(data))}
+	f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(content))}
 	return nil
 }
 
@@ -472,6 +532,7 @@ func (f *FS) Delete(name string) error {
 	st := f.files[name]
 	delete(f.files, name)
 	f.mu.Unlock()
+	f.cache.forget(name)
 	if st == nil {
 		return nil
 	}
@@ -497,6 +558,9 @@ func (f *FS) Fetch(name, activity string) error {
 	if st == nil {
 		return fmt.Errorf("fetch %s: %w", name, os.ErrNotExist)
 	}
+	if activity == "foreground_read" && !f.serving.Load() {
+		activity = "open"
+	}
 	var data []byte
 	pol := f.foreground()
 	if activity != "foreground_read" {
@@ -509,6 +573,7 @@ func (f *FS) Fetch(name, activity string) error {
 			data, err = f.readLog(ctx, name, st, activity)
 		case KindCurrent:
 			data, _, err = f.get(ctx, "CURRENT", name, activity)
+			data = currentContent(data)
 		default:
 			data, _, err = f.get(ctx, objectKey(name, st.epoch), name, activity)
 		}
@@ -578,8 +643,8 @@ func (f *FS) List() []string {
 	return names
 }
 
-// Close stops the background work. It does not upload anything: RocksDB
-// closed its files before.
+// Stop stops the background work. It uploads nothing: RocksDB closed its
+// files before.
 func (f *FS) Stop() {
 	select {
 	case <-f.stop:
@@ -589,12 +654,15 @@ func (f *FS) Stop() {
 	f.wg.Wait()
 }
 
-// describeKey shortens keys for messages.
-func describeKey(k string) string {
-	if len(k) > 60 {
-		return k[:60] + "..."
+// Release records that this owner stopped serving for good, so the next
+// owner need not wait out its read lease. Call it only after the database
+// is closed and no request is being served.
+func (f *FS) Release(ctx context.Context) error {
+	if f.FenceError() != nil {
+		return nil
 	}
-	return strings.TrimSpace(k)
+	_, err := f.put(ctx, releasedKey(f.epoch), "", "background", []byte(time.Now().UTC().Format(time.RFC3339Nano)), objstore.PutOptions{})
+	return err
 }
 
 // Managed implements rocksshim.FileSystemHooks.

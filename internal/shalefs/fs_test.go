@@ -3,13 +3,16 @@ package shalefs
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
 )
 
 func openFS(t *testing.T, store objstore.Store, epoch uint64, cache string) *FS {
@@ -33,8 +36,15 @@ func openDB(t *testing.T, f *FS, cache string) *engine.DB {
 	return d
 }
 
+// Test 1 of the issue: write, close, reopen from a new empty cache: every
+// write present (synced ones and, after a clean close, the rest), on
+// file:// and on MinIO.
 func TestWriteCloseReopenFromEmptyCache(t *testing.T) {
-	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	storetest.ForEachBackend(t, testWriteCloseReopen)
+}
+
+func testWriteCloseReopen(t *testing.T, loc storetest.Location) {
+	store, err := objstore.Open(loc.NewURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,9 +63,6 @@ func TestWriteCloseReopenFromEmptyCache(t *testing.T) {
 	}
 	d.Close()
 	f1.Stop()
-	var keys []string
-	store.List(context.Background(), "", func(o objstore.ObjectInfo) error { keys = append(keys, o.Key); return nil })
-	t.Logf("store: %s", strings.Join(keys, " "))
 
 	cache2 := filepath.Join(t.TempDir(), "cache2")
 	f2 := openFS(t, store, 2, cache2)
@@ -66,5 +73,169 @@ func TestWriteCloseReopenFromEmptyCache(t *testing.T) {
 		if err != nil || !ok || string(v) != fmt.Sprintf("v%d", i) {
 			t.Fatalf("k%05d after reopen: %q %v %v", i, v, ok, err)
 		}
+	}
+}
+
+// Deleted files stay in the store for the grace period, then go; seals
+// stay forever (deleting one would reopen its slot to a stale owner).
+func TestDeferredDelete(t *testing.T) {
+	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Epoch 1 writes a WAL and closes; epoch 2 seals it, recovers, flushes
+	// and deletes it: its data segments must outlive the grace period and
+	// its seal must outlive the deletion.
+	c1 := filepath.Join(t.TempDir(), "c1")
+	f1 := openFS(t, store, 1, c1)
+	d1 := openDB(t, f1, c1)
+	for i := 0; i < 100; i++ {
+		d1.Put([]byte(fmt.Sprintf("k%03d", i)), []byte("v"), true)
+	}
+	d1.Close()
+	f1.Stop()
+
+	c2 := filepath.Join(t.TempDir(), "c2")
+	f2, err := Open(ctx, Config{Store: store, CacheDir: c2, Epoch: 2, Lease: 50 * time.Millisecond, DeleteGrace: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Stop()
+	d2 := openDB(t, f2, c2)
+	defer d2.Close()
+	if err := d2.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	count := func(prefix string) (data, seals int) {
+		store.List(ctx, prefix, func(o objstore.ObjectInfo) error {
+			if o.Size == 0 {
+				seals++
+			} else {
+				data++
+			}
+			return nil
+		})
+		return
+	}
+	var trashed []string
+	store.List(ctx, trashPrefix, func(o objstore.ObjectInfo) error { trashed = append(trashed, o.Key); return nil })
+	if len(trashed) == 0 {
+		t.Fatal("recovery deleted nothing; the test needs an obsolete WAL")
+	}
+	var walPrefix string
+	for _, k := range trashed {
+		if name, e, _ := parseTrashKey(k); KindOf(name) == KindLog && e == 1 && FileType(name) == "wal" {
+			walPrefix = segmentPrefix(name, e)
+		}
+	}
+	if data, seals := count(walPrefix); data == 0 || seals != 1 {
+		t.Fatalf("right after the delete %s has %d data segments and %d seals", walPrefix, data, seals)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		data, seals := count(walPrefix)
+		if data == 0 {
+			if seals != 1 {
+				t.Fatalf("the seal of %s was deleted", walPrefix)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still has %d data segments 5s after a 300ms grace", walPrefix, data)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n, _ := count(trashPrefix); n != 0 {
+		t.Fatalf("%d trash markers left after their grace", n)
+	}
+	for i := 0; i < 100; i++ {
+		if _, ok, _ := d2.Get([]byte(fmt.Sprintf("k%03d", i))); !ok {
+			t.Fatalf("k%03d lost", i)
+		}
+	}
+}
+
+func dirTableBytes(t *testing.T, dir string) (n int64) {
+	t.Helper()
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if KindOf(e.Name()) == KindTable {
+			fi, err := e.Info()
+			if err == nil {
+				n += fi.Size()
+			}
+		}
+	}
+	return n
+}
+
+// With a cache budget far below the data, tables are read from the store
+// range by range and the cache directory stays within the budget.
+func TestBoundedCacheReadsRemotely(t *testing.T) {
+	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c1 := filepath.Join(t.TempDir(), "c1")
+	f1 := openFS(t, store, 1, c1)
+	d1 := openDB(t, f1, c1)
+	val := strings.Repeat("x", 1000)
+	for i := 0; i < 4000; i++ {
+		d1.Put([]byte(fmt.Sprintf("k%05d", i)), []byte(fmt.Sprintf("%s%d", val, i)), false)
+		if i%1000 == 999 {
+			if err := d1.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	d1.Close()
+	f1.Stop()
+
+	const budget = 64 << 10
+	var gets, getBytes atomic.Int64
+	c2 := filepath.Join(t.TempDir(), "c2")
+	f2, err := Open(ctx, Config{Store: store, CacheDir: c2, Epoch: 2, Lease: 50 * time.Millisecond, CacheBytes: budget,
+		Observe: func(r Request) {
+			if r.Op == "get" && r.FileType == "sst" {
+				gets.Add(1)
+				getBytes.Add(r.Bytes)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Stop()
+	d2 := openDB(t, f2, c2)
+	defer d2.Close()
+	f2.Serving()
+	for i := 0; i < 4000; i += 7 {
+		v, ok, err := d2.Get([]byte(fmt.Sprintf("k%05d", i)))
+		if err != nil || !ok || string(v) != fmt.Sprintf("%s%d", val, i) {
+			t.Fatalf("k%05d: %v %v", i, ok, err)
+		}
+	}
+	if n := dirTableBytes(t, c2); n > budget {
+		t.Fatalf("cache holds %d bytes of tables, budget %d", n, budget)
+	}
+	if gets.Load() == 0 {
+		t.Fatal("no ranged reads from the store")
+	}
+	s, _ := d2.Stats()
+	t.Logf("%d tables (%d bytes) read with %d ranged GETs (%d bytes); cache %d bytes", s.SSTFiles, s.LiveSSTBytes, gets.Load(), getBytes.Load(), dirTableBytes(t, c2))
+
+	// A compaction reads every table from the store and writes a new one
+	// that the budget cannot hold: it is uploaded and evicted.
+	if err := d2.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4000; i += 13 {
+		if v, ok, _ := d2.Get([]byte(fmt.Sprintf("k%05d", i))); !ok || string(v) != fmt.Sprintf("%s%d", val, i) {
+			t.Fatalf("k%05d after compaction: %v", i, ok)
+		}
+	}
+	if n := dirTableBytes(t, c2); n > budget {
+		t.Fatalf("after compaction the cache holds %d bytes of tables, budget %d", n, budget)
 	}
 }

@@ -1,6 +1,8 @@
 package shalefs
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -78,6 +80,7 @@ func isNumber(s string) bool {
 //	                                  is a seal: the log ends before it
 //	_shale/epoch/<epoch>              ownership claims, create-only
 //	_shale/trash/<name>/<epoch>       a deleted file awaiting physical delete
+//	_shale/released/<epoch>           that owner shut down cleanly
 //
 // Every file name carries its writer's epoch because a deposed owner that
 // has not noticed yet may create a file with a name the new owner also
@@ -86,7 +89,17 @@ const (
 	metaPrefix  = "_shale/"
 	epochPrefix = "_shale/epoch/"
 	trashPrefix = "_shale/trash/"
+	// _shale/released/<epoch>: that owner stopped serving for good.
+	releasedPrefix = "_shale/released/"
 )
+
+func releasedKey(e uint64) string { return releasedPrefix + pad(e) }
+
+func newNonce() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 func pad(n uint64) string { return fmt.Sprintf("%020d", n) }
 

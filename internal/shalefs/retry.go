@@ -44,8 +44,14 @@ func (p policy) do(ctx context.Context, op func(ctx context.Context) error) erro
 	for {
 		actx, cancel := context.WithTimeout(ctx, p.Attempt)
 		err := op(actx)
+		attemptTimedOut := actx.Err() != nil
 		cancel()
-		if err == nil || !retryable(err) || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		// An attempt that ran out of its own time is worth another one,
+		// whatever the store layer made of the cancelled request.
+		if !attemptTimedOut && !retryable(err) {
 			return err
 		}
 		if time.Now().Add(backoff).After(deadline) {

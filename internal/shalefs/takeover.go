@@ -1,6 +1,7 @@
 package shalefs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ type epochClaim struct {
 	Epoch   uint64    `json:"epoch"`
 	TakenAt time.Time `json:"takenAt"`
 	Owner   string    `json:"owner,omitempty"`
+	Nonce   string    `json:"nonce"` // tells our claim from another's
 }
 
 // Open takes ownership of the database in cfg.Store and prepares the local
@@ -35,7 +37,8 @@ type epochClaim struct {
 // RocksDB is then opened on cfg.CacheDir by the caller.
 func Open(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{})}
+	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]time.Time{}}
+	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
 	pol := f.background()
 
 	// 0. Recognize the location before claiming anything in it.
@@ -62,9 +65,15 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	f.epoch = epoch
-	claim, _ := json.Marshal(epochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner})
+	claim, _ := json.Marshal(epochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce()})
 	err = pol.do(ctx, func(ctx context.Context) error {
 		_, err := f.put(ctx, epochKey(epoch), "", "open", claim, objstore.PutOptions{IfNoneMatch: true})
+		if errors.Is(err, objstore.ErrPreconditionFailed) {
+			// A retry after our own claim landed finds it taken: by us?
+			if got, _, gerr := f.get(ctx, epochKey(epoch), "", "open"); gerr == nil && bytes.Equal(got, claim) {
+				return nil
+			}
+		}
 		return err
 	})
 	if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -87,8 +96,18 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 
-	// 4. The previous owner serves reads until its lease runs out.
-	if wait := time.Until(f.takenAt.Add(cfg.Lease + cfg.LeaseMargin)); wait > 0 {
+	// 4. The previous owner serves reads until its lease runs out, unless
+	// there was none or it released the database when it stopped.
+	prev := uint64(0)
+	for _, e := range existing {
+		prev = max(prev, e)
+	}
+	released := prev == 0
+	if !released {
+		_, err := f.store.Stat(ctx, releasedKey(prev))
+		released = err == nil
+	}
+	if wait := time.Until(f.takenAt.Add(cfg.Lease + cfg.LeaseMargin)); wait > 0 && !released {
 		cfg.Logger.Info("waiting out the previous owner's read lease", "wait", wait.Round(time.Millisecond))
 		select {
 		case <-time.After(wait):
@@ -243,9 +262,18 @@ func (f *FS) takeCurrent(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("read CURRENT: %w", err)
 		}
+		content := currentContent(data)
+		mine := f.currentObject(content)
 		err = pol.do(ctx, func(ctx context.Context) error {
 			var err error
-			info, err = f.put(ctx, "CURRENT", "CURRENT", "open", data, objstore.PutOptions{IfMatch: info.ETag, StorageClass: f.cfg.LogStorageClass})
+			info, err = f.put(ctx, "CURRENT", "CURRENT", "open", mine, objstore.PutOptions{IfMatch: info.ETag, StorageClass: f.cfg.LogStorageClass})
+			if errors.Is(err, objstore.ErrPreconditionFailed) {
+				// Our own write whose reply was lost, or a stale owner's.
+				if got, ginfo, gerr := f.get(ctx, "CURRENT", "CURRENT", "open"); gerr == nil && bytes.Equal(got, mine) {
+					info = ginfo
+					return nil
+				}
+			}
 			return err
 		})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -255,8 +283,8 @@ func (f *FS) takeCurrent(ctx context.Context) error {
 			return fmt.Errorf("rewrite CURRENT: %w", err)
 		}
 		f.currentETag = info.ETag
-		f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(data))}
-		manifest := strings.TrimSpace(string(data))
+		f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(content))}
+		manifest := strings.TrimSpace(string(content))
 		if _, ok := f.files[manifest]; !ok {
 			return fmt.Errorf("CURRENT names %s, which is not in the store; refusing to open", manifest)
 		}
@@ -287,6 +315,7 @@ func (f *FS) prepareCache() error {
 			if st := f.files[name]; st != nil {
 				if fi, err := e.Info(); err == nil && fi.Size() == st.size {
 					keep = true
+					f.cache.add(name, st.size)
 				}
 			}
 		}
@@ -303,7 +332,7 @@ func (f *FS) prepareCache() error {
 // being served, and notices a newer owner within one lease.
 func (f *FS) leaseLoop() {
 	defer f.wg.Done()
-	tick := time.NewTicker(max(f.cfg.Lease/4, 10*time.Millisecond))
+	tick := time.NewTicker(f.cfg.ConfirmEvery)
 	defer tick.Stop()
 	for {
 		select {
@@ -351,12 +380,20 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 		if !ok || f.FenceError() != nil {
 			continue
 		}
-		b, _, err := f.get(ctx, m.Key, name, "background")
-		if err != nil {
-			continue
+		deletedAt, seen := f.trashSeen[m.Key]
+		if !seen {
+			b, _, err := f.get(ctx, m.Key, name, "background")
+			if err != nil {
+				continue
+			}
+			var tm trashMarker
+			if json.Unmarshal(b, &tm) != nil {
+				tm.DeletedAt = m.ModTime // unreadable marker: trust the store's time
+			}
+			deletedAt = tm.DeletedAt
+			f.trashSeen[m.Key] = deletedAt
 		}
-		var tm trashMarker
-		if json.Unmarshal(b, &tm) != nil || time.Since(tm.DeletedAt) < f.cfg.DeleteGrace {
+		if time.Since(deletedAt) < f.cfg.DeleteGrace {
 			continue
 		}
 		if KindOf(name) == KindLog {
@@ -377,6 +414,7 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 		if err := f.del(ctx, m.Key, name); err != nil {
 			return err
 		}
+		delete(f.trashSeen, m.Key)
 	}
 	return nil
 }

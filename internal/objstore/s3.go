@@ -1,0 +1,484 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
+)
+
+// ErrBucketNotFound: the store's bucket does not exist. Not ErrNotFound: a
+// missing bucket is a configuration error, never an empty database.
+var ErrBucketNotFound = errors.New("bucket does not exist")
+
+// S3Store keeps objects under a prefix of an S3 bucket, through minio-go,
+// so any S3-compatible service works. Conditional puts send If-None-Match: *
+// and If-Match: "etag", which S3 (since 2024) and MinIO enforce with 412.
+//
+// Differences from the file store that the Store contract allows:
+//   - ETags are content hashes: rewriting identical bytes gives the same
+//     ETag again (see the package comment);
+//   - Put's ModTime is the client's clock when the put completed (S3 does
+//     not return the server's); Stat, Get and List report the server's;
+//   - Copy is server-side when unconditional; a conditional copy streams
+//     the source through the client into a conditional put, because S3 has
+//     no destination preconditions on CopyObject.
+type S3Store struct {
+	client   *minio.Client // idempotent requests: retried on transient failures
+	once     *minio.Client // conditional puts: one attempt (see IsRetryable)
+	bucket   string
+	prefix   string // "" or ending in "/"
+	url      string
+	endpoint string
+	partSize uint64
+}
+
+var _ Store = (*S3Store)(nil)
+
+// OpenS3 returns the store an s3://BUCKET/PREFIX URL names on the service
+// cfg describes. It makes no request; CheckBucket verifies the bucket.
+func OpenS3(rawURL string, cfg S3Config) (*S3Store, error) {
+	u, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "s3" {
+		return nil, fmt.Errorf("store URL %q: not an s3:// URL", rawURL)
+	}
+	ep, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	region := cfg.Region
+	if region == "" {
+		region = DefaultRegion
+	}
+	secure := ep.Scheme == "https"
+	transport := cfg.Transport
+	if transport == nil {
+		if transport, err = minio.DefaultTransport(secure); err != nil {
+			return nil, err
+		}
+	}
+	lookup := minio.BucketLookupPath
+	if s3utils.IsAmazonEndpoint(*ep) {
+		lookup = minio.BucketLookupAuto
+	}
+	attempts := cfg.MaxAttempts
+	if attempts == 0 {
+		attempts = 3
+	}
+	newClient := func(attempts int) (*minio.Client, error) {
+		return minio.New(ep.Host, &minio.Options{
+			Creds:        credentials.NewStaticV4(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken),
+			Secure:       secure,
+			Transport:    transport,
+			Region:       region,
+			BucketLookup: lookup,
+			MaxRetries:   attempts,
+		})
+	}
+	s := &S3Store{
+		bucket:   u.Host,
+		url:      u.String(),
+		endpoint: ep.Scheme + "://" + ep.Host,
+		partSize: cfg.PartSize,
+	}
+	if p := strings.TrimPrefix(u.Path, "/"); p != "" {
+		s.prefix = p + "/"
+	}
+	if s.client, err = newClient(attempts); err != nil {
+		return nil, fmt.Errorf("s3 store %s at %s: %w", s.url, s.endpoint, err)
+	}
+	if s.once, err = newClient(1); err != nil {
+		return nil, fmt.Errorf("s3 store %s at %s: %w", s.url, s.endpoint, err)
+	}
+	return s, nil
+}
+
+// URL implements Store.
+func (s *S3Store) URL() string { return s.url }
+
+// Bucket and Prefix locate the store: keys are stored as Prefix()+key.
+func (s *S3Store) Bucket() string { return s.bucket }
+
+// Prefix is "" or ends in "/".
+func (s *S3Store) Prefix() string { return s.prefix }
+
+// Endpoint is the service URL the store talks to.
+func (s *S3Store) Endpoint() string { return s.endpoint }
+
+// CheckBucket verifies that the bucket exists and the credentials may use
+// it; run it at startup for an early, clear error.
+func (s *S3Store) CheckBucket(ctx context.Context) error {
+	ok, err := s.client.BucketExists(ctx, s.bucket)
+	if err != nil {
+		return s.fail(ctx, "check bucket", "", err)
+	}
+	if !ok {
+		return s.bucketMissing("check bucket", "")
+	}
+	return nil
+}
+
+func (s *S3Store) object(key string) (string, error) {
+	if err := ValidateKey(key); err != nil {
+		return "", err
+	}
+	return s.prefix + key, nil
+}
+
+// Put implements Store.
+func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
+	name, err := s.object(key)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	po := minio.PutObjectOptions{StorageClass: opts.StorageClass, PartSize: s.partSize}
+	c := s.client
+	if opts.IfNoneMatch {
+		po.SetMatchETagExcept("*")
+		c = s.once
+	}
+	if opts.IfMatch != "" {
+		po.SetMatchETag(opts.IfMatch)
+		c = s.once
+	}
+	if size < 0 {
+		size = -1
+	}
+	up, err := c.PutObject(ctx, s.bucket, name, r, size, po)
+	if err != nil {
+		e := s.fail(ctx, "put", key, err)
+		if opts.IfMatch != "" && e.kind == ErrNotFound {
+			// S3 answers If-Match on a missing key with 404 NoSuchKey;
+			// for the Store it is a failed precondition, like a file.
+			e.kind = ErrPreconditionFailed
+		}
+		return ObjectInfo{}, e
+	}
+	return ObjectInfo{
+		Key:          key,
+		Size:         up.Size,
+		ETag:         trimETag(up.ETag),
+		ModTime:      time.Now(),
+		StorageClass: storageClass(opts.StorageClass),
+	}, nil
+}
+
+// Get implements Store.
+func (s *S3Store) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, ObjectInfo, error) {
+	name, err := s.object(key)
+	if err != nil {
+		return nil, ObjectInfo{}, err
+	}
+	if offset < 0 {
+		return nil, ObjectInfo{}, fmt.Errorf("get %s: negative offset %d", key, offset)
+	}
+	if length == 0 {
+		info, err := s.Stat(ctx, key)
+		if err != nil {
+			return nil, ObjectInfo{}, err
+		}
+		return io.NopCloser(bytes.NewReader(nil)), info, nil
+	}
+	var o minio.GetObjectOptions
+	switch {
+	case length > 0 && length <= math.MaxInt64-offset:
+		o.SetRange(offset, offset+length-1) // bytes=offset-end, end inclusive
+	case offset > 0:
+		o.SetRange(offset, 0) // bytes=offset-
+	}
+	core := minio.Core{Client: s.client}
+	for attempt := 0; ; attempt++ {
+		body, oi, _, err := core.GetObject(ctx, s.bucket, name, o)
+		if err == nil {
+			info := s.info(key, oi)
+			rd := &s3Reader{ctx: ctx, s: s, key: key, body: body, r: body}
+			if total, ok := contentRangeSize(oi.Headers.Get("Content-Range")); ok {
+				info.Size = total
+			} else if o.Header().Get("Range") != "" {
+				// The server ignored the range and sent the whole object:
+				// cut the range out here rather than return wrong bytes.
+				if _, err := io.CopyN(io.Discard, rd, offset); err != nil && err != io.EOF {
+					body.Close()
+					return nil, ObjectInfo{}, err
+				}
+				if length > 0 {
+					rd.r = io.LimitReader(body, length)
+				}
+			}
+			return rd, info, nil
+		}
+		if minio.ToErrorResponse(err).Code != "InvalidRange" || attempt > 0 {
+			return nil, ObjectInfo{}, s.fail(ctx, "get", key, err)
+		}
+		// S3 answers a range starting at or past the end with 416; the
+		// Store contract is an empty read, as for a file.
+		info, serr := s.Stat(ctx, key)
+		if serr != nil {
+			return nil, ObjectInfo{}, serr
+		}
+		if offset >= info.Size {
+			return io.NopCloser(bytes.NewReader(nil)), info, nil
+		}
+		// The object grew between the two requests: read it again.
+	}
+}
+
+// contentRangeSize returns the total size in "bytes FIRST-LAST/TOTAL".
+func contentRangeSize(cr string) (int64, bool) {
+	i := strings.LastIndexByte(cr, '/')
+	if !strings.HasPrefix(cr, "bytes ") || i < 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(cr[i+1:], 10, 64)
+	return n, err == nil
+}
+
+// s3Reader marks errors from reading an object's body (a connection broken
+// mid-transfer) with the store's classification.
+type s3Reader struct {
+	ctx  context.Context
+	s    *S3Store
+	key  string
+	body io.ReadCloser
+	r    io.Reader // body, or a part of it
+}
+
+func (r *s3Reader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = r.s.fail(r.ctx, "read", r.key, err)
+	}
+	return n, err
+}
+
+func (r *s3Reader) Close() error { return r.body.Close() }
+
+// Stat implements Store.
+func (s *S3Store) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+	name, err := s.object(key)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	oi, err := s.client.StatObject(ctx, s.bucket, name, minio.StatObjectOptions{})
+	if err != nil {
+		return ObjectInfo{}, s.fail(ctx, "stat", key, err)
+	}
+	return s.info(key, oi), nil
+}
+
+func (s *S3Store) info(key string, oi minio.ObjectInfo) ObjectInfo {
+	class := oi.StorageClass
+	if class == "" && oi.Headers != nil {
+		class = oi.Headers.Get("X-Amz-Storage-Class")
+	}
+	return ObjectInfo{
+		Key:          key,
+		Size:         oi.Size,
+		ETag:         trimETag(oi.ETag),
+		ModTime:      oi.LastModified,
+		StorageClass: storageClass(class),
+	}
+}
+
+func trimETag(etag string) string { return strings.Trim(etag, `"`) }
+
+// List implements Store.
+func (s *S3Store) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel() // stops the listing when fn fails
+	for oi := range s.client.ListObjectsIter(lctx, s.bucket, minio.ListObjectsOptions{
+		Prefix:    s.prefix + prefix,
+		Recursive: true,
+	}) {
+		if oi.Err != nil {
+			return s.fail(ctx, "list", prefix, oi.Err)
+		}
+		key, ok := strings.CutPrefix(oi.Key, s.prefix)
+		if !ok || key == "" || strings.HasSuffix(key, "/") {
+			continue // a directory marker made by another tool, not an object
+		}
+		if err := fn(s.info(key, oi)); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// Delete implements Store.
+func (s *S3Store) Delete(ctx context.Context, key string) error {
+	name, err := s.object(key)
+	if err != nil {
+		return err
+	}
+	if err := s.client.RemoveObject(ctx, s.bucket, name, minio.RemoveObjectOptions{}); err != nil {
+		if minio.ToErrorResponse(err).Code == "NoSuchKey" {
+			return nil // some S3 implementations answer 404 for a missing key
+		}
+		return s.fail(ctx, "delete", key, err)
+	}
+	return nil
+}
+
+// maxCopySize is the largest object a single CopyObject request copies.
+const maxCopySize = 5 << 30
+
+// Copy implements Store.
+func (s *S3Store) Copy(ctx context.Context, src, dst string, opts PutOptions) (ObjectInfo, error) {
+	srcName, err := s.object(src)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	dstName, err := s.object(dst)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	if opts.IfNoneMatch || opts.IfMatch != "" {
+		return s.copyThrough(ctx, src, dst, opts)
+	}
+	for attempt := 0; ; attempt++ {
+		from, err := s.Stat(ctx, src)
+		if err != nil {
+			return ObjectInfo{}, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+		}
+		if from.Size > maxCopySize {
+			return s.copyThrough(ctx, src, dst, opts)
+		}
+		// Copy exactly the version just statted, so the size reported is
+		// the size copied.
+		dstOpts := minio.CopyDestOptions{Bucket: s.bucket, Object: dstName}
+		// S3 does not carry the storage class over; name it, defaulting
+		// like a put does.
+		dstOpts.ReplaceMetadata = true
+		dstOpts.UserMetadata = map[string]string{"X-Amz-Storage-Class": storageClass(opts.StorageClass)}
+		up, err := s.client.CopyObject(ctx, dstOpts, minio.CopySrcOptions{
+			Bucket: s.bucket, Object: srcName, MatchETag: from.ETag,
+		})
+		if err != nil {
+			if minio.ToErrorResponse(err).StatusCode == http.StatusPreconditionFailed && attempt < 3 {
+				continue // the source changed since the stat
+			}
+			return ObjectInfo{}, s.fail(ctx, "copy "+src+" to", dst, err)
+		}
+		mod := up.LastModified
+		if mod.IsZero() {
+			mod = time.Now()
+		}
+		return ObjectInfo{
+			Key:          dst,
+			Size:         from.Size,
+			ETag:         trimETag(up.ETag),
+			ModTime:      mod,
+			StorageClass: storageClass(opts.StorageClass),
+		}, nil
+	}
+}
+
+// copyThrough copies by reading src and putting it to dst, which honours
+// the put conditions in opts.
+func (s *S3Store) copyThrough(ctx context.Context, src, dst string, opts PutOptions) (ObjectInfo, error) {
+	r, info, err := s.Get(ctx, src, 0, -1)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	defer r.Close()
+	return s.Put(ctx, dst, r, info.Size, opts)
+}
+
+// fail turns a minio-go error into a Store error: the sentinel it means,
+// whether it is retryable, and what to do about the common misconfigurations.
+func (s *S3Store) fail(ctx context.Context, op, key string, err error) *s3Error {
+	resp := minio.ToErrorResponse(err)
+	e := &s3Error{
+		op:        op,
+		where:     s.where(key),
+		status:    resp.StatusCode,
+		code:      resp.Code,
+		err:       err,
+		retryable: retryable(ctx.Err(), resp.StatusCode, resp.Code, err),
+	}
+	switch {
+	case resp.StatusCode == http.StatusPreconditionFailed || resp.Code == "PreconditionFailed":
+		e.kind = ErrPreconditionFailed
+	case resp.Code == "NoSuchBucket":
+		return s.bucketMissing(op, key)
+	case resp.Code == "NoSuchKey" || resp.StatusCode == http.StatusNotFound && key != "" && resp.Code == "":
+		e.kind = ErrNotFound
+	case resp.Code == "XMinioParentIsObject" || resp.Code == "XMinioObjectExistsAsDirectory" ||
+		resp.Code == "XMinioInvalidObjectName" || resp.Code == "KeyTooLongError":
+		e.kind = ErrInvalidKey
+	case resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch":
+		e.hint = fmt.Sprintf("check %s and %s", EnvAccessKeyID, EnvSecretAccessKey)
+	case resp.Code == "AccessDenied":
+		e.hint = fmt.Sprintf("the credentials in %s may not access bucket %s", EnvAccessKeyID, s.bucket)
+	}
+	return e
+}
+
+func (s *S3Store) bucketMissing(op, key string) *s3Error {
+	return &s3Error{
+		op:    op,
+		where: s.where(key),
+		kind:  ErrBucketNotFound,
+		err:   fmt.Errorf("bucket %s does not exist at %s; create it first", s.bucket, s.endpoint),
+		code:  "NoSuchBucket",
+	}
+}
+
+func (s *S3Store) where(key string) string {
+	if key == "" {
+		return s.url
+	}
+	return "s3://" + s.bucket + "/" + s.prefix + key
+}
+
+// s3Error is a failed S3 request: what was attempted, what it means for
+// the Store contract (kind), the underlying error, and whether repeating
+// it may help.
+type s3Error struct {
+	op, where string
+	kind      error // ErrNotFound, ErrPreconditionFailed, ...; nil if none
+	status    int
+	code      string
+	hint      string
+	err       error
+	retryable bool
+}
+
+func (e *s3Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "s3 %s %s: ", e.op, e.where)
+	if e.kind != nil && e.kind != ErrBucketNotFound {
+		fmt.Fprintf(&b, "%v: ", e.kind)
+	}
+	b.WriteString(e.err.Error())
+	if e.status != 0 {
+		fmt.Fprintf(&b, " (HTTP %d %s)", e.status, e.code)
+	}
+	if e.hint != "" {
+		b.WriteString("; " + e.hint)
+	}
+	return b.String()
+}
+
+func (e *s3Error) Unwrap() []error {
+	if e.kind != nil {
+		return []error{e.kind, e.err}
+	}
+	return []error{e.err}
+}
+
+// Retryable reports what IsRetryable answers for this error.
+func (e *s3Error) Retryable() bool { return e.retryable }

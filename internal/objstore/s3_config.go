@@ -1,0 +1,101 @@
+package objstore
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// The standard client variables S3ConfigFromEnv reads.
+const (
+	EnvEndpoint        = "AWS_ENDPOINT_URL"
+	EnvEndpointS3      = "AWS_ENDPOINT_URL_S3" // wins over AWS_ENDPOINT_URL, as in the AWS SDKs
+	EnvAccessKeyID     = "AWS_ACCESS_KEY_ID"
+	EnvSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+	EnvSessionToken    = "AWS_SESSION_TOKEN"
+	EnvRegion          = "AWS_REGION"
+	EnvDefaultRegion   = "AWS_DEFAULT_REGION" // used when AWS_REGION is unset
+
+	// DefaultRegion is the region requests are signed for when none is set.
+	DefaultRegion = "us-east-1"
+)
+
+// S3Config says how to reach an S3-compatible service. OpenS3 uses it as
+// given: build it with S3ConfigFromEnv and let flags override fields.
+type S3Config struct {
+	// Endpoint is the service URL, e.g. http://127.0.0.1:9000 or
+	// https://s3.eu-west-1.amazonaws.com; its scheme decides TLS. Custom
+	// endpoints (MinIO, ...) are addressed path-style
+	// (ENDPOINT/BUCKET/KEY), Amazon's virtual-host style.
+	Endpoint        string
+	AccessKeyID     string
+	SecretAccessKey string
+	SessionToken    string // optional
+	Region          string // "" means DefaultRegion
+
+	// MaxAttempts bounds the attempts of one idempotent request (GET,
+	// HEAD, LIST, DELETE, unconditional PUT and copy) on transient
+	// failures; 0 means 3. Conditional puts are attempted once: see
+	// IsRetryable.
+	MaxAttempts int
+	// PartSize is the part size of multipart uploads, which puts larger
+	// than it (or of unknown size) use; 0 means the client's default
+	// (16 MiB). S3 requires at least 5 MiB.
+	PartSize uint64
+	// Transport carries the requests; nil means a default HTTP transport.
+	Transport http.RoundTripper
+}
+
+// S3ConfigFromEnv reads the standard AWS client variables.
+func S3ConfigFromEnv() S3Config {
+	c := S3Config{
+		Endpoint:        os.Getenv(EnvEndpointS3),
+		AccessKeyID:     os.Getenv(EnvAccessKeyID),
+		SecretAccessKey: os.Getenv(EnvSecretAccessKey),
+		SessionToken:    os.Getenv(EnvSessionToken),
+		Region:          os.Getenv(EnvRegion),
+	}
+	if c.Endpoint == "" {
+		c.Endpoint = os.Getenv(EnvEndpoint)
+	}
+	if c.Region == "" {
+		c.Region = os.Getenv(EnvDefaultRegion)
+	}
+	return c
+}
+
+const minPartSize = 5 << 20
+
+// check validates the configuration and returns the endpoint URL.
+func (c S3Config) check() (*url.URL, error) {
+	if c.Endpoint == "" {
+		return nil, fmt.Errorf("no S3 endpoint: set %s (e.g. http://127.0.0.1:9000 for a local MinIO, https://s3.REGION.amazonaws.com for AWS)", EnvEndpoint)
+	}
+	u, err := url.Parse(c.Endpoint)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("S3 endpoint %q (%s): want http://HOST[:PORT] or https://HOST[:PORT]", c.Endpoint, EnvEndpoint)
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("S3 endpoint %q (%s): only a scheme, host and port are allowed; the bucket goes in the store URL (s3://BUCKET/PREFIX)", c.Endpoint, EnvEndpoint)
+	}
+	var missing []string
+	if c.AccessKeyID == "" {
+		missing = append(missing, EnvAccessKeyID)
+	}
+	if c.SecretAccessKey == "" {
+		missing = append(missing, EnvSecretAccessKey)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("no S3 credentials for %s: set %s", c.Endpoint, strings.Join(missing, " and "))
+	}
+	if c.MaxAttempts < 0 {
+		return nil, errors.New("S3 MaxAttempts must not be negative")
+	}
+	if c.PartSize != 0 && c.PartSize < minPartSize {
+		return nil, fmt.Errorf("S3 part size %d is below the 5 MiB minimum", c.PartSize)
+	}
+	return u, nil
+}

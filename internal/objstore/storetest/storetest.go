@@ -1,0 +1,586 @@
+// Package storetest is the conformance suite every objstore backend runs:
+// the Store contract the FileSystem and the fencing protocol rely on,
+// checked the same way against a directory and against a real S3 server.
+// Backend-specific behaviour (file layout, S3 prefixes) is tested beside
+// each backend.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/shale-rocks/shale/internal/objstore"
+)
+
+// Backend is the store implementation under test.
+type Backend struct {
+	// New returns an empty store for one test.
+	New func(t *testing.T) objstore.Store
+	// UniqueETags is set when every put gets a new ETag, even for
+	// identical content (the file store). S3 ETags are content hashes.
+	UniqueETags bool
+}
+
+// Run runs the whole suite, one subtest per property.
+func Run(t *testing.T, b Backend) {
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, Backend)
+	}{
+		{"ConditionalPut", testConditionalPut},
+		{"CreateOnlyRace", testCreateOnlyRace},
+		{"IfMatchRace", testIfMatchRace},
+		{"GetRangeStatListDelete", testGetRangeStatListDelete},
+		{"InfoAgrees", testInfoAgrees},
+		{"StorageClass", testStorageClass},
+		{"Copy", testCopy},
+		{"Missing", testMissing},
+		{"InvalidKeys", testInvalidKeys},
+		{"ListStops", testListStops},
+		{"Canceled", testCanceled},
+		{"LargeObject", testLargeObject},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
+	}
+}
+
+func put(t *testing.T, s objstore.Store, key, val string, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	t.Helper()
+	return s.Put(context.Background(), key, strings.NewReader(val), int64(len(val)), opts)
+}
+
+func mustPut(t *testing.T, s objstore.Store, key, val string, opts objstore.PutOptions) objstore.ObjectInfo {
+	t.Helper()
+	info, err := put(t, s, key, val, opts)
+	if err != nil {
+		t.Fatalf("put %s: %v", key, err)
+	}
+	return info
+}
+
+func read(t *testing.T, s objstore.Store, key string, off, n int64) string {
+	t.Helper()
+	r, _, err := s.Get(context.Background(), key, off, n)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func list(t *testing.T, s objstore.Store, prefix string) []objstore.ObjectInfo {
+	t.Helper()
+	var infos []objstore.ObjectInfo
+	if err := s.List(context.Background(), prefix, func(o objstore.ObjectInfo) error {
+		infos = append(infos, o)
+		return nil
+	}); err != nil {
+		t.Fatalf("list %q: %v", prefix, err)
+	}
+	return infos
+}
+
+func keys(infos []objstore.ObjectInfo) []string {
+	var ks []string
+	for _, o := range infos {
+		ks = append(ks, o.Key)
+	}
+	return ks
+}
+
+func testConditionalPut(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	first, err := put(t, s, "_shale/epoch/1", "a", objstore.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := put(t, s, "_shale/epoch/1", "b", objstore.PutOptions{IfNoneMatch: true}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("second create-only put: %v, want ErrPreconditionFailed", err)
+	}
+	if got := read(t, s, "_shale/epoch/1", 0, -1); got != "a" {
+		t.Fatalf("failed put changed the object to %q", got)
+	}
+
+	second, err := put(t, s, "_shale/epoch/1", "c", objstore.PutOptions{IfMatch: first.ETag})
+	if err != nil {
+		t.Fatalf("If-Match with the current etag: %v", err)
+	}
+	if second.ETag == first.ETag {
+		t.Fatal("replacement kept the old etag")
+	}
+	// A stale owner's etag does not match, even when it writes what the
+	// current owner wrote.
+	if _, err := put(t, s, "_shale/epoch/1", "c", objstore.PutOptions{IfMatch: first.ETag}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("If-Match with a stale etag: %v", err)
+	}
+	if got := read(t, s, "_shale/epoch/1", 0, -1); got != "c" {
+		t.Fatalf("failed If-Match put changed the object to %q", got)
+	}
+	if _, err := put(t, s, "missing", "x", objstore.PutOptions{IfMatch: first.ETag}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("If-Match on a missing key: %v", err)
+	}
+	_, err = s.Stat(ctx, "missing")
+	if !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("failed If-Match created the key: %v", err)
+	}
+	if objstore.IsRetryable(err) {
+		t.Fatalf("not found is retryable: %v", err)
+	}
+	_, err = put(t, s, "_shale/epoch/1", "d", objstore.PutOptions{IfNoneMatch: true})
+	if !errors.Is(err, objstore.ErrPreconditionFailed) || objstore.IsRetryable(err) {
+		t.Fatalf("create-only put over an existing key: %v (retryable %v), want a final ErrPreconditionFailed", err, objstore.IsRetryable(err))
+	}
+
+	if b.UniqueETags {
+		// The same content again still gets a new etag, so a stale
+		// owner's etag never matches.
+		third := mustPut(t, s, "_shale/epoch/1", "c", objstore.PutOptions{IfMatch: second.ETag})
+		if third.ETag == second.ETag {
+			t.Fatal("rewriting the same content kept the etag")
+		}
+		if _, err := put(t, s, "_shale/epoch/1", "c", objstore.PutOptions{IfMatch: second.ETag}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+			t.Fatalf("If-Match with a stale etag of identical content: %v", err)
+		}
+	}
+}
+
+// Many writers race to create one key: exactly one wins.
+func testCreateOnlyRace(t *testing.T, b Backend) {
+	s := b.New(t)
+	for round := 0; round < 20; round++ {
+		key := fmt.Sprintf("slot/%d", round)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		wins := 0
+		var winner string
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				_, err := put(t, s, key, fmt.Sprint(i), objstore.PutOptions{IfNoneMatch: true})
+				if err == nil {
+					mu.Lock()
+					wins++
+					winner = fmt.Sprint(i)
+					mu.Unlock()
+				} else if !errors.Is(err, objstore.ErrPreconditionFailed) {
+					t.Error(err)
+				}
+			}(i)
+		}
+		wg.Wait()
+		if wins != 1 {
+			t.Fatalf("round %d: %d writers won a create-only put", round, wins)
+		}
+		if got := read(t, s, key, 0, -1); got != winner {
+			t.Fatalf("round %d: slot holds %q, the winner wrote %q", round, got, winner)
+		}
+	}
+}
+
+// If-Match is a compare-and-swap: of concurrent swaps from one etag, one
+// wins. Every write is distinct content, as S3 ETags are content hashes.
+func testIfMatchRace(t *testing.T, b Backend) {
+	s := b.New(t)
+	cur := mustPut(t, s, "CURRENT", "0", objstore.PutOptions{})
+	for round := 0; round < 20; round++ {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var winners []objstore.ObjectInfo
+		var wrote []string
+		for i := 0; i < 6; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				val := fmt.Sprintf("%d-%d", round, i)
+				info, err := put(t, s, "CURRENT", val, objstore.PutOptions{IfMatch: cur.ETag})
+				if err == nil {
+					mu.Lock()
+					winners = append(winners, info)
+					wrote = append(wrote, val)
+					mu.Unlock()
+				} else if !errors.Is(err, objstore.ErrPreconditionFailed) {
+					t.Error(err)
+				}
+			}(i)
+		}
+		wg.Wait()
+		if len(winners) != 1 {
+			t.Fatalf("round %d: %d swaps won", round, len(winners))
+		}
+		if got := read(t, s, "CURRENT", 0, -1); got != wrote[0] {
+			t.Fatalf("round %d: CURRENT holds %q, the winner wrote %q", round, got, wrote[0])
+		}
+		cur = winners[0]
+	}
+}
+
+func testGetRangeStatListDelete(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	mustPut(t, s, "db/000001.sst", "0123456789", objstore.PutOptions{StorageClass: "REDUCED_REDUNDANCY"})
+	for _, k := range []string{"db/a.b", "db/a/b", "db/MANIFEST-000001/00000000000000000001", "other"} {
+		mustPut(t, s, k, k, objstore.PutOptions{})
+	}
+	if got := read(t, s, "db/000001.sst", 2, 3); got != "234" {
+		t.Fatalf("range read = %q", got)
+	}
+	if got := read(t, s, "db/000001.sst", 0, 1); got != "0" {
+		t.Fatalf("first byte = %q", got)
+	}
+	if got := read(t, s, "db/000001.sst", 3, -1); got != "3456789" {
+		t.Fatalf("read to end = %q", got)
+	}
+	if got := read(t, s, "db/000001.sst", 8, 100); got != "89" {
+		t.Fatalf("read past end = %q", got)
+	}
+	if got := read(t, s, "db/000001.sst", 10, 5); got != "" {
+		t.Fatalf("read at end = %q", got)
+	}
+	if got := read(t, s, "db/000001.sst", 20, 5); got != "" {
+		t.Fatalf("read beyond end = %q", got)
+	}
+	if got := read(t, s, "db/000001.sst", 20, -1); got != "" {
+		t.Fatalf("read beyond end to end = %q", got)
+	}
+	if got := read(t, s, "db/000001.sst", 4, 0); got != "" {
+		t.Fatalf("empty read = %q", got)
+	}
+	if _, _, err := s.Get(ctx, "db/000001.sst", -1, 2); err == nil {
+		t.Fatal("negative offset accepted")
+	}
+	// Get reports the whole object, not the range.
+	r, ginfo, err := s.Get(ctx, "db/000001.sst", 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if ginfo.Size != 10 || ginfo.Key != "db/000001.sst" || ginfo.StorageClass != "REDUCED_REDUNDANCY" {
+		t.Fatalf("ranged get info = %+v", ginfo)
+	}
+	r, ginfo, err = s.Get(ctx, "db/000001.sst", 20, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if ginfo.Size != 10 {
+		t.Fatalf("get beyond end info = %+v", ginfo)
+	}
+
+	info, err := s.Stat(ctx, "db/000001.sst")
+	if err != nil || info.Size != 10 || info.StorageClass != "REDUCED_REDUNDANCY" || info.Key != "db/000001.sst" || info.ModTime.IsZero() {
+		t.Fatalf("stat = %+v, %v", info, err)
+	}
+	if info, _ := s.Stat(ctx, "other"); info.StorageClass != "STANDARD" {
+		t.Fatalf("default storage class = %q", info.StorageClass)
+	}
+	if _, _, err := s.Get(ctx, "db/nope", 0, -1); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("get missing: %v", err)
+	}
+
+	want := "db/000001.sst db/MANIFEST-000001/00000000000000000001 db/a.b db/a/b"
+	if got := strings.Join(keys(list(t, s, "db/")), " "); got != want {
+		t.Fatalf("list db/ = %s\nwant       %s", got, want)
+	}
+	if got := strings.Join(keys(list(t, s, "db/a")), " "); got != "db/a.b db/a/b" {
+		t.Fatalf("list db/a = %s", got)
+	}
+	if got := strings.Join(keys(list(t, s, "db/MANIFEST-000001/")), " "); got != "db/MANIFEST-000001/00000000000000000001" {
+		t.Fatalf("list db/MANIFEST-000001/ = %s", got)
+	}
+	if got := list(t, s, "nothing/"); len(got) != 0 {
+		t.Fatalf("list of an absent prefix = %v", got)
+	}
+	if got := list(t, s, "db/000001.sst"); len(got) != 1 || got[0].Size != 10 {
+		t.Fatalf("list of a full key = %+v", got)
+	}
+	if got := len(list(t, s, "")); got != 5 {
+		t.Fatalf("list of everything has %d keys (reserved files leaked?)", got)
+	}
+
+	if err := s.Delete(ctx, "db/MANIFEST-000001/00000000000000000001"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "db/MANIFEST-000001/00000000000000000001"); err != nil {
+		t.Fatalf("deleting a missing key: %v", err)
+	}
+	if _, err := s.Stat(ctx, "db/MANIFEST-000001/00000000000000000001"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("stat after delete: %v", err)
+	}
+	if got := strings.Join(keys(list(t, s, "db/")), " "); got != "db/000001.sst db/a.b db/a/b" {
+		t.Fatalf("list after delete = %s", got)
+	}
+
+	c, err := s.Copy(ctx, "db/000001.sst", "db/000002.sst", objstore.PutOptions{IfNoneMatch: true})
+	if err != nil || c.Size != 10 {
+		t.Fatalf("copy: %+v %v", c, err)
+	}
+	if _, err := s.Copy(ctx, "db/000001.sst", "db/000002.sst", objstore.PutOptions{IfNoneMatch: true}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("create-only copy over an existing key: %v", err)
+	}
+}
+
+// The info a put returns is the info every later read reports, so an owner
+// can use Put's ETag for its next If-Match.
+func testInfoAgrees(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	p := mustPut(t, s, "dir/obj", "hello", objstore.PutOptions{IfNoneMatch: true})
+	if p.Key != "dir/obj" || p.Size != 5 || p.ETag == "" || p.StorageClass != "STANDARD" || p.ModTime.IsZero() {
+		t.Fatalf("put info = %+v", p)
+	}
+	st, err := s.Stat(ctx, "dir/obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, g, err := s.Get(ctx, "dir/obj", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	l := list(t, s, "dir/")
+	if len(l) != 1 {
+		t.Fatalf("list = %+v", l)
+	}
+	for name, o := range map[string]objstore.ObjectInfo{"stat": st, "get": g, "list": l[0]} {
+		if o.Key != p.Key || o.Size != p.Size || o.ETag != p.ETag || o.StorageClass != p.StorageClass || o.ModTime.IsZero() {
+			t.Errorf("%s info = %+v, put returned %+v", name, o, p)
+		}
+	}
+	// An unknown size is allowed.
+	u, err := s.Put(ctx, "dir/unsized", strings.NewReader("abc"), -1, objstore.PutOptions{})
+	if err != nil || u.Size != 3 {
+		t.Fatalf("put of unknown size: %+v, %v", u, err)
+	}
+	if got := read(t, s, "dir/unsized", 0, -1); got != "abc" {
+		t.Fatalf("unsized object = %q", got)
+	}
+	// An empty object is an object.
+	e := mustPut(t, s, "dir/empty", "", objstore.PutOptions{IfNoneMatch: true})
+	if e.Size != 0 {
+		t.Fatalf("empty put info = %+v", e)
+	}
+	if got := read(t, s, "dir/empty", 0, -1); got != "" {
+		t.Fatalf("empty object = %q", got)
+	}
+	if got := read(t, s, "dir/empty", 0, 10); got != "" {
+		t.Fatalf("range of empty object = %q", got)
+	}
+}
+
+func testStorageClass(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	rrs := objstore.PutOptions{StorageClass: "REDUCED_REDUNDANCY"}
+	if p := mustPut(t, s, "wal/1", "x", rrs); p.StorageClass != "REDUCED_REDUNDANCY" {
+		t.Fatalf("put info class = %q", p.StorageClass)
+	}
+	mustPut(t, s, "wal/2", "y", objstore.PutOptions{StorageClass: "STANDARD"})
+	mustPut(t, s, "wal/3", "z", objstore.PutOptions{})
+	want := map[string]string{"wal/1": "REDUCED_REDUNDANCY", "wal/2": "STANDARD", "wal/3": "STANDARD"}
+	for k, class := range want {
+		if info, err := s.Stat(ctx, k); err != nil || info.StorageClass != class {
+			t.Errorf("stat %s = %+v, %v; want class %s", k, info, err, class)
+		}
+	}
+	for _, o := range list(t, s, "wal/") {
+		if o.StorageClass != want[o.Key] {
+			t.Errorf("list %s class = %q, want %s", o.Key, o.StorageClass, want[o.Key])
+		}
+	}
+	// Replacing an object replaces its class.
+	mustPut(t, s, "wal/1", "x", objstore.PutOptions{})
+	if info, _ := s.Stat(ctx, "wal/1"); info.StorageClass != "STANDARD" {
+		t.Fatalf("class after an unclassed overwrite = %q", info.StorageClass)
+	}
+}
+
+func testCopy(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	src := mustPut(t, s, "src", "payload", objstore.PutOptions{StorageClass: "REDUCED_REDUNDANCY"})
+
+	c, err := s.Copy(ctx, "src", "dst/plain", objstore.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Key != "dst/plain" || c.Size != 7 || c.StorageClass != "STANDARD" || c.ETag == "" {
+		t.Fatalf("copy info = %+v", c)
+	}
+	if st, err := s.Stat(ctx, "dst/plain"); err != nil || st.ETag != c.ETag || st.StorageClass != "STANDARD" || st.Size != 7 {
+		t.Fatalf("stat of copy = %+v, %v; copy returned %+v", st, err, c)
+	}
+	if got := read(t, s, "dst/plain", 0, -1); got != "payload" {
+		t.Fatalf("copy holds %q", got)
+	}
+
+	c, err = s.Copy(ctx, "src", "dst/rrs", objstore.PutOptions{StorageClass: "REDUCED_REDUNDANCY"})
+	if err != nil || c.StorageClass != "REDUCED_REDUNDANCY" {
+		t.Fatalf("copy with a class: %+v, %v", c, err)
+	}
+	if st, _ := s.Stat(ctx, "dst/rrs"); st.StorageClass != "REDUCED_REDUNDANCY" {
+		t.Fatalf("copy class = %q", st.StorageClass)
+	}
+
+	// Copy over an existing object, and conditional copies.
+	if _, err := s.Copy(ctx, "src", "dst/plain", objstore.PutOptions{}); err != nil {
+		t.Fatalf("copy over an existing key: %v", err)
+	}
+	mustPut(t, s, "target", "old", objstore.PutOptions{})
+	if _, err := s.Copy(ctx, "src", "target", objstore.PutOptions{IfMatch: src.ETag}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("copy with a wrong If-Match: %v", err)
+	}
+	if got := read(t, s, "target", 0, -1); got != "old" {
+		t.Fatalf("failed conditional copy changed the target to %q", got)
+	}
+	cur, _ := s.Stat(ctx, "target")
+	if _, err := s.Copy(ctx, "src", "target", objstore.PutOptions{IfMatch: cur.ETag}); err != nil {
+		t.Fatalf("copy with the current If-Match: %v", err)
+	}
+	if got := read(t, s, "target", 0, -1); got != "payload" {
+		t.Fatalf("conditional copy left %q", got)
+	}
+	if _, err := s.Copy(ctx, "src", "fresh", objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatalf("create-only copy to a new key: %v", err)
+	}
+	if _, err := s.Copy(ctx, "nope", "other", objstore.PutOptions{}); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("copy of a missing key: %v", err)
+	}
+	if _, err := s.Stat(ctx, "other"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("failed copy created its target: %v", err)
+	}
+}
+
+func testMissing(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	// An untouched store: nothing exists, and nothing fails.
+	if got := list(t, s, ""); len(got) != 0 {
+		t.Fatalf("new store lists %v", keys(got))
+	}
+	if _, err := s.Stat(ctx, "a/b"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("stat missing: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "a/b", 0, -1); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("get missing: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "a/b", 5, 5); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("ranged get missing: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "a/b", 0, 0); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("empty get missing: %v", err)
+	}
+	if err := s.Delete(ctx, "a/b"); err != nil {
+		t.Fatalf("delete missing: %v", err)
+	}
+	// A prefix of a key is not a key.
+	mustPut(t, s, "a/b/c", "x", objstore.PutOptions{})
+	if _, err := s.Stat(ctx, "a/b"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("stat of a key's parent: %v", err)
+	}
+	if err := s.Delete(ctx, "a/b"); err != nil {
+		t.Fatalf("delete of a key's parent: %v", err)
+	}
+	if got := read(t, s, "a/b/c", 0, -1); got != "x" {
+		t.Fatalf("deleting a parent changed the key: %q", got)
+	}
+}
+
+func testInvalidKeys(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	mustPut(t, s, "ok", "x", objstore.PutOptions{})
+	for _, k := range []string{"", "/abs", "a//b", "../x", "a/./b", "a/..", "dir/"} {
+		if _, err := put(t, s, k, "v", objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Errorf("put %q: %v, want ErrInvalidKey", k, err)
+		}
+		if _, _, err := s.Get(ctx, k, 0, -1); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Errorf("get %q: %v, want ErrInvalidKey", k, err)
+		}
+		if _, err := s.Stat(ctx, k); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Errorf("stat %q: %v, want ErrInvalidKey", k, err)
+		}
+		if err := s.Delete(ctx, k); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Errorf("delete %q: %v, want ErrInvalidKey", k, err)
+		}
+		if _, err := s.Copy(ctx, "ok", k, objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Errorf("copy to %q: %v, want ErrInvalidKey", k, err)
+		}
+		if _, err := s.Copy(ctx, k, "ok2", objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Errorf("copy from %q: %v, want ErrInvalidKey", k, err)
+		}
+		if _, err := put(t, s, k, "v", objstore.PutOptions{}); objstore.IsRetryable(err) {
+			t.Errorf("put %q: %v is retryable", k, err)
+		}
+	}
+	if got := keys(list(t, s, "")); len(got) != 1 || got[0] != "ok" {
+		t.Fatalf("after rejected writes the store lists %v", got)
+	}
+}
+
+func testListStops(t *testing.T, b Backend) {
+	s := b.New(t)
+	for i := 0; i < 5; i++ {
+		mustPut(t, s, fmt.Sprintf("k/%d", i), "v", objstore.PutOptions{})
+	}
+	stop := errors.New("enough")
+	var seen []string
+	err := s.List(context.Background(), "k/", func(o objstore.ObjectInfo) error {
+		seen = append(seen, o.Key)
+		if len(seen) == 2 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || strings.Join(seen, " ") != "k/0 k/1" {
+		t.Fatalf("list stopped with %v after %v", err, seen)
+	}
+}
+
+func testCanceled(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Put(ctx, "k", strings.NewReader("v"), 1, objstore.PutOptions{IfNoneMatch: true})
+	if err == nil {
+		t.Fatal("put with a canceled context succeeded")
+	}
+	if !errors.Is(err, context.Canceled) || objstore.IsRetryable(err) {
+		t.Fatalf("put with a canceled context: %v (retryable %v), want context.Canceled, not retryable", err, objstore.IsRetryable(err))
+	}
+	if _, err := s.Stat(context.Background(), "k"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("canceled put created the key: %v", err)
+	}
+}
+
+func testLargeObject(t *testing.T, b Backend) {
+	s := b.New(t)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	info, err := s.Put(context.Background(), "big", bytes.NewReader(big), int64(len(big)), objstore.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size != int64(len(big)) {
+		t.Fatalf("size = %d", info.Size)
+	}
+	if got := read(t, s, "big", int64(len(big))-16, -1); got != "0123456789abcdef" {
+		t.Fatalf("tail = %q", got)
+	}
+	if got := read(t, s, "big", 1<<19+3, 5); got != "34567" {
+		t.Fatalf("middle = %q", got)
+	}
+	if got := read(t, s, "big", 0, -1); got != string(big) {
+		t.Fatal("whole object differs")
+	}
+}

@@ -1,0 +1,197 @@
+package shalefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shale-rocks/shale/internal/objstore"
+)
+
+func TestChooseEpoch(t *testing.T) {
+	for _, tc := range []struct {
+		existing  []uint64
+		requested uint64
+		want      uint64
+		stale     bool
+	}{
+		{nil, 0, 1, false},
+		{nil, 7, 7, false},
+		{[]uint64{1, 2}, 0, 3, false},
+		{[]uint64{1, 5, 2}, 6, 6, false},
+		{[]uint64{1, 5, 2}, 9, 9, false},
+		{[]uint64{1, 5, 2}, 5, 0, true}, // equal is not above
+		{[]uint64{1, 5, 2}, 3, 0, true},
+	} {
+		got, err := chooseEpoch(tc.existing, tc.requested)
+		var se *ErrStaleEpoch
+		if tc.stale != errors.As(err, &se) || got != tc.want {
+			t.Errorf("chooseEpoch(%v, %d) = %d, %v", tc.existing, tc.requested, got, err)
+		}
+		if tc.stale && (se.Requested != tc.requested || se.Highest != 5) {
+			t.Errorf("stale error names %d and %d", se.Requested, se.Highest)
+		}
+	}
+}
+
+func TestHigherEpoch(t *testing.T) {
+	for _, tc := range []struct {
+		existing []uint64
+		mine     uint64
+		want     uint64
+	}{
+		{[]uint64{1}, 1, 0},
+		{[]uint64{1, 2}, 1, 2},
+		{[]uint64{1, 3, 2}, 2, 3},
+		{[]uint64{4}, 5, 0},
+	} {
+		if got := higherEpoch(tc.existing, tc.mine); got != tc.want {
+			t.Errorf("higherEpoch(%v, %d) = %d, want %d", tc.existing, tc.mine, got, tc.want)
+		}
+	}
+}
+
+func segs(sizes ...int64) []segment {
+	var s []segment
+	for i, n := range sizes {
+		if n >= 0 {
+			s = append(s, segment{seq: uint64(i + 1), size: n})
+		}
+	}
+	return s
+}
+
+func TestBuildLogVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		segs       []segment
+		sealed     bool
+		sealSeq    uint64
+		lastSeq    uint64
+		size       int64
+		data       int
+		contiguous bool
+	}{
+		{"open log", segs(10, 20, 30), false, 0, 3, 60, 3, true},
+		{"sealed", segs(10, 20, 0), true, 3, 3, 30, 2, true},
+		// A stale owner's append lost to the seal: anything past the first
+		// seal is not part of the log.
+		{"data after a seal", segs(10, 0, 5), true, 2, 3, 10, 1, true},
+		{"double seal", segs(10, 0, 0), true, 2, 3, 10, 1, true},
+		{"only a seal", segs(0), true, 1, 1, 0, 0, true},
+		{"gap", segs(10, -1, 30), false, 0, 3, 40, 2, false},
+		{"empty", nil, false, 0, 0, 0, 0, true},
+	} {
+		v := buildLogVersion(1, tc.segs)
+		if v.sealed != tc.sealed || v.sealSeq != tc.sealSeq || v.lastSeq != tc.lastSeq || v.size != tc.size ||
+			len(v.segments) != tc.data || v.contiguous() != tc.contiguous {
+			t.Errorf("%s: %+v", tc.name, v)
+		}
+	}
+}
+
+func TestChooseLogVersion(t *testing.T) {
+	v := func(epoch uint64, sizes ...int64) logVersion { return buildLogVersion(epoch, segs(sizes...)) }
+	for _, tc := range []struct {
+		name     string
+		versions []logVersion
+		want     uint64 // epoch; 0: none
+	}{
+		{"one", []logVersion{v(1, 5, 0)}, 1},
+		// A deposed owner re-created a name the new owner also allocated:
+		// the higher epoch's is the log.
+		{"collision", []logVersion{v(1, 5, 0), v(2, 7)}, 2},
+		{"collision reversed", []logVersion{v(3, 7), v(2, 5, 0)}, 3},
+		// Data segments deleted after the grace period, seal kept: no log.
+		{"deleted", []logVersion{v(1, 0)}, 0},
+		{"deleted newer, older with data", []logVersion{v(1, 4, 0), v(2, 0)}, 1},
+	} {
+		got, ok := chooseLogVersion(tc.versions)
+		if (tc.want == 0) == ok || (ok && got.epoch != tc.want) {
+			t.Errorf("%s: chose %+v (found %v), want epoch %d", tc.name, got, ok, tc.want)
+		}
+	}
+}
+
+func TestKindAndKeys(t *testing.T) {
+	for name, want := range map[string]Kind{
+		"000012.sst": KindTable, "000012.blob": KindTable, "000011.log": KindLog, "MANIFEST-000005": KindLog,
+		"CURRENT": KindCurrent, "IDENTITY": KindObject, "OPTIONS-000007": KindObject,
+		"OPTIONS-000007.dbtmp": KindLocal, "000001.dbtmp": KindLocal, "LOCK": KindLocal, "LOG": KindLocal,
+		"LOG.old.123": KindLocal, "SHALE-OWNER.lock": KindLocal, "x.log": KindLocal, "_shale": KindLocal,
+	} {
+		if got := KindOf(name); got != want {
+			t.Errorf("KindOf(%q) = %s, want %s", name, got, want)
+		}
+	}
+	if n, e, s, ok := parseSegmentKey(segmentKey("000011.log", 3, 42)); !ok || n != "000011.log" || e != 3 || s != 42 {
+		t.Errorf("segment key round trip: %s %d %d %v", n, e, s, ok)
+	}
+	if n, e, ok := parseObjectKey(objectKey("000012.sst", 9)); !ok || n != "000012.sst" || e != 9 {
+		t.Errorf("object key round trip: %s %d %v", n, e, ok)
+	}
+	if n, e, ok := parseTrashKey(trashKey("MANIFEST-000005", 2)); !ok || n != "MANIFEST-000005" || e != 2 {
+		t.Errorf("trash key round trip: %s %d %v", n, e, ok)
+	}
+	if e, ok := parseEpochKey(epochKey(12)); !ok || e != 12 {
+		t.Errorf("epoch key round trip: %d %v", e, ok)
+	}
+	for _, k := range []string{epochKey(1), trashKey("000011.log", 1), releasedKey(1), "CURRENT", "000011.log/1/2", "notes.txt/" + fmt.Sprintf("%020d", 1)} {
+		if _, _, _, ok := parseSegmentKey(k); ok {
+			t.Errorf("%q parsed as a segment", k)
+		}
+		if _, _, ok := parseObjectKey(k); ok {
+			t.Errorf("%q parsed as an object", k)
+		}
+	}
+}
+
+func TestFenceErrors(t *testing.T) {
+	if got := (&ErrFenced{Epoch: 1, By: 2}).Error(); got != "fenced: epoch 1 superseded by 2" {
+		t.Errorf("fence message %q", got)
+	}
+	want := "epoch 1 is not above epoch 2 already taken in storage; refusing to open (a newer owner exists: pass --epoch greater than 2 to take over)"
+	if got := (&ErrStaleEpoch{Requested: 1, Highest: 2}).Error(); got != want {
+		t.Errorf("stale message %q", got)
+	}
+}
+
+func TestPolicyRetries(t *testing.T) {
+	p := policy{Attempt: 20 * time.Millisecond, Total: time.Second}
+	// An attempt that times out is retried even if the error it returns
+	// does not say it is retryable.
+	calls := 0
+	err := p.do(context.Background(), func(ctx context.Context) error {
+		calls++
+		if calls < 3 {
+			<-ctx.Done()
+			return errors.New("list: context deadline exceeded (as some clients report it)")
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("timed-out attempts: %v after %d calls", err, calls)
+	}
+	// A failed condition is final at once.
+	calls = 0
+	err = p.do(context.Background(), func(ctx context.Context) error {
+		calls++
+		return fmt.Errorf("put: %w", objstore.ErrPreconditionFailed)
+	})
+	if !errors.Is(err, objstore.ErrPreconditionFailed) || calls != 1 {
+		t.Fatalf("precondition: %v after %d calls", err, calls)
+	}
+	// A retryable error past the budget comes back marked retryable, so
+	// RocksDB's error handler resumes later.
+	calls = 0
+	err = (policy{Attempt: 10 * time.Millisecond, Total: 200 * time.Millisecond}).do(context.Background(), func(ctx context.Context) error {
+		calls++
+		return &ioError{err: errors.New("connection refused"), retry: true}
+	})
+	var r interface{ Retryable() bool }
+	if !errors.As(err, &r) || !r.Retryable() || calls < 2 {
+		t.Fatalf("budget exhausted: %v (retryable %v) after %d calls", err, r != nil && r.Retryable(), calls)
+	}
+}
