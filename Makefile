@@ -11,6 +11,13 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 export PATH := $(BIN):$(PATH)
 
 .PHONY: help deps build test stress bench-storage dev generate lint clean
+.PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
+
+# Kubernetes tooling is built from Go modules into a cache outside the repo
+# (hack/k8s-binaries.sh); envtest finds kube-apiserver and etcd here.
+KUBEBUILDER_ASSETS = $(shell hack/envtest-assets.sh --print)
+KIND_CLUSTER ?= shale
+export KIND_CLUSTER
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -22,8 +29,8 @@ build: ## build bin/shale and bin/shale-operator
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale ./cmd/shale
 	CGO_ENABLED=0 go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale-operator ./cmd/shale-operator
 
-test: deps ## install dependencies, then run every test
-	go test $(GO_TEST_FLAGS) ./...
+test: deps envtest-assets ## install dependencies and envtest binaries, then run every test
+	KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS) go test $(GO_TEST_FLAGS) ./...
 
 stress: deps ## long fencing race: STRESS_ROUNDS rounds of takeover under concurrent synced writes
 	SHALE_STRESS_ROUNDS=$${STRESS_ROUNDS:-2000} go test -count=1 -timeout 120m -run 'TestFencingRace' -v ./primary/ 2>&1 | grep -vE 'level=|INFO|ERROR this owner'
@@ -47,6 +54,34 @@ lint: ## gofmt, go vet, and a check that generated code is up to date
 	go vet ./...
 	$(MAKE) --no-print-directory generate
 	git diff --exit-code -- api/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
+
+docker: ## make sure a dockerd that can run privileged containers is up (installs docker.io)
+	hack/docker.sh
+
+k8s-binaries: ## build kubelet, kubeadm, kubectl, control plane, etcd, CoreDNS, crictl, kind, helm (cached)
+	hack/k8s-binaries.sh
+
+envtest-assets: ## lay out kube-apiserver, etcd, kubectl for envtest (cached; no docker needed)
+	hack/envtest-assets.sh
+
+kind-node-image: docker ## assemble the kind node image offline (rebuilt only when its inputs change)
+	hack/node-image.sh
+
+images: docker deps build ## build Shale's images: shale-operator, shale, minio (tagged with the git revision)
+	hack/images.sh
+
+kind-up: kind-node-image images ## create the kind cluster KIND_CLUSTER (default shale) and load Shale's images
+	hack/kind.sh up
+	hack/kind.sh load
+
+kind-load: images ## load Shale's images into the running cluster
+	hack/kind.sh load
+
+kind-down: ## delete the kind cluster KIND_CLUSTER
+	hack/kind.sh down
+
+kind-smoke: kind-node-image images ## create a cluster, run shale and minio pods, check a Service, delete it
+	hack/kind-smoke.sh
 
 clean: ## remove built binaries (never data: DEV_DATA is kept)
 	rm -rf $(BIN)/shale $(BIN)/shale-operator
