@@ -20,7 +20,7 @@ KIND_CLUSTER ?= shale
 export KIND_CLUSTER
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
 
 deps: ## install every build and test dependency (apt, Go tools, MinIO)
 	hack/install-deps.sh
@@ -39,7 +39,7 @@ bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on M
 	hack/bench-storage.sh
 
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
-	$(BIN)/shale dev --data
+	$(BIN)/shale dev --data $(DEV_DATA)
 
 generate: ## regenerate protobuf/gRPC code (committed)
 	protoc --proto_path=. \
