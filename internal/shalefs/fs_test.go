@@ -2,6 +2,7 @@ package shalefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -238,4 +239,66 @@ func TestBoundedCacheReadsRemotely(t *testing.T) {
 	if n := dirTableBytes(t, c2); n > budget {
 		t.Fatalf("after compaction the cache holds %d bytes of tables, budget %d", n, budget)
 	}
+}
+
+// A stale owner that appends to its WAL as fast as it can while a new
+// owner lists and seals it: the seal still lands, the writer stops at it,
+// and every segment the writer got acknowledged is in the sealed log.
+func TestSealRacesFastWriter(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		put := func(key string, data []byte) error {
+			_, err := store.Put(ctx, key, strings.NewReader(string(data)), int64(len(data)), objstore.PutOptions{IfNoneMatch: true})
+			return err
+		}
+		// Epoch 1 owns a database whose WAL already has many segments.
+		if err := put(epochKey(1), []byte(`{"epoch":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		const wal = "000009.log"
+		seq := uint64(0)
+		for ; seq < 300; seq++ {
+			if err := put(segmentKey(wal, 1, seq+1), []byte(fmt.Sprint(seq+1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var acked atomic.Uint64
+		acked.Store(seq)
+		stopped := make(chan error, 1)
+		go func() {
+			for s := seq + 1; ; s++ {
+				if err := put(segmentKey(wal, 1, s), []byte(fmt.Sprint(s))); err != nil {
+					stopped <- err
+					return
+				}
+				acked.Store(s)
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+		f, err := Open(ctx, Config{Store: store, CacheDir: filepath.Join(t.TempDir(), "c"), Epoch: 2, Lease: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Stop()
+		select {
+		case err := <-stopped:
+			if !errors.Is(err, objstore.ErrPreconditionFailed) {
+				t.Fatalf("writer stopped with %v, want a failed condition", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stale writer is still appending 10s after the new owner opened")
+		}
+		st := f.files[wal]
+		if st == nil {
+			t.Fatal("the WAL is not in the new owner's listing")
+		}
+		if got := uint64(len(st.segments)); got != acked.Load() {
+			t.Fatalf("sealed log has %d segments, the writer had %d acknowledged", got, acked.Load())
+		}
+		t.Logf("%s: writer got %d segments acknowledged (300 before the takeover); all in the sealed log", loc.Name, acked.Load())
+	})
 }

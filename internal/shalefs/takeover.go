@@ -240,38 +240,75 @@ func (f *FS) sealAndList(ctx context.Context) error {
 }
 
 // sealVersion lists one log version and, unless it is sealed already or
-// is this owner's, writes a seal at its next slot. If a stale owner won
-// that slot, its segment belongs to the log: seal the next slot.
+// is this owner's, seals it: an empty segment created with If-None-Match at
+// a slot after its last segment. A stale owner may still be appending, one
+// slot after another, while the (possibly long) listing runs; re-listing
+// after every lost slot could chase it forever. So a lost slot is skipped
+// with a growing stride until a seal lands, and then every slot below it is
+// taken in order: each attempt either seals there (the log ends there; the
+// writer, which goes slot by slot, can go no further) or finds the writer's
+// segment (part of the log). Once every slot up to the first seal is
+// taken, one listing reads the final log.
 func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVersion, error) {
+	v, err := f.listVersion(ctx, name, epoch)
+	if err != nil || v.sealed || epoch >= f.epoch {
+		return v, err
+	}
 	pol := f.background()
-	for {
-		var objs []objstore.ObjectInfo
-		if err := pol.do(ctx, func(ctx context.Context) (err error) {
-			objs, err = f.list(ctx, segmentPrefix(name, epoch), "open")
-			return err
-		}); err != nil {
-			return logVersion{}, err
-		}
-		var segs []segment
-		for _, o := range objs {
-			if _, _, seq, ok := parseSegmentKey(o.Key); ok {
-				segs = append(segs, segment{seq: seq, size: o.Size})
-			}
-		}
-		v := buildLogVersion(epoch, segs)
-		if v.sealed || epoch >= f.epoch {
-			return v, nil
-		}
-		slot := v.lastSeq + 1
+	seal := func(slot uint64) (bool, error) {
 		err := pol.do(ctx, func(ctx context.Context) error {
 			_, err := f.put(ctx, segmentKey(name, epoch, slot), name, "open", nil, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
 			return err
 		})
-		if err != nil && !errors.Is(err, objstore.ErrPreconditionFailed) {
-			return logVersion{}, fmt.Errorf("seal %s (epoch %d): %w", name, epoch, err)
+		if errors.Is(err, objstore.ErrPreconditionFailed) {
+			return false, nil
 		}
-		// Sealed by us, or grown by the stale owner: list it again.
+		if err != nil {
+			return false, fmt.Errorf("seal %s (epoch %d): %w", name, epoch, err)
+		}
+		return true, nil
 	}
+	taken := v.lastSeq // every slot up to here holds a segment
+	slot, stride := taken+1, uint64(1)
+	for {
+		won, err := seal(slot)
+		if err != nil {
+			return logVersion{}, err
+		}
+		if won {
+			break
+		}
+		taken = slot
+		slot, stride = slot+stride, min(stride*2, 1<<16)
+	}
+	for s := taken + 1; s < slot; s++ {
+		won, err := seal(s)
+		if err != nil {
+			return logVersion{}, err
+		}
+		if won {
+			break // the log ends at its first seal
+		}
+	}
+	return f.listVersion(ctx, name, epoch)
+}
+
+// listVersion reads one log version's segments.
+func (f *FS) listVersion(ctx context.Context, name string, epoch uint64) (logVersion, error) {
+	var objs []objstore.ObjectInfo
+	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
+		objs, err = f.list(ctx, segmentPrefix(name, epoch), "open")
+		return err
+	}); err != nil {
+		return logVersion{}, err
+	}
+	var segs []segment
+	for _, o := range objs {
+		if _, _, seq, ok := parseSegmentKey(o.Key); ok {
+			segs = append(segs, segment{seq: seq, size: o.Size})
+		}
+	}
+	return buildLogVersion(epoch, segs), nil
 }
 
 // takeCurrent re-writes CURRENT with its own content under If-Match, so
