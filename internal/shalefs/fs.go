@@ -596,21 +596,38 @@ func (f *FS) Fetch(name, activity string) error {
 	return writeFileAtomic(f.localPath(name), data)
 }
 
+// readLog reassembles a log from its segments, fetching up to eight at a
+// time (a busy WAL has one segment per synced write group).
 func (f *FS) readLog(ctx context.Context, name string, st *file, activity string) ([]byte, error) {
 	st.mu.Lock()
 	segs := append([]segment(nil), st.segments...)
-	epoch := st.epoch
+	epoch, size := st.epoch, st.size
 	st.mu.Unlock()
+	parts := make([][]byte, len(segs))
+	errs := make([]error, len(segs))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, s := range segs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int, s segment) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			b, _, err := f.get(ctx, segmentKey(name, epoch, s.seq), name, activity)
+			if err == nil && int64(len(b)) != s.size {
+				err = fmt.Errorf("segment %d of %s is %d bytes, expected %d", s.seq, name, len(b), s.size)
+			}
+			parts[i], errs[i] = b, err
+		}(i, s)
+	}
+	wg.Wait()
 	var buf bytes.Buffer
-	for _, s := range segs {
-		b, _, err := f.get(ctx, segmentKey(name, epoch, s.seq), name, activity)
-		if err != nil {
-			return nil, err
+	buf.Grow(int(size))
+	for i := range parts {
+		if errs[i] != nil {
+			return nil, errs[i]
 		}
-		if int64(len(b)) != s.size {
-			return nil, fmt.Errorf("segment %d of %s is %d bytes, expected %d", s.seq, name, len(b), s.size)
-		}
-		buf.Write(b)
+		buf.Write(parts[i])
 	}
 	return buf.Bytes(), nil
 }
