@@ -39,8 +39,10 @@ func startOwner(t *testing.T, db string, epoch uint64) (*owner, error) {
 
 // blindOwner never re-confirms its ownership in the background, so only the
 // object store's conditional writes can stop it: what fencing relies on.
+// Its deleted files go after a second, so long runs exercise physical
+// deletes too and the store does not pile up an hour of takeovers.
 func blindOwner(epoch uint64) shalefs.Config {
-	return shalefs.Config{Epoch: epoch, Lease: 100 * time.Millisecond, ConfirmEvery: time.Hour}
+	return shalefs.Config{Epoch: epoch, Lease: 100 * time.Millisecond, ConfirmEvery: time.Hour, DeleteGrace: time.Second}
 }
 
 func startOwnerWith(t *testing.T, db string, sc shalefs.Config) (*owner, error) {
