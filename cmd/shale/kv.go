@@ -49,6 +49,15 @@ func newKVCommand(name, synopsis string, stderr io.Writer) *kvCommand {
 	return c
 }
 
+// args parses the command's flags and checks its positional arguments.
+func (c *kvCommand) args(args []string, names ...string) ([]string, error) {
+	pos, err := parse(c.fs, args)
+	if err != nil {
+		return nil, err
+	}
+	return pos, wantArgs(c.fs, pos, names...)
+}
+
 // call dials the server and runs fn with a deadline.
 func (c *kvCommand) call(fn func(ctx context.Context, kv kvv1.KVClient) error) error {
 	conn, err := grpc.NewClient(c.addr,
@@ -83,11 +92,8 @@ func runKV(args []string, stdout, stderr io.Writer) error {
 	case "put":
 		c := newKVCommand("put", "put KEY VALUE [--sync=false]", stderr)
 		sync := c.fs.Bool("sync", true, "wait until the write is durable")
-		pos, err := parse(c.fs, args)
+		pos, err := c.args(args, "KEY", "VALUE")
 		if err != nil {
-			return err
-		}
-		if err := wantArgs(c.fs, pos, "KEY", "VALUE"); err != nil {
 			return err
 		}
 		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
@@ -96,11 +102,8 @@ func runKV(args []string, stdout, stderr io.Writer) error {
 		})
 	case "get":
 		c := newKVCommand("get", "get KEY", stderr)
-		pos, err := parse(c.fs, args)
+		pos, err := c.args(args, "KEY")
 		if err != nil {
-			return err
-		}
-		if err := wantArgs(c.fs, pos, "KEY"); err != nil {
 			return err
 		}
 		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
@@ -118,11 +121,8 @@ func runKV(args []string, stdout, stderr io.Writer) error {
 	case "delete":
 		c := newKVCommand("delete", "delete KEY [--sync=false]", stderr)
 		sync := c.fs.Bool("sync", true, "wait until the delete is durable")
-		pos, err := parse(c.fs, args)
+		pos, err := c.args(args, "KEY")
 		if err != nil {
-			return err
-		}
-		if err := wantArgs(c.fs, pos, "KEY"); err != nil {
 			return err
 		}
 		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
@@ -137,11 +137,7 @@ func runKV(args []string, stdout, stderr io.Writer) error {
 		limit := c.fs.Uint64("limit", 0, "at most this many pairs (0: all)")
 		reverse := c.fs.Bool("reverse", false, "descending key order")
 		keysOnly := c.fs.Bool("keys-only", false, "print keys only")
-		pos, err := parse(c.fs, args)
-		if err != nil {
-			return err
-		}
-		if err := wantArgs(c.fs, pos); err != nil {
+		if _, err := c.args(args); err != nil {
 			return err
 		}
 		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
@@ -171,11 +167,7 @@ func runKV(args []string, stdout, stderr io.Writer) error {
 		})
 	case "flush":
 		c := newKVCommand("flush", "flush", stderr)
-		pos, err := parse(c.fs, args)
-		if err != nil {
-			return err
-		}
-		if err := wantArgs(c.fs, pos); err != nil {
+		if _, err := c.args(args); err != nil {
 			return err
 		}
 		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
@@ -186,11 +178,7 @@ func runKV(args []string, stdout, stderr io.Writer) error {
 		c := newKVCommand("compact", "compact [--start S] [--end E]", stderr)
 		start := c.fs.String("start", "", "first key (empty: from the beginning)")
 		end := c.fs.String("end", "", "last key (empty: to the end)")
-		pos, err := parse(c.fs, args)
-		if err != nil {
-			return err
-		}
-		if err := wantArgs(c.fs, pos); err != nil {
+		if _, err := c.args(args); err != nil {
 			return err
 		}
 		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
@@ -200,11 +188,7 @@ func runKV(args []string, stdout, stderr io.Writer) error {
 	case "status":
 		c := newKVCommand("status", "status [--json]", stderr)
 		asJSON := c.fs.Bool("json", false, "print JSON")
-		pos, err := parse(c.fs, args)
-		if err != nil {
-			return err
-		}
-		if err := wantArgs(c.fs, pos); err != nil {
+		if _, err := c.args(args); err != nil {
 			return err
 		}
 		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
