@@ -395,11 +395,10 @@ func (f *FS) prepareCache() error {
 	return nil
 }
 
-// leaseLoop re-confirms ownership several times per lease, so reads keep
-// being served, and notices a newer owner within one lease.
-func (f *FS) leaseLoop() {
+// every runs fn at each tick of interval until the FS stops or is fenced.
+func (f *FS) every(interval time.Duration, fn func()) {
 	defer f.wg.Done()
-	tick := time.NewTicker(f.cfg.ConfirmEvery)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -408,33 +407,31 @@ func (f *FS) leaseLoop() {
 		case <-f.fencedCh:
 			return
 		case <-tick.C:
-			ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Lease/2)
-			if err := f.confirm(ctx, "background"); err != nil && f.FenceError() == nil {
-				f.cfg.Logger.Warn("cannot confirm ownership", "err", err)
-			}
-			cancel()
+			fn()
 		}
 	}
+}
+
+// leaseLoop re-confirms ownership several times per lease, so reads keep
+// being served, and notices a newer owner within one lease.
+func (f *FS) leaseLoop() {
+	f.every(f.cfg.ConfirmEvery, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Lease/2)
+		defer cancel()
+		if err := f.confirm(ctx, "background"); err != nil && f.FenceError() == nil {
+			f.cfg.Logger.Warn("cannot confirm ownership", "err", err)
+		}
+	})
 }
 
 // trashLoop physically deletes files whose grace period is over. Seals are
 // kept: deleting a seal would reopen its slot to a stale owner.
 func (f *FS) trashLoop() {
-	defer f.wg.Done()
-	tick := time.NewTicker(min(max(f.cfg.DeleteGrace/4, 50*time.Millisecond), time.Minute))
-	defer tick.Stop()
-	for {
-		select {
-		case <-f.stop:
-			return
-		case <-f.fencedCh:
-			return
-		case <-tick.C:
-			if err := f.emptyTrash(context.Background()); err != nil {
-				f.cfg.Logger.Warn("deferred delete", "err", err)
-			}
+	f.every(min(max(f.cfg.DeleteGrace/4, 50*time.Millisecond), time.Minute), func() {
+		if err := f.emptyTrash(context.Background()); err != nil {
+			f.cfg.Logger.Warn("deferred delete", "err", err)
 		}
-	}
+	})
 }
 
 func (f *FS) emptyTrash(ctx context.Context) error {
