@@ -90,9 +90,11 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
-	store, err := objstore.Open(u.String())
-	if err != nil {
-		return nil, fmt.Errorf("--db: %w", err)
+	store := cfg.Storage.Store // set by tests that wrap the store
+	if store == nil {
+		if store, err = objstore.Open(u.String()); err != nil {
+			return nil, fmt.Errorf("--db: %w", err)
+		}
 	}
 	if s3, ok := store.(*objstore.S3Store); ok {
 		// A missing bucket or bad credentials: say so before anything else.
