@@ -221,6 +221,7 @@ func testFencingRace(t *testing.T, be storetest.Location) {
 		t.Fatal(err)
 	}
 	acked := map[string]string{}
+	var refused []string // writes answered FAILED_PRECONDITION: never applied, ever
 	fencedByStore := 0
 	for round := 1; round <= rounds; round++ {
 		var mu sync.Mutex
@@ -234,7 +235,13 @@ func testFencingRace(t *testing.T, be storetest.Location) {
 					k, v := fmt.Sprintf("r%d/w%d/%05d", round, w, i), fmt.Sprint(round)
 					_, err := cur.kv.Put(context.Background(), &kvv1.PutRequest{Key: []byte(k), Value: []byte(v), Sync: true})
 					if err != nil {
-						if c := status.Code(err); c != codes.FailedPrecondition && c != codes.Unavailable {
+						switch status.Code(err) {
+						case codes.FailedPrecondition:
+							mu.Lock()
+							refused = append(refused, k)
+							mu.Unlock()
+						case codes.Unavailable: // outcome unknown: either way is right
+						default:
 							t.Errorf("round %d: unexpected error %v", round, err)
 						}
 						return
@@ -274,10 +281,16 @@ func testFencingRace(t *testing.T, be storetest.Location) {
 				t.Fatalf("round %d: acknowledged %s=%s missing on epoch %d: %v", round, k, v, round+1, err)
 			}
 		}
+		// A write reported fenced never appears, on this owner or a later one.
+		for _, k := range refused {
+			if _, err := next.kv.Get(context.Background(), &kvv1.GetRequest{Key: []byte(k)}); status.Code(err) != codes.NotFound {
+				t.Fatalf("round %d: %s was reported fenced (FAILED_PRECONDITION) but is visible on epoch %d: %v", round, k, round+1, err)
+			}
+		}
 		cur = next
 	}
 	if fencedByStore != rounds {
 		t.Fatalf("only %d of %d deposed owners were stopped by the store", fencedByStore, rounds)
 	}
-	t.Logf("%d rounds, %d acknowledged writes all kept", rounds, len(acked))
+	t.Logf("%d rounds, %d acknowledged writes all kept, %d fenced writes all absent", rounds, len(acked), len(refused))
 }

@@ -149,14 +149,35 @@ func (s *Server) canWrite() error {
 	return nil
 }
 
-// writeError maps a failed write: the fence, if that is what stopped it.
+// outcomeGuard is a Guard that knows whether a failed write may have been
+// applied all the same (an upload raced the fence).
+type outcomeGuard interface {
+	WriteOutcomeUnknown() bool
+}
+
+// writeError maps a write that failed inside the engine. FAILED_PRECONDITION
+// ("fenced") promises the write was not applied, ever: it is returned only
+// when the guard knows no upload of this owner may have landed unseen.
+// Anything else may have reached the store (a segment whose reply was lost,
+// a first segment that raced a takeover) and is UNAVAILABLE with "outcome
+// unknown": the client reads the key back from the current primary.
 func (s *Server) writeError(ctx context.Context, err error) error {
 	if s.info.Guard != nil {
 		if ferr := s.info.Guard.FenceError(); ferr != nil {
-			return guardError(ferr)
+			if g, ok := s.info.Guard.(outcomeGuard); !ok || !g.WriteOutcomeUnknown() {
+				return guardError(ferr)
+			}
+			return status.Errorf(codes.Unavailable, "write outcome unknown (it may have been applied; read it back from the new primary): %v", ferr)
 		}
 	}
-	return dbError(ctx, err)
+	switch {
+	case errors.Is(err, engine.ErrClosed), ctx.Err() != nil:
+		return dbError(ctx, err)
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Errorf(codes.Unavailable, "write outcome unknown (it may have been applied; retry or read it back): rocksdb: %v", err)
 }
 
 // dbError maps an engine error to a gRPC status.

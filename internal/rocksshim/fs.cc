@@ -72,11 +72,9 @@ IOStatus ToStatus(int code, char* msg) {
       s.SetRetryable(true);
       return s;
     }
-    case kFenced: {
-      IOStatus s = IOStatus::IOError("shale fenced: " + m);
-      s.SetDataLoss(false);
-      return s;
-    }
+    case kFenced:
+      // A newer owner took the database: permanent, never retried.
+      return IOStatus::IOFenced(m);
     default:
       return IOStatus::IOError(m);
   }

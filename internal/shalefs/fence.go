@@ -1,8 +1,11 @@
 package shalefs
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
+	"strconv"
+	"time"
 )
 
 // This file holds the pure decisions of the fencing protocol
@@ -106,6 +109,14 @@ func (v logVersion) contiguous() bool {
 	return true
 }
 
+// headDeleted reports whether the version has data but not its first
+// segment: the trash loop deletes a log's segments first one first, so this
+// is a deleted log (possibly with a stale owner's late segment put back),
+// not a log with a hole.
+func (v logVersion) headDeleted() bool {
+	return len(v.segments) > 0 && v.segments[0].seq != 1
+}
+
 // chooseLogVersion picks which epoch's version of a log name is the log.
 // Only an owner that did not see a log can create another log of the same
 // name, and an owner that did not see it took its epoch after the log's
@@ -124,4 +135,94 @@ func chooseLogVersion(versions []logVersion) (logVersion, bool) {
 		}
 	}
 	return best, found
+}
+
+// ErrOutcomeUnknown is the error of a write whose bytes reached the store
+// before this owner learned it was deposed: the new owner may have listed
+// them (and then it serves them) or not. The write is neither acknowledged
+// nor known to have failed, so it must never be reported as fenced
+// ("definitely not applied"). The owner is fenced all the same.
+type ErrOutcomeUnknown struct {
+	Fence *ErrFenced
+}
+
+func (e *ErrOutcomeUnknown) Error() string {
+	return "write outcome unknown (it may have been applied): " + e.Fence.Error()
+}
+
+func (e *ErrOutcomeUnknown) Unwrap() error { return e.Fence }
+
+// Fenced marks the error for the C++ side: the owner stops (IOFenced).
+func (e *ErrOutcomeUnknown) Fenced() bool { return true }
+
+// OutcomeUnknown marks the error for the KV service (UNAVAILABLE).
+func (e *ErrOutcomeUnknown) OutcomeUnknown() bool { return true }
+
+// openedRecord is _shale/opened/<E>: written by owner E once it sealed the
+// store and before it opened RocksDB (so before it created any log). It
+// names the log versions of older epochs that E's database is made of.
+// A log version of an older epoch that is not named was created after E's
+// listing, by an owner E had already deposed: nothing in it was ever
+// acknowledged (step 5), and no later owner may replay it.
+type openedRecord struct {
+	Epoch uint64       `json:"epoch"`
+	Logs  []versionRef `json:"logs"`
+}
+
+// versionRef names one epoch's version of a log.
+type versionRef struct {
+	Name  string `json:"name"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// admitLogVersion decides whether a log version found at takeover may be
+// part of the database, given the record of the last owner that completed
+// a takeover (nil: none did, as in a database older than the record):
+//   - versions of that opener's epoch or later were written by an owner
+//     that was current when it created them (a later epoch without a record
+//     never opened RocksDB, so it wrote no log);
+//   - versions of older epochs count only if the opener kept them.
+func admitLogVersion(name string, epoch uint64, last *openedRecord) bool {
+	if last == nil || epoch >= last.Epoch {
+		return true
+	}
+	for _, r := range last.Logs {
+		if r.Name == name && r.Epoch == epoch {
+			return true
+		}
+	}
+	return false
+}
+
+// leaseWait is how long a new owner waits after taking its epoch before it
+// serves: an earlier owner serves reads for at most its own lease after its
+// last confirmation (which began before the new claim existed), plus a
+// margin for clock-rate drift. A rollout that shortens the lease must still
+// outwait the old, longer one, so the longest lease among the owners that
+// may still serve wins. With none (no earlier owner, or the last one
+// released the database) there is nothing to wait for.
+func leaseWait(own, ownMargin time.Duration, prev []epochClaim) time.Duration {
+	if len(prev) == 0 {
+		return 0
+	}
+	w := own + ownMargin
+	for _, c := range prev {
+		w = max(w, c.Lease+c.LeaseMargin)
+	}
+	return w
+}
+
+// currentEpoch reads the epoch from the trailer of a stored CURRENT
+// ("MANIFEST-000005\nshale epoch=3 write=..."); 0 if there is none.
+func currentEpoch(obj []byte) uint64 {
+	_, trailer, ok := bytes.Cut(obj, []byte("\nshale epoch="))
+	if !ok {
+		return 0
+	}
+	digits, _, _ := bytes.Cut(trailer, []byte(" "))
+	e, err := strconv.ParseUint(string(digits), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return e
 }

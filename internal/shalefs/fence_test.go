@@ -195,3 +195,92 @@ func TestPolicyRetries(t *testing.T) {
 		t.Fatalf("budget exhausted: %v (retryable %v) after %d calls", err, r != nil && r.Retryable(), calls)
 	}
 }
+
+func TestAdmitLogVersion(t *testing.T) {
+	rec := &openedRecord{Epoch: 5, Logs: []versionRef{{"000010.log", 3}, {"MANIFEST-000004", 4}}}
+	for _, c := range []struct {
+		name  string
+		epoch uint64
+		last  *openedRecord
+		want  bool
+	}{
+		{"000010.log", 3, nil, true},                      // no takeover recorded: old layout, keep all
+		{"000010.log", 3, rec, true},                      // kept by the last opener
+		{"MANIFEST-000004", 4, rec, true},                 // kept by the last opener
+		{"000011.log", 4, rec, false},                     // created by epoch 4 after epoch 5 listed the store
+		{"000010.log", 4, rec, false},                     // same name, version the opener did not keep
+		{"000012.log", 5, rec, true},                      // the opener's own log
+		{"000013.log", 6, rec, true},                      // a later epoch (it never opened without a record)
+		{"000010.log", 3, &openedRecord{Epoch: 4}, false}, // record of an opener that kept nothing
+	} {
+		if got := admitLogVersion(c.name, c.epoch, c.last); got != c.want {
+			t.Errorf("admitLogVersion(%s, %d, %+v) = %v, want %v", c.name, c.epoch, c.last, got, c.want)
+		}
+	}
+}
+
+func TestLeaseWait(t *testing.T) {
+	s := time.Second
+	for _, c := range []struct {
+		prev []epochClaim
+		want time.Duration
+	}{
+		{nil, 0}, // no earlier owner, or it released the database
+		{[]epochClaim{{Lease: 5 * s, LeaseMargin: s}}, 6 * s},
+		{[]epochClaim{{Lease: 30 * s, LeaseMargin: 6 * s}}, 36 * s},             // rollout from a longer lease
+		{[]epochClaim{{}}, 6 * s},                                               // claim without a lease: ours
+		{[]epochClaim{{Lease: 30 * s, LeaseMargin: 6 * s}, {Lease: s}}, 36 * s}, // an older owner may still serve
+	} {
+		if got := leaseWait(5*s, s, c.prev); got != c.want {
+			t.Errorf("leaseWait(5s, 1s, %+v) = %v, want %v", c.prev, got, c.want)
+		}
+	}
+}
+
+func TestCurrentEpoch(t *testing.T) {
+	for obj, want := range map[string]uint64{
+		"MANIFEST-000005\nshale epoch=3 write=ab12\n":  3,
+		"MANIFEST-000005\nshale epoch=12 write=ab12\n": 12,
+		"MANIFEST-000005\n":                            0,
+		"MANIFEST-000005\nshale epoch=x write=1\n":     0,
+	} {
+		if got := currentEpoch([]byte(obj)); got != want {
+			t.Errorf("currentEpoch(%q) = %d, want %d", obj, got, want)
+		}
+	}
+}
+
+func TestHeadDeleted(t *testing.T) {
+	for _, c := range []struct {
+		segs        []segment
+		head, contg bool
+	}{
+		{[]segment{{1, 5}, {2, 5}, {3, 0}}, false, true},
+		{[]segment{{4, 5}, {9, 0}}, true, false},  // emptied, a late segment put back
+		{[]segment{{1, 5}, {3, 5}}, false, false}, // a hole: data lost
+		{[]segment{{2, 0}}, false, true},          // seal only
+	} {
+		v := buildLogVersion(1, c.segs)
+		if v.headDeleted() != c.head || v.contiguous() != c.contg {
+			t.Errorf("%v: headDeleted %v contiguous %v, want %v %v", c.segs, v.headDeleted(), v.contiguous(), c.head, c.contg)
+		}
+	}
+}
+
+func TestDefinitelyNotStored(t *testing.T) {
+	fe := &ErrFenced{Epoch: 1, By: 2}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fe, true},
+		{fmt.Errorf("sync: %w", fe), true},
+		{&ErrOutcomeUnknown{Fence: fe}, false},
+		{retryLater(errors.New("timeout")), false},
+		{errors.New("segment holds bytes this owner did not write"), false},
+	} {
+		if got := definitelyNotStored(c.err); got != c.want {
+			t.Errorf("definitelyNotStored(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -10,7 +10,6 @@ package shalefs
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +47,10 @@ type Config struct {
 	// ReadTimeout bounds one attempt of a foreground read; WriteTimeout one
 	// attempt of an upload; RetryFor the retries of background work.
 	ReadTimeout, WriteTimeout, RetryFor time.Duration
+	// WALAttempt bounds one attempt of a WAL segment upload (default 2s,
+	// longer for large segments): a write leader waits on it, so a stuck
+	// request is abandoned and retried quickly instead of after WriteTimeout.
+	WALAttempt time.Duration
 	// Owner describes this process in its epoch object (host, pid, ...).
 	Owner  string
 	Logger *slog.Logger
@@ -79,6 +82,7 @@ func (c *Config) defaults() {
 	def(&c.ReadTimeout, 10*time.Second)
 	def(&c.WriteTimeout, 60*time.Second)
 	def(&c.RetryFor, 5*time.Minute)
+	def(&c.WALAttempt, min(2*time.Second, c.WriteTimeout))
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -90,20 +94,33 @@ type FS struct {
 	store objstore.Store
 	epoch uint64
 
-	mu          sync.Mutex
-	files       map[string]*file // the live listing: managed names
-	currentETag string           // etag of the CURRENT this owner last wrote
+	mu    sync.Mutex
+	files map[string]*file // the live listing: managed names
 
-	fenced      atomic.Pointer[ErrFenced]
-	fencedCh    chan struct{}
-	fenceOnce   sync.Once
-	lastConfirm atomic.Int64 // unix nanos of the last ownership confirmation
-	confirmMu   sync.Mutex   // one on-demand confirmation at a time
+	// currentMu serializes CURRENT updates; it is held across uploads, so
+	// nothing else waits on it (the listing lock mu is never held across a
+	// network call).
+	currentMu   sync.Mutex
+	currentETag string // etag of the CURRENT this owner last wrote
+
+	fenced   atomic.Pointer[ErrFenced]
+	fencedCh chan struct{}
+	// outcomeUnknown: an upload that may be part of the new owner's
+	// database raced the fence, so failed writes are not "definitely not
+	// applied" (the KV service answers UNAVAILABLE, not FAILED_PRECONDITION).
+	outcomeUnknown atomic.Bool
+	fenceOnce      sync.Once
+	// Leases are measured on the monotonic clock: base is this FS's origin
+	// and lastConfirm the start of the last ownership confirmation, in
+	// nanoseconds since base, so a wall-clock step cannot stretch a lease.
+	base        time.Time
+	lastConfirm atomic.Int64
+	confirmMu   sync.Mutex // one on-demand confirmation at a time
 	takenAt     time.Time
 
 	cache     tableCache
 	serving   atomic.Bool          // RocksDB is open: reads are foreground
-	trashSeen map[string]time.Time // trash marker -> deletion time (trashLoop only)
+	trashSeen map[string]time.Time // trash marker -> when this process first saw it (trashLoop only)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -143,6 +160,10 @@ func (f *FS) FenceError() error {
 	return nil
 }
 
+// WriteOutcomeUnknown reports whether a write that failed on this fenced
+// owner may nevertheless have been applied by the new owner.
+func (f *FS) WriteOutcomeUnknown() bool { return f.outcomeUnknown.Load() }
+
 func (f *FS) setFenced(by uint64) error {
 	e := &ErrFenced{Epoch: f.epoch, By: by}
 	if f.fenced.CompareAndSwap(nil, e) {
@@ -178,8 +199,11 @@ func (f *FS) ReadAllowed() error {
 	return nil
 }
 
+// mono is the monotonic time since this FS's origin.
+func (f *FS) mono() int64 { return int64(time.Since(f.base)) }
+
 func (f *FS) leaseFresh() bool {
-	return time.Since(time.Unix(0, f.lastConfirm.Load())) < f.cfg.Lease
+	return f.mono()-f.lastConfirm.Load() < int64(f.cfg.Lease)
 }
 
 func (f *FS) observe(op, name, activity string, n int64, start time.Time, err error) {
@@ -282,16 +306,35 @@ func (f *FS) epochs(ctx context.Context, activity string) ([]uint64, error) {
 // confirm checks that no higher epoch exists, fencing this owner if one
 // does. It returns the fence error, or a store error.
 func (f *FS) confirm(ctx context.Context, activity string) error {
-	start := time.Now()
-	es, err := f.epochs(ctx, activity)
+	h, err := f.checkEpoch(ctx, activity)
 	if err != nil {
 		return err
 	}
-	if h := higherEpoch(es, f.epoch); h != 0 {
+	if h != 0 {
 		return f.setFenced(h)
 	}
-	f.lastConfirm.Store(start.UnixNano())
 	return nil
+}
+
+// checkEpoch lists the epochs and returns the highest one above ours (0:
+// none), renewing the read lease when there is none. It does not fence.
+func (f *FS) checkEpoch(ctx context.Context, activity string) (uint64, error) {
+	start := f.mono()
+	es, err := f.epochs(ctx, activity)
+	if err != nil {
+		return 0, err
+	}
+	if h := higherEpoch(es, f.epoch); h != 0 {
+		return h, nil
+	}
+	// The lease runs from before the listing was sent: a claim that landed
+	// after that instant may be missing from it.
+	for {
+		old := f.lastConfirm.Load()
+		if start <= old || f.lastConfirm.CompareAndSwap(old, start) {
+			return 0, nil
+		}
+	}
 }
 
 // ---- callbacks from the C++ FileSystem ---------------------------------
@@ -329,53 +372,128 @@ func (f *FS) Sync(name string, size int64, activity string) error {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if size <= st.size {
-		return nil
+	err := f.syncLocked(name, st, size, activity)
+	if err != nil && !definitelyNotStored(err) {
+		// Bytes of this sync may be in the store (a reply lost, an upload
+		// that landed after we gave up, a first segment that raced a
+		// takeover): a failed write is no longer "definitely not applied".
+		f.outcomeUnknown.Store(true)
 	}
-	data := make([]byte, size-st.size)
-	fh, err := os.Open(f.localPath(name))
-	if err != nil {
-		return err
-	}
-	_, err = fh.ReadAt(data, st.size)
-	fh.Close()
-	if err != nil {
-		return fmt.Errorf("sync of %s: read local bytes %d-%d: %w", name, st.size, size, err)
-	}
-	seq := st.nextSeq
-	key := segmentKey(name, f.epoch, seq)
-	err = f.background().do(context.Background(), func(ctx context.Context) error {
-		_, err := f.put(ctx, key, name, activity, data, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
-		if errors.Is(err, objstore.ErrPreconditionFailed) {
-			// Our own earlier attempt may have landed before its reply was
-			// lost; anything else in our slot is a newer owner's seal.
-			got, _, gerr := f.get(ctx, key, name, activity)
-			if gerr != nil {
-				return gerr
+	return err
+}
+
+// definitelyNotStored: the fence stopped the sync before any of its bytes
+// reached the store (a newer owner's seal holds the slot, or the owner
+// knew it was fenced before uploading).
+func definitelyNotStored(err error) bool {
+	var fe *ErrFenced
+	var unknown *ErrOutcomeUnknown
+	return errors.As(err, &fe) && !errors.As(err, &unknown)
+}
+
+func (f *FS) syncLocked(name string, st *file, size int64, activity string) error {
+	storedSome := false
+	for size > st.size {
+		if err := f.FenceError(); err != nil {
+			if storedSome {
+				return &ErrOutcomeUnknown{Fence: err.(*ErrFenced)}
 			}
-			if bytes.Equal(got, data) {
-				return nil
-			}
-			return f.fenceFromStore(ctx)
+			return err
 		}
+		data := make([]byte, size-st.size)
+		fh, err := os.Open(f.localPath(name))
+		if err != nil {
+			return err
+		}
+		_, err = fh.ReadAt(data, st.size)
+		fh.Close()
+		if err != nil {
+			return fmt.Errorf("sync of %s: read local bytes %d-%d: %w", name, st.size, size, err)
+		}
+		seq := st.nextSeq
+		stored, err := f.putSegment(name, seq, data, activity)
+		if err != nil {
+			return err
+		}
+		storedSome = true
+		st.segments = append(st.segments, segment{seq: seq, size: stored})
+		st.nextSeq++
+		st.size += stored
+		if seq == 1 {
+			if err := f.confirmNewLog(name, activity); err != nil {
+				return err
+			}
+		}
+		if fe := f.FenceError(); fe != nil {
+			// Stored, but this owner learned meanwhile that it was deposed:
+			// the new owner may or may not have listed the segment. Never
+			// acknowledge a write after the fence is known.
+			return &ErrOutcomeUnknown{Fence: fe.(*ErrFenced)}
+		}
+	}
+	return nil
+}
+
+// putSegment creates segment seq of this owner's version of log name and
+// returns how many bytes of data it holds. A taken slot holds either a
+// newer owner's seal (this owner is fenced; data is not in the log) or our
+// own earlier attempt, whose reply was lost or which landed after Sync gave
+// up: then the slot holds a prefix of data (the log only grows), and the
+// rest goes to the next slot.
+func (f *FS) putSegment(name string, seq uint64, data []byte, activity string) (int64, error) {
+	key := segmentKey(name, f.epoch, seq)
+	stored := int64(len(data))
+	pol := policy{Attempt: f.walAttempt(len(data)), Total: f.cfg.RetryFor}
+	err := pol.do(context.Background(), func(ctx context.Context) error {
+		_, err := f.put(ctx, key, name, activity, data, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
+		if !errors.Is(err, objstore.ErrPreconditionFailed) {
+			return err
+		}
+		got, _, gerr := f.get(ctx, key, name, activity)
+		switch {
+		case errors.Is(gerr, objstore.ErrNotFound):
+			return retryLater(fmt.Errorf("segment %d of %s: the slot was taken, then empty", seq, name))
+		case gerr != nil:
+			return gerr // the read-back is retried; it never fences by itself
+		case len(got) == 0:
+			return f.fenceFromStore(ctx) // a seal: a newer owner ended the log here
+		case bytes.HasPrefix(data, got):
+			stored = int64(len(got))
+			return nil
+		}
+		return fmt.Errorf("segment %d of %s holds %d bytes this owner did not write there; refusing to continue the log", seq, name, len(got))
+	})
+	return stored, err
+}
+
+// walAttempt bounds one attempt of a segment upload: short, so that a
+// stuck request does not hold RocksDB's write leader, but long enough for
+// the segment's bytes at a slow 4 MiB/s.
+func (f *FS) walAttempt(n int) time.Duration {
+	return min(f.cfg.WALAttempt+time.Duration(n)*time.Second/(4<<20), max(f.cfg.WriteTimeout, f.cfg.WALAttempt))
+}
+
+// confirmNewLog acknowledges the first segment of a log this owner
+// created only once no higher epoch exists: the log may have been created
+// after a newer owner listed the store, so no seal protects it. If a newer
+// owner exists, the segment is already in the store and that owner may or
+// may not have listed it: the outcome of the writes in it is unknown.
+func (f *FS) confirmNewLog(name, activity string) error {
+	var by uint64
+	err := f.background().do(context.Background(), func(ctx context.Context) (err error) {
+		by, err = f.checkEpoch(ctx, activity)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if seq == 1 {
-		// A new log: it may have been created after a newer owner listed
-		// the store, so it is acknowledged only once no higher epoch exists.
-		if err := f.background().do(context.Background(), func(ctx context.Context) error {
-			return f.confirm(ctx, activity)
-		}); err != nil {
-			return err
-		}
+	if by == 0 {
+		return nil
 	}
-	st.segments = append(st.segments, segment{seq: seq, size: int64(len(data))})
-	st.nextSeq++
-	st.size = size
-	return nil
+	f.outcomeUnknown.Store(true) // before anyone sees the fence
+	fe := f.setFenced(by)
+	f.cfg.Logger.Error("a new log's first segment reached the store after a newer owner took over; its writes' outcome is unknown", "log", name, "epoch", f.epoch, "by", by)
+	return &ErrOutcomeUnknown{Fence: fe.(*ErrFenced)}
 }
 
 // fenceFromStore fences this owner after a failed condition, naming the
@@ -486,42 +604,57 @@ func currentContent(obj []byte) []byte {
 
 // replaceCurrent writes CURRENT from a local file, conditional on the etag
 // this owner last wrote: a newer owner rewrote CURRENT when it opened, so
-// a stale owner's update fails here.
+// a stale owner's update fails here. Only a CURRENT written by a newer
+// owner (its trailer names its epoch) or a newer epoch in the store fences
+// this owner; a failed read-back or our own earlier write is retried.
 func (f *FS) replaceCurrent(path string) error {
 	content, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	data := f.currentObject(content)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	opts := objstore.PutOptions{IfMatch: f.currentETag, StorageClass: f.cfg.LogStorageClass}
-	if f.currentETag == "" {
-		opts = objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass}
-	}
-	var info objstore.ObjectInfo
+	f.currentMu.Lock()
+	defer f.currentMu.Unlock()
 	err = f.background().do(context.Background(), func(ctx context.Context) error {
-		var err error
-		info, err = f.put(ctx, "CURRENT", "CURRENT", "flush", data, opts)
-		if errors.Is(err, objstore.ErrPreconditionFailed) {
-			// Lost reply of our own write, or a newer owner's CURRENT.
-			got, ginfo, gerr := f.get(ctx, "CURRENT", "CURRENT", "flush")
-			if gerr == nil && bytes.Equal(got, data) && f.FenceError() == nil {
-				if cerr := f.confirm(ctx, "flush"); cerr != nil {
-					return cerr
-				}
-				info = ginfo
-				return nil
-			}
-			return f.fenceFromStore(ctx)
+		opts := objstore.PutOptions{IfMatch: f.currentETag, StorageClass: f.cfg.LogStorageClass}
+		if f.currentETag == "" {
+			opts = objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass}
 		}
-		return err
+		info, err := f.put(ctx, "CURRENT", "CURRENT", "flush", data, opts)
+		if err == nil {
+			f.currentETag = info.ETag
+			return nil
+		}
+		if !errors.Is(err, objstore.ErrPreconditionFailed) {
+			return err
+		}
+		got, ginfo, gerr := f.get(ctx, "CURRENT", "CURRENT", "flush")
+		if gerr != nil {
+			return retryLater(fmt.Errorf("CURRENT changed and cannot be read back: %w", gerr))
+		}
+		switch e := currentEpoch(got); {
+		case bytes.Equal(got, data):
+			f.currentETag = ginfo.ETag // our attempt landed; its reply was lost
+			return nil
+		case e == f.epoch:
+			// An earlier update of ours landed after we gave up on it:
+			// build on it.
+			f.currentETag = ginfo.ETag
+			return retryLater(errors.New("CURRENT holds an earlier update of this owner; retrying on top of it"))
+		case e > f.epoch:
+			return f.setFenced(e)
+		}
+		if err := f.confirm(ctx, "flush"); err != nil {
+			return err
+		}
+		return retryLater(fmt.Errorf("CURRENT was changed by epoch %d, below ours, and no newer owner exists", currentEpoch(got)))
 	})
 	if err != nil {
 		return err
 	}
-	f.currentETag = info.ETag
+	f.mu.Lock()
 	f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(content))}
+	f.mu.Unlock()
 	return nil
 }
 
@@ -547,11 +680,7 @@ func (f *FS) Delete(name string) error {
 	if st == nil {
 		return nil
 	}
-	marker, _ := json.Marshal(trashMarker{DeletedAt: time.Now().UTC(), Epoch: f.epoch})
-	return f.background().do(context.Background(), func(ctx context.Context) error {
-		_, err := f.put(ctx, trashKey(name, st.epoch), name, "background", marker, objstore.PutOptions{})
-		return err
-	})
+	return f.trash(context.Background(), name, st.epoch)
 }
 
 type trashMarker struct {
@@ -632,30 +761,46 @@ func (f *FS) readLog(ctx context.Context, name string, st *file, activity string
 	return buf.Bytes(), nil
 }
 
+// writeFileAtomic writes path through a temporary file of its own, so
+// two fetches of one file never write into each other's bytes.
 func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".shale-fetch"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	fh, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+fetchTempMark+"*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	_, err = fh.Write(data)
+	if cerr := fh.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(fh.Name(), path)
+	}
+	if err != nil {
+		os.Remove(fh.Name())
+	}
+	return err
 }
+
+// fetchTempMark is in the name of a fetch's temporary file (left behind
+// only by a crash; the next open removes it).
+const fetchTempMark = ".shale-fetch-"
 
 // Stat returns the size of a managed file and whether it exists.
 func (f *FS) Stat(name string) (int64, bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	st := f.files[name]
+	f.mu.Unlock()
 	if st == nil {
 		return 0, false
 	}
-	if st.kind == KindLog {
+	if st.kind == KindLog && st.ownLog {
 		// A log this owner is writing: RocksDB wants its local size.
-		if st.ownLog {
-			if fi, err := os.Stat(f.localPath(name)); err == nil {
-				return fi.Size(), true
-			}
+		if fi, err := os.Stat(f.localPath(name)); err == nil {
+			return fi.Size(), true
 		}
 	}
+	st.mu.Lock() // Sync updates a log's size under the file's own lock
+	defer st.mu.Unlock()
 	return st.size, true
 }
 

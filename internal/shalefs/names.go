@@ -81,6 +81,8 @@ func isNumber(s string) bool {
 //	_shale/epoch/<epoch>              ownership claims, create-only
 //	_shale/trash/<name>/<epoch>       a deleted file awaiting physical delete
 //	_shale/released/<epoch>           that owner shut down cleanly
+//	_shale/opened/<epoch>             that owner completed its takeover:
+//	                                  the log versions it kept
 //
 // Every file name carries its writer's epoch because a deposed owner that
 // has not noticed yet may create a file with a name the new owner also
@@ -91,7 +93,12 @@ const (
 	trashPrefix = "_shale/trash/"
 	// _shale/released/<epoch>: that owner stopped serving for good.
 	releasedPrefix = "_shale/released/"
+	// _shale/opened/<epoch>: that owner completed its takeover; the record
+	// names the log versions of older epochs it kept.
+	openedPrefix = "_shale/opened/"
 )
+
+func openedKey(e uint64) string { return openedPrefix + pad(e) }
 
 func releasedKey(e uint64) string { return releasedPrefix + pad(e) }
 

@@ -76,3 +76,6 @@ type ioError struct {
 func (e *ioError) Error() string   { return e.err.Error() }
 func (e *ioError) Unwrap() error   { return e.err }
 func (e *ioError) Retryable() bool { return e.retry }
+
+// retryLater marks err as worth another attempt under the current policy.
+func retryLater(err error) error { return &ioError{err: err, retry: true} }

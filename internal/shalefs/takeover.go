@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -23,6 +24,9 @@ type epochClaim struct {
 	TakenAt time.Time `json:"takenAt"`
 	Owner   string    `json:"owner,omitempty"`
 	Nonce   string    `json:"nonce"` // tells our claim from another's
+	// The read lease this owner serves under: its successor waits it out.
+	Lease       time.Duration `json:"leaseNanos"`
+	LeaseMargin time.Duration `json:"leaseMarginNanos"`
 }
 
 // Open takes ownership of the database in cfg.Store and prepares the local
@@ -31,13 +35,15 @@ type epochClaim struct {
 //  1. refuse unless the epoch is above every epoch in storage;
 //  2. claim it: create _shale/epoch/<E> with If-None-Match;
 //  3. seal every log: an empty segment at its next slot, create-only;
+//     then list the tables (a sealed MANIFEST names no table uploaded
+//     after the listing) and record the logs kept in _shale/opened/<E>;
 //  4. wait out the previous owner's read lease, then re-write CURRENT
 //     under If-Match so a stale owner's pending CURRENT update fails.
 //
 // RocksDB is then opened on cfg.CacheDir by the caller.
 func Open(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]time.Time{}}
+	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]time.Time{}, base: time.Now()}
 	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
 	pol := f.background()
 
@@ -66,7 +72,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	f.epoch = epoch
-	claim, _ := json.Marshal(epochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce()})
+	claim, _ := json.Marshal(epochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce(), Lease: cfg.Lease, LeaseMargin: cfg.LeaseMargin})
 	err = pol.do(ctx, func(ctx context.Context) error {
 		_, err := f.put(ctx, epochKey(epoch), "", "open", claim, objstore.PutOptions{IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -83,7 +89,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, fmt.Errorf("claim epoch %d: %w", epoch, err)
 	}
 	f.takenAt = time.Now()
-	f.lastConfirm.Store(f.takenAt.UnixNano())
+	f.lastConfirm.Store(f.mono())
 	if err := pol.do(ctx, func(ctx context.Context) error { return f.confirm(ctx, "open") }); err != nil {
 		var fe *ErrFenced
 		if errors.As(err, &fe) {
@@ -92,29 +98,35 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 
-	// 3. Seal, then build the listing from what the seals cut.
-	if err := f.sealAndList(ctx); err != nil {
+	// 3. Seal, then build the listing from what the seals cut, and record
+	// which logs of older epochs this owner's database is made of.
+	last, err := f.lastOpened(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.sealAndList(ctx, last); err != nil {
 		return nil, err
 	}
 
-	// 4. The previous owner serves reads until its lease runs out, unless
-	// there was none or it released the database when it stopped.
-	prev := uint64(0)
-	for _, e := range existing {
-		prev = max(prev, e)
+	// 4. Earlier owners serve reads until their leases run out, unless
+	// there was none or the last one released the database when it stopped.
+	prev, err := f.predecessors(ctx, existing, last)
+	if err != nil {
+		return nil, err
 	}
-	released := prev == 0
-	if !released {
-		_, err := f.store.Stat(ctx, releasedKey(prev))
-		released = err == nil
-	}
-	if wait := time.Until(f.takenAt.Add(cfg.Lease + cfg.LeaseMargin)); wait > 0 && !released {
+	if wait := time.Until(f.takenAt.Add(leaseWait(cfg.Lease, cfg.LeaseMargin, prev))); wait > 0 {
 		cfg.Logger.Info("waiting out the previous owner's read lease", "wait", wait.Round(time.Millisecond))
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	// Recorded after the wait, so a record also says that every owner
+	// before this one has stopped serving reads; and before RocksDB opens,
+	// so before this owner creates a log.
+	if err := f.recordOpened(ctx); err != nil {
+		return nil, err
 	}
 	if err := f.takeCurrent(ctx); err != nil {
 		return nil, err
@@ -151,11 +163,16 @@ func recognize(top []objstore.ObjectInfo) error {
 }
 
 // sealAndList seals every log version and fills f.files with the live
-// files: per name, the highest epoch's version, minus trashed versions. It
-// lists level by level (names, then versions, then the segments of logs
-// that are not trashed), so its cost follows the live files, not
-// everything the store still holds for the delete grace period.
-func (f *FS) sealAndList(ctx context.Context) error {
+// files: per name, the highest epoch's version, minus trashed versions and
+// log versions the last opener did not keep (admitLogVersion; those are
+// trashed). Logs are sealed before the tables are listed: until the
+// MANIFEST is sealed, a still-running old owner can upload a table and a
+// MANIFEST edit naming it, and a table listing taken before that would
+// miss a file the sealed MANIFEST names. It lists level by level (names,
+// then versions, then the segments of logs that are not trashed), so its
+// cost follows the live files, not everything the store still holds for
+// the delete grace period.
+func (f *FS) sealAndList(ctx context.Context, last *openedRecord) error {
 	pol := f.background()
 	listDir := func(dir string) (out []objstore.ObjectInfo, err error) {
 		err = pol.do(ctx, func(ctx context.Context) error {
@@ -171,25 +188,77 @@ func (f *FS) sealAndList(ctx context.Context) error {
 		})
 		return out, err
 	}
-	top, err := listDir("")
-	if err != nil {
-		return err
-	}
 	markers, err := listAll(trashPrefix)
 	if err != nil {
 		return err
 	}
-	type vkey struct {
-		name  string
-		epoch uint64
-	}
-	trashed := map[vkey]bool{}
+	trashed := map[versionRef]bool{}
 	for _, m := range markers {
 		if name, e, ok := parseTrashKey(m.Key); ok {
-			trashed[vkey{name, e}] = true
+			trashed[versionRef{name, e}] = true
 		}
 	}
 
+	// Logs first: seal them.
+	top, err := listDir("")
+	if err != nil {
+		return err
+	}
+	for _, o := range top {
+		name, isDir := strings.CutSuffix(o.Key, "/")
+		if !isDir || KindOf(name) != KindLog {
+			continue
+		}
+		epochDirs, err := listDir(name + "/")
+		if err != nil {
+			return err
+		}
+		var versions []logVersion
+		for _, d := range epochDirs {
+			es, _ := strings.CutSuffix(strings.TrimPrefix(d.Key, name+"/"), "/")
+			e, ok := parseEpochPart(es)
+			// A trashed version was deleted by an owner that had sealed it
+			// (or had written and closed it): no seal, no listing needed.
+			if !ok || trashed[versionRef{name, e}] {
+				continue
+			}
+			if !admitLogVersion(name, e, last) {
+				// Created after the last opener listed the store, by an
+				// owner it had deposed: never acknowledged, never replayed.
+				f.cfg.Logger.Warn("ignoring a log written by a deposed owner after a takeover", "log", name, "epoch", e, "last_opener", last.Epoch)
+				if err := f.trash(ctx, name, e); err != nil {
+					return err
+				}
+				continue
+			}
+			v, err := f.sealVersion(ctx, name, e)
+			if err != nil {
+				return err
+			}
+			if v.headDeleted() {
+				// Its owner emptied it after its grace (from the first
+				// segment up); a stale owner's late retry may have put a
+				// segment back. Not a log any more.
+				if err := f.trash(ctx, name, e); err != nil {
+					return err
+				}
+				continue
+			}
+			if !v.contiguous() {
+				return fmt.Errorf("log %s (epoch %d) has a missing segment; the store lost data, refusing to open", name, e)
+			}
+			versions = append(versions, v)
+		}
+		if v, ok := chooseLogVersion(versions); ok {
+			f.files[name] = &file{kind: KindLog, epoch: v.epoch, size: v.size, segments: v.segments, nextSeq: v.lastSeq + 1}
+		}
+	}
+
+	// Then tables, objects and CURRENT, listed after every seal.
+	top, err = listDir("")
+	if err != nil {
+		return err
+	}
 	for _, o := range top {
 		name, isDir := strings.CutSuffix(o.Key, "/")
 		switch {
@@ -202,41 +271,121 @@ func (f *FS) sealAndList(ctx context.Context) error {
 				return err
 			}
 			for _, v := range versions {
-				if _, e, ok := parseObjectKey(v.Key); ok && !trashed[vkey{name, e}] {
+				if _, e, ok := parseObjectKey(v.Key); ok && !trashed[versionRef{name, e}] {
 					if st := f.files[name]; st == nil || e > st.epoch {
 						f.files[name] = &file{kind: KindOf(name), epoch: e, size: v.Size}
 					}
 				}
 			}
-		case KindOf(name) == KindLog:
-			epochDirs, err := listDir(name + "/")
-			if err != nil {
-				return err
-			}
-			var versions []logVersion
-			for _, d := range epochDirs {
-				es, _ := strings.CutSuffix(strings.TrimPrefix(d.Key, name+"/"), "/")
-				e, ok := parseEpochPart(es)
-				// A trashed version was deleted by an owner that had sealed it
-				// (or had written and closed it): no seal, no listing needed.
-				if !ok || trashed[vkey{name, e}] {
-					continue
-				}
-				v, err := f.sealVersion(ctx, name, e)
-				if err != nil {
-					return err
-				}
-				if !v.contiguous() {
-					return fmt.Errorf("log %s (epoch %d) has a missing segment; the store lost data, refusing to open", name, e)
-				}
-				versions = append(versions, v)
-			}
-			if v, ok := chooseLogVersion(versions); ok {
-				f.files[name] = &file{kind: KindLog, epoch: v.epoch, size: v.size, segments: v.segments, nextSeq: v.lastSeq + 1}
-			}
 		}
 	}
 	return nil
+}
+
+// lastOpened reads the record of the highest epoch that completed a
+// takeover (nil if none did: a new database, or one written before
+// records existed).
+func (f *FS) lastOpened(ctx context.Context) (*openedRecord, error) {
+	var highest uint64
+	err := f.background().do(ctx, func(ctx context.Context) error {
+		objs, err := f.list(ctx, openedPrefix, "open")
+		for _, o := range objs {
+			if e, ok := parseEpochPart(strings.TrimPrefix(o.Key, openedPrefix)); ok && e < f.epoch {
+				highest = max(highest, e)
+			}
+		}
+		return err
+	})
+	if err != nil || highest == 0 {
+		return nil, err
+	}
+	var rec openedRecord
+	err = f.background().do(ctx, func(ctx context.Context) error {
+		b, _, err := f.get(ctx, openedKey(highest), "", "open")
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, &rec); err != nil || rec.Epoch != highest {
+			return fmt.Errorf("%s is unreadable (%v); refusing to open", openedKey(highest), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// recordOpened writes _shale/opened/<E>: the log versions of older epochs
+// this owner's database is made of. It is written before RocksDB opens, so
+// before this owner creates any log of its own.
+func (f *FS) recordOpened(ctx context.Context) error {
+	rec := openedRecord{Epoch: f.epoch, Logs: []versionRef{}}
+	for name, st := range f.files {
+		if st.kind == KindLog {
+			rec.Logs = append(rec.Logs, versionRef{Name: name, Epoch: st.epoch})
+		}
+	}
+	sort.Slice(rec.Logs, func(i, j int) bool { return rec.Logs[i].Name < rec.Logs[j].Name })
+	b, _ := json.Marshal(rec)
+	err := f.background().do(ctx, func(ctx context.Context) error {
+		_, err := f.put(ctx, openedKey(f.epoch), "", "open", b, objstore.PutOptions{IfNoneMatch: true})
+		if errors.Is(err, objstore.ErrPreconditionFailed) {
+			// Only this owner writes its record: a retry after a lost reply.
+			if got, _, gerr := f.get(ctx, openedKey(f.epoch), "", "open"); gerr == nil && bytes.Equal(got, b) {
+				return nil
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record the takeover: %w", err)
+	}
+	return nil
+}
+
+// predecessors returns the claims of the owners that may still serve
+// reads: every epoch from the last completed takeover on (that opener
+// waited out everyone before it), or none if the highest one released the
+// database when it stopped.
+func (f *FS) predecessors(ctx context.Context, existing []uint64, last *openedRecord) ([]epochClaim, error) {
+	prev := higherEpoch(existing, 0)
+	if prev == 0 {
+		return nil, nil
+	}
+	var claims []epochClaim
+	err := f.background().do(ctx, func(ctx context.Context) error {
+		claims = nil
+		if _, err := f.store.Stat(ctx, releasedKey(prev)); err == nil {
+			return nil
+		} else if !errors.Is(err, objstore.ErrNotFound) {
+			return err
+		}
+		for _, e := range existing {
+			if last != nil && e < last.Epoch {
+				continue
+			}
+			b, _, err := f.get(ctx, epochKey(e), "", "open")
+			if err != nil {
+				return err
+			}
+			var c epochClaim
+			json.Unmarshal(b, &c) // unreadable or older: no lease recorded, ours applies
+			claims = append(claims, c)
+		}
+		return nil
+	})
+	return claims, err
+}
+
+// trash marks one version of a file deleted; the trash loop removes it
+// after the grace period.
+func (f *FS) trash(ctx context.Context, name string, epoch uint64) error {
+	marker, _ := json.Marshal(trashMarker{DeletedAt: time.Now().UTC(), Epoch: f.epoch})
+	return f.background().do(ctx, func(ctx context.Context) error {
+		_, err := f.put(ctx, trashKey(name, epoch), name, "background", marker, objstore.PutOptions{})
+		return err
+	})
 }
 
 // sealVersion lists one log version and, unless it is sealed already or
@@ -377,7 +526,7 @@ func (f *FS) prepareCache() error {
 		keep := false
 		switch KindOf(name) {
 		case KindLocal:
-			keep = !strings.HasSuffix(name, ".dbtmp") && !strings.HasSuffix(name, ".shale-fetch")
+			keep = !strings.HasSuffix(name, ".dbtmp") && !strings.Contains(name, fetchTempMark)
 		case KindTable:
 			if st := f.files[name]; st != nil {
 				if fi, err := e.Info(); err == nil && fi.Size() == st.size {
@@ -434,51 +583,80 @@ func (f *FS) trashLoop() {
 	})
 }
 
+// emptyTrash deletes what has been in the trash for the grace period.
+// Only the current owner deletes: each pass that has work confirms the
+// ownership first and stops when the confirmation is older than a lease, so
+// a deposed owner that has not noticed yet cannot delete what its successor
+// trashed. The grace runs from when this process first saw a marker, on its
+// monotonic clock: another machine's wall clock (the marker's DeletedAt)
+// can never shorten it.
 func (f *FS) emptyTrash(ctx context.Context) error {
 	markers, err := f.list(ctx, trashPrefix, "background")
 	if err != nil {
 		return err
 	}
+	now := time.Now()
+	var due []objstore.ObjectInfo
+	listed := map[string]bool{}
 	for _, m := range markers {
-		name, epoch, ok := parseTrashKey(m.Key)
-		if !ok || f.FenceError() != nil {
-			continue
-		}
-		deletedAt, seen := f.trashSeen[m.Key]
+		listed[m.Key] = true
+		first, seen := f.trashSeen[m.Key]
 		if !seen {
-			b, _, err := f.get(ctx, m.Key, name, "background")
-			if err != nil {
-				continue
-			}
-			var tm trashMarker
-			if json.Unmarshal(b, &tm) != nil {
-				tm.DeletedAt = m.ModTime // unreadable marker: trust the store's time
-			}
-			deletedAt = tm.DeletedAt
-			f.trashSeen[m.Key] = deletedAt
-		}
-		if time.Since(deletedAt) < f.cfg.DeleteGrace {
+			f.trashSeen[m.Key] = now
 			continue
 		}
-		if KindOf(name) == KindLog {
-			segs, err := f.list(ctx, segmentPrefix(name, epoch), "background")
-			if err != nil {
-				return err
-			}
-			for _, s := range segs {
-				if s.Size > 0 {
-					if err := f.del(ctx, s.Key, name); err != nil {
-						return err
-					}
-				}
-			}
-		} else if err := f.del(ctx, objectKey(name, epoch), name); err != nil {
+		if now.Sub(first) >= f.cfg.DeleteGrace {
+			due = append(due, m)
+		}
+	}
+	for k := range f.trashSeen {
+		if !listed[k] {
+			delete(f.trashSeen, k) // removed by us, or by an earlier owner
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	if err := f.confirm(ctx, "background"); err != nil {
+		return err
+	}
+	for _, m := range due {
+		if f.FenceError() != nil || !f.leaseFresh() {
+			return nil
+		}
+		name, epoch, ok := parseTrashKey(m.Key)
+		if !ok {
+			continue
+		}
+		if err := f.deleteVersion(ctx, name, epoch); err != nil {
 			return err
 		}
 		if err := f.del(ctx, m.Key, name); err != nil {
 			return err
 		}
 		delete(f.trashSeen, m.Key)
+	}
+	return nil
+}
+
+// deleteVersion physically deletes one version of a file. A log loses its
+// data segments, first segment first (a version without its first segment
+// reads as deleted, never as a log with a hole); its seals stay, since
+// deleting one would reopen its slot to a stale owner.
+func (f *FS) deleteVersion(ctx context.Context, name string, epoch uint64) error {
+	if KindOf(name) != KindLog {
+		return f.del(ctx, objectKey(name, epoch), name)
+	}
+	segs, err := f.list(ctx, segmentPrefix(name, epoch), "background")
+	if err != nil {
+		return err
+	}
+	for _, s := range segs {
+		if s.Size > 0 {
+			if err := f.del(ctx, s.Key, name); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -1,0 +1,256 @@
+package shalefs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
+)
+
+// Regression tests for the fencing holes an adversarial run found (issue
+// 7). Each drives the FileSystem's hooks directly, as RocksDB would, so the
+// interleaving is exact.
+
+func openWith(t *testing.T, cfg Config) *FS {
+	t.Helper()
+	if cfg.Lease == 0 {
+		cfg.Lease = 100 * time.Millisecond
+	}
+	if cfg.DeleteGrace == 0 {
+		cfg.DeleteGrace = time.Hour
+	}
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = filepath.Join(t.TempDir(), "cache")
+	}
+	f, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	return f
+}
+
+// appendLocal appends to a file in f's cache directory, as RocksDB's
+// writable file does before a sync, and returns the new size.
+func appendLocal(t *testing.T, f *FS, name string, b []byte) int64 {
+	t.Helper()
+	fh, err := os.OpenFile(f.localPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	if _, err := fh.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := fh.Stat()
+	return fi.Size()
+}
+
+// Violation 3 (and the second half of 1): a deposed owner A, not yet aware,
+// creates a new log after B's listing; its first segment reaches the store
+// and its epoch check then finds B. The write's outcome is unknown (not
+// "fenced"), and the log is never replayed: not by B, which never listed
+// it, and not by C after B crashed, which must ignore it and trash it.
+func TestLateLogOfDeposedOwnerNeverReplayed(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := openWith(t, Config{Store: store, Epoch: 1, ConfirmEvery: time.Hour})
+		b := openWith(t, Config{Store: store, Epoch: 2})
+
+		const late = "000041.log"
+		if err := a.Create(late); err != nil {
+			t.Fatal(err)
+		}
+		err = a.Sync(late, appendLocal(t, a, late, []byte("a write B never saw")), "wal")
+		var unknown *ErrOutcomeUnknown
+		if !errors.As(err, &unknown) || !a.WriteOutcomeUnknown() {
+			t.Fatalf("sync of a first segment that raced the takeover: %v; want an outcome-unknown error", err)
+		}
+		if _, err := store.Stat(context.Background(), segmentKey(late, 1, 1)); err != nil {
+			t.Fatalf("the test needs A's segment in the store: %v", err)
+		}
+		if _, ok := b.Stat(late); ok {
+			t.Fatalf("B lists %s, created after its takeover", late)
+		}
+		b.Stop() // B crashes before its own log numbers pass 41
+
+		c := openWith(t, Config{Store: store, Epoch: 3})
+		if _, ok := c.Stat(late); ok {
+			t.Fatalf("C would replay %s of epoch 1, written after epoch 2 took over", late)
+		}
+		if _, err := store.Stat(context.Background(), trashKey(late, 1)); err != nil {
+			t.Fatalf("C did not trash the ignored log version: %v", err)
+		}
+	})
+}
+
+// A segment upload that landed after Sync gave up on it (its slot now holds
+// a prefix of the bytes the next Sync sends) is our own, not a seal: the
+// owner must not fence itself, and the log must read back whole.
+func TestLateOwnSegmentIsNotAFence(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		raw, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const name = "000007.log"
+		var dropPuts atomic.Bool
+		hooked := &storetest.Hooked{Store: raw, BeforePut: func(key string, _ int64, _ objstore.PutOptions) error {
+			if dropPuts.Load() && strings.HasPrefix(key, name+"/") {
+				return retryLater(errors.New("connection reset (test)"))
+			}
+			return nil
+		}}
+		a := openWith(t, Config{Store: hooked, Epoch: 1, RetryFor: 300 * time.Millisecond})
+		if err := a.Create(name); err != nil {
+			t.Fatal(err)
+		}
+		first := bytes.Repeat([]byte("x"), 100)
+		dropPuts.Store(true)
+		if err := a.Sync(name, appendLocal(t, a, name, first), "wal"); err == nil {
+			t.Fatal("sync succeeded with every upload failing")
+		}
+		// The abandoned request arrives after all.
+		if _, err := raw.Put(context.Background(), segmentKey(name, 1, 1), bytes.NewReader(first), int64(len(first)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+			t.Fatal(err)
+		}
+		dropPuts.Store(false)
+		second := bytes.Repeat([]byte("y"), 50)
+		if err := a.Sync(name, appendLocal(t, a, name, second), "wal"); err != nil {
+			t.Fatalf("sync after our own late segment: %v", err)
+		}
+		if err := a.FenceError(); err != nil {
+			t.Fatalf("the owner fenced itself on its own segment: %v", err)
+		}
+		a.Stop()
+		b := openWith(t, Config{Store: raw, Epoch: 2})
+		if err := b.Fetch(name, "open"); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(b.localPath(name))
+		if want := append(first, second...); !bytes.Equal(got, want) {
+			t.Fatalf("log reads back as %d bytes %q..., want %d", len(got), got[:min(len(got), 8)], len(want))
+		}
+	})
+}
+
+// A CURRENT update whose reply is lost, followed by a failed read-back, is
+// retried; it never fences an owner that no newer epoch superseded.
+func TestCurrentLostReplyDoesNotFence(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		raw, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var loseReply, failGet atomic.Bool
+		hooked := &storetest.Hooked{Store: raw,
+			AfterPut: func(key string, _ int64, _ objstore.PutOptions, err error) error {
+				if key == "CURRENT" && err == nil && loseReply.CompareAndSwap(true, false) {
+					return retryLater(errors.New("reply lost (test)"))
+				}
+				return err
+			},
+			BeforeGet: func(key string) error {
+				if key == "CURRENT" && failGet.CompareAndSwap(true, false) {
+					return retryLater(errors.New("read-back failed (test)"))
+				}
+				return nil
+			}}
+		a := openWith(t, Config{Store: hooked, Epoch: 1})
+		setCurrent := func(manifest string) error {
+			src := "000009.dbtmp"
+			os.WriteFile(a.localPath(src), []byte(manifest+"\n"), 0o644)
+			return a.Rename(src, "CURRENT")
+		}
+		if err := setCurrent("MANIFEST-000001"); err != nil {
+			t.Fatal(err)
+		}
+		loseReply.Store(true)
+		failGet.Store(true)
+		if err := setCurrent("MANIFEST-000002"); err != nil {
+			t.Fatalf("CURRENT update after a lost reply: %v", err)
+		}
+		if err := a.FenceError(); err != nil {
+			t.Fatalf("fenced with no newer owner: %v", err)
+		}
+		if err := setCurrent("MANIFEST-000003"); err != nil {
+			t.Fatalf("next CURRENT update: %v", err)
+		}
+		r, _, err := raw.Get(context.Background(), "CURRENT", 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		var buf bytes.Buffer
+		buf.ReadFrom(r)
+		if !strings.HasPrefix(buf.String(), "MANIFEST-000003\n") {
+			t.Fatalf("CURRENT is %q", buf.String())
+		}
+	})
+}
+
+// A new owner waits out the previous owner's lease when it is longer than
+// its own (a rollout from a long lease to a short one).
+func TestNewOwnerWaitsOutLongerOldLease(t *testing.T) {
+	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := openWith(t, Config{Store: store, Epoch: 1, Lease: 1500 * time.Millisecond})
+	_ = a
+	start := time.Now()
+	b := openWith(t, Config{Store: store, Epoch: 2, Lease: 50 * time.Millisecond})
+	// A's reads may go on until 1.5s (+ its margin) after B's claim.
+	if waited := time.Since(start); waited < 1800*time.Millisecond {
+		t.Fatalf("B served %v after taking over from an owner with a 1.5s lease (+0.3s margin)", waited)
+	}
+	if b.TakenAt().Before(start) {
+		t.Fatal("clock")
+	}
+}
+
+// A deposed owner that has not noticed yet must not delete what its
+// successor put in the trash, however short its own grace.
+func TestDeposedOwnerDoesNotEmptyNewOwnersTrash(t *testing.T) {
+	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := openWith(t, Config{Store: store, Epoch: 1, ConfirmEvery: time.Hour, DeleteGrace: 100 * time.Millisecond})
+	b := openWith(t, Config{Store: store, Epoch: 2, DeleteGrace: time.Hour})
+	const table = "000012.sst"
+	if err := b.Create(table); err != nil {
+		t.Fatal(err)
+	}
+	appendLocal(t, b, table, []byte("table bytes"))
+	if err := b.Close(table, 11, "flush"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(table); err != nil {
+		t.Fatal(err)
+	}
+	// A's trash loop sees B's marker, waits its grace and then confirms
+	// before deleting: that confirmation fences A.
+	deadline := time.Now().Add(30 * time.Second)
+	for a.FenceError() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("A's trash loop never confirmed its ownership")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.Stop() // no pass of A's loop is still running
+	if _, err := store.Stat(context.Background(), objectKey(table, 2)); err != nil {
+		t.Fatalf("the deposed owner deleted its successor's trashed table: %v", err)
+	}
+}
