@@ -29,8 +29,13 @@ build: ## build bin/shale and bin/shale-operator
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale ./cmd/shale
 	CGO_ENABLED=0 go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale-operator ./cmd/shale-operator
 
-test: deps envtest-assets ## install dependencies and envtest binaries, then run every test
-	KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS) go test $(GO_TEST_FLAGS) ./...
+# The storage layer (FileSystem, fencing, object stores) runs under the race
+# detector; everything else without it, to keep the run short on 2 cores.
+RACE_PKGS = ./internal/shalefs/... ./internal/objstore/...
+
+test: deps envtest-assets ## install dependencies and envtest binaries, then run every test (storage layer with -race)
+	KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS) go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /internal/shalefs -e /internal/objstore)
+	go test -race $(GO_TEST_FLAGS) $(RACE_PKGS)
 
 stress: deps ## long fencing race: STRESS_ROUNDS rounds of takeover under concurrent synced writes
 	SHALE_STRESS_ROUNDS=$${STRESS_ROUNDS:-2000} go test -count=1 -timeout 120m -run 'TestFencingRace' -v ./primary/ 2>&1 | grep -vE 'level=|INFO|ERROR this owner'

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -163,4 +164,26 @@ func (f *FS) ReadAt(name string, off int64, buf []byte, activity string) (int, e
 		return err
 	})
 	return n, err
+}
+
+// cacheVersionsDir, inside the cache directory, records which epoch's
+// version of each cached table the local copy is: two owners can write
+// different tables under one name (docs/fencing.md, Layout), so a copy is
+// reused after a restart only if it is the version the store now serves.
+const cacheVersionsDir = ".shale-versions"
+
+func (f *FS) noteCachedVersion(name string, epoch uint64) {
+	dir := filepath.Join(f.cfg.CacheDir, cacheVersionsDir)
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		err = os.WriteFile(filepath.Join(dir, name), []byte(pad(epoch)), 0o644)
+	}
+}
+
+// cachedVersion is the epoch of the local copy of a table, if recorded.
+func (f *FS) cachedVersion(name string) (uint64, bool) {
+	b, err := os.ReadFile(filepath.Join(f.cfg.CacheDir, cacheVersionsDir, name))
+	if err != nil {
+		return 0, false
+	}
+	return parseEpochPart(string(b))
 }

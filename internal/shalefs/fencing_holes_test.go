@@ -254,3 +254,37 @@ func TestDeposedOwnerDoesNotEmptyNewOwnersTrash(t *testing.T) {
 		t.Fatalf("the deposed owner deleted its successor's trashed table: %v", err)
 	}
 }
+
+// A cached table is reused after a restart only if it is the version the
+// store serves: a same-sized copy of another epoch's table of that name
+// must be dropped, not read.
+func TestCacheKeepsOnlyTheLiveVersion(t *testing.T) {
+	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(t.TempDir(), "cache")
+	a := openWith(t, Config{Store: store, Epoch: 1, CacheDir: cache})
+	const table = "000012.sst"
+	a.Create(table)
+	appendLocal(t, a, table, []byte("AAAA"))
+	if err := a.Close(table, 4, "flush"); err != nil {
+		t.Fatal(err)
+	}
+	a.Stop()
+	// Another owner's table of the same name and size (an owner that had
+	// not seen epoch 1's).
+	if _, err := store.Put(context.Background(), objectKey(table, 2), strings.NewReader("BBBB"), 4, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b := openWith(t, Config{Store: store, Epoch: 3, CacheDir: cache})
+	if got, err := os.ReadFile(b.localPath(table)); err == nil {
+		t.Fatalf("epoch 1's cached copy %q survived; the store serves epoch 2's", got)
+	}
+	if err := b.OpenTable(table, "open"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(b.localPath(table)); string(got) != "BBBB" {
+		t.Fatalf("table reads %q, want epoch 2's BBBB", got)
+	}
+}

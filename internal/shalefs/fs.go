@@ -543,6 +543,7 @@ func (f *FS) upload(name, path, activity string) error {
 	f.files[name] = &file{kind: KindOf(name), epoch: f.epoch, size: fi.Size()}
 	f.mu.Unlock()
 	if KindOf(name) == KindTable && path == f.localPath(name) {
+		f.noteCachedVersion(name, f.epoch)
 		// The new table stays cached; older ones make room for it.
 		f.cache.add(name, fi.Size())
 		if !f.cache.makeRoom(0, name, f.cfg.CacheDir) {
@@ -722,7 +723,13 @@ func (f *FS) Fetch(name, activity string) error {
 	if err != nil {
 		return fmt.Errorf("fetch %s: %w", name, err)
 	}
-	return writeFileAtomic(f.localPath(name), data)
+	if err := writeFileAtomic(f.localPath(name), data); err != nil {
+		return err
+	}
+	if st.kind == KindTable {
+		f.noteCachedVersion(name, st.epoch)
+	}
+	return nil
 }
 
 // readLog reassembles a log from its segments, fetching up to eight at a

@@ -527,9 +527,21 @@ func (f *FS) prepareCache() error {
 		switch KindOf(name) {
 		case KindLocal:
 			keep = !strings.HasSuffix(name, ".dbtmp") && !strings.Contains(name, fetchTempMark)
+			if name == cacheVersionsDir {
+				keep = true
+				// Forget versions of copies that are gone.
+				if vs, err := os.ReadDir(filepath.Join(f.cfg.CacheDir, name)); err == nil {
+					for _, v := range vs {
+						if _, err := os.Stat(filepath.Join(f.cfg.CacheDir, v.Name())); err != nil {
+							os.Remove(filepath.Join(f.cfg.CacheDir, name, v.Name()))
+						}
+					}
+				}
+			}
 		case KindTable:
 			if st := f.files[name]; st != nil {
-				if fi, err := e.Info(); err == nil && fi.Size() == st.size {
+				v, known := f.cachedVersion(name)
+				if fi, err := e.Info(); err == nil && fi.Size() == st.size && known && v == st.epoch {
 					keep = true
 					f.cache.add(name, st.size)
 				}
