@@ -33,6 +33,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// waitDeadline bounds waits for a condition (a server answering, writes
+// acknowledged, a process exiting): generous, so a loaded 2-core machine
+// passes, and never a fixed sleep.
+const waitDeadline = 60 * time.Second
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -83,7 +88,7 @@ func startPrimary(t *testing.T, db, cache string, extra ...string) *proc {
 	p := startShale(t, args...)
 	p.addr = addr
 	conn := dial(t, addr)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitDeadline)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -187,43 +192,72 @@ func testKill9KeepsSyncedWrites(t *testing.T, loc storetest.Location) {
 	p := startPrimary(t, dir, filepath.Join(t.TempDir(), "cache1"), "--epoch", "1")
 	kv := kvv1.NewKVClient(dial(t, p.addr))
 
+	// Four writers put synced keys until the primary dies. The kill comes
+	// once enough writes are acknowledged, not after a fixed time: on a
+	// loaded machine the first writes can take seconds.
+	const wantAcked = 200
 	var mu sync.Mutex
 	acked := map[string]string{}
-	var stop atomic.Bool
+	var killed atomic.Bool
+	enough := make(chan struct{})
+	var enoughOnce sync.Once
+	writers := make(chan struct{})
+	ctx, stopWriters := context.WithCancel(context.Background())
+	defer stopWriters()
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			for i := 0; !stop.Load(); i++ {
+			for i := 0; ; i++ {
 				k, v := fmt.Sprintf("w%d/%06d", w, i), fmt.Sprintf("value-%d-%d", w, i)
 				var err error
 				if i%3 == 2 { // some batches too
-					_, err = kv.Write(context.Background(), &kvv1.WriteRequest{Sync: true, Mutations: []*kvv1.Mutation{
+					_, err = kv.Write(ctx, &kvv1.WriteRequest{Sync: true, Mutations: []*kvv1.Mutation{
 						{Op: &kvv1.Mutation_Put_{Put: &kvv1.Mutation_Put{Key: []byte(k), Value: []byte(v)}}},
 						{Op: &kvv1.Mutation_Put_{Put: &kvv1.Mutation_Put{Key: []byte(k + "/b"), Value: []byte(v)}}},
 					}})
 				} else {
-					_, err = kv.Put(context.Background(), &kvv1.PutRequest{Key: []byte(k), Value: []byte(v), Sync: true})
+					_, err = kv.Put(ctx, &kvv1.PutRequest{Key: []byte(k), Value: []byte(v), Sync: true})
 				}
 				if err != nil {
-					return // the primary is gone
+					if killed.Load() {
+						t.Logf("writer %d stopped after %d writes, at the kill: %v", w, i, err)
+					} else {
+						t.Errorf("writer %d stopped after %d writes, before the kill: %v", w, i, err)
+					}
+					return
 				}
 				mu.Lock()
 				acked[k] = v
 				if i%3 == 2 {
 					acked[k+"/b"] = v
 				}
+				if len(acked) >= wantAcked {
+					enoughOnce.Do(func() { close(enough) })
+				}
 				mu.Unlock()
 			}
 		}(w)
 	}
-	time.Sleep(1500 * time.Millisecond)
-	p.kill9(t) // while the writers are mid-flight
-	stop.Store(true)
-	wg.Wait()
-	if len(acked) < 50 {
-		t.Fatalf("only %d writes acknowledged before the kill; test too weak", len(acked))
+	go func() { wg.Wait(); close(writers) }()
+	var failure string
+	select {
+	case <-enough:
+	case <-writers:
+		failure = fmt.Sprintf("every writer stopped before %d writes were acknowledged", wantAcked)
+	case <-time.After(waitDeadline):
+		failure = fmt.Sprintf("fewer than %d writes acknowledged within %s", wantAcked, waitDeadline)
+	}
+	killed.Store(true)
+	p.kill9(t)    // while the writers are mid-flight
+	stopWriters() // a write in flight at the kill fails, unacknowledged
+	<-writers
+	if failure != "" {
+		t.Fatalf("%s (%d acknowledged); primary's log:\n%s", failure, len(acked), p.stderr)
+	}
+	if t.Failed() { // a writer stopped before the kill
+		t.Fatalf("primary's log:\n%s", p.stderr)
 	}
 
 	p2 := startPrimary(t, dir, filepath.Join(t.TempDir(), "cache2"), "--epoch", "2")
@@ -327,8 +361,8 @@ func TestZombieProcessExits(t *testing.T) {
 		if !strings.Contains(a.stderr.String(), "shale: fenced: epoch 1 superseded by 2") {
 			t.Fatalf("fenced primary's last words: %s", a.stderr)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("fenced primary still running after 10s")
+	case <-time.After(waitDeadline):
+		t.Fatalf("fenced primary still running after %s", waitDeadline)
 	}
 	for i := 0; i < 20; i++ {
 		if code, out, _ := shale("kv", "get", "--addr", b.addr, fmt.Sprintf("k%02d", i)); code != 0 || out != "from-a\n" {
