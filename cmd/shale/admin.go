@@ -2,44 +2,46 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/shalefs"
 )
 
-const adminUsage = `Usage: shale admin COMMAND [flags]
-
-Commands:
-  fence-status --db URL [--json]   print the database's current fencing epoch and owner
-`
-
-func runAdmin(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, adminUsage)
-		return errUsage
+func newAdminCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "admin",
+		Short: "Inspect a database in its object store",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  runGroup,
 	}
-	switch args[0] {
-	case "fence-status":
-		fs := newFlags("admin fence-status", "shale admin fence-status --db URL [--json]", stderr)
-		db := fs.String("db", "", "database location: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
-		asJSON := fs.Bool("json", false, "print JSON")
-		pos, err := parse(fs, args[1:])
-		if err != nil {
-			return err
+	c.AddCommand(newFenceStatusCmd())
+	return c
+}
+
+func newFenceStatusCmd() *cobra.Command {
+	var db string
+	c := &cobra.Command{
+		Use:   "fence-status --db URL",
+		Short: "Print the database's current fencing epoch and owner",
+		Long: `Fence-status reads the epoch claims in the store at --db and prints the
+current epoch, when and by whom it was taken, and whether its owner released
+it. It needs no running server. --json is a deprecated spelling of -o json.`,
+		Example: `  shale admin fence-status --db file:///srv/shale/orders
+  shale admin fence-status --db s3://my-bucket/orders -o json`,
+		Args: exactArgs(),
+	}
+	c.Flags().StringVar(&db, "db", "", "database location `URL`: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
+	noFileCompletion(c, "db")
+	output := addOutputFlags(c)
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if db == "" {
+			return usageErrorf("admin fence-status: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
 		}
-		if err := wantArgs(fs, pos); err != nil {
-			return err
-		}
-		if *db == "" {
-			fmt.Fprintln(stderr, "admin fence-status: --db is required")
-			fs.Usage()
-			return errUsage
-		}
-		store, err := objstore.Open(*db)
+		store, err := objstore.Open(db)
 		if err != nil {
 			return fmt.Errorf("--db: %w", err)
 		}
@@ -49,28 +51,23 @@ func runAdmin(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("read fence status of %s: %w", store.URL(), err)
 		}
-		if *asJSON {
-			b, _ := json.MarshalIndent(st, "", "  ")
-			fmt.Fprintln(stdout, string(b))
-			return nil
+		w := c.OutOrStdout()
+		if output() == outputJSON {
+			return printJSON(w, st)
 		}
 		if st.Epoch == 0 {
-			fmt.Fprintf(stdout, "epoch:     0 (no owner has opened %s yet)\n", store.URL())
+			fmt.Fprintf(w, "epoch:     0 (no owner has opened %s yet)\n", store.URL())
 			return nil
 		}
-		fmt.Fprintf(stdout, "epoch:     %d\n", st.Epoch)
-		fmt.Fprintf(stdout, "taken at:  %s (%s ago)\n", st.TakenAt.Format(time.RFC3339), time.Since(st.TakenAt).Round(time.Second))
-		fmt.Fprintf(stdout, "owner:     %s\n", st.Owner)
+		fmt.Fprintf(w, "epoch:     %d\n", st.Epoch)
+		fmt.Fprintf(w, "taken at:  %s (%s ago)\n", st.TakenAt.Format(time.RFC3339), time.Since(st.TakenAt).Round(time.Second))
+		fmt.Fprintf(w, "owner:     %s\n", st.Owner)
 		if st.Released {
-			fmt.Fprintln(stdout, "state:     released (the owner shut down cleanly)")
+			fmt.Fprintln(w, "state:     released (the owner shut down cleanly)")
 		} else {
-			fmt.Fprintln(stdout, "state:     held (an owner may be serving; a new owner must use a higher epoch)")
+			fmt.Fprintln(w, "state:     held (an owner may be serving; a new owner must use a higher epoch)")
 		}
 		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, adminUsage)
-		return nil
 	}
-	fmt.Fprintf(stderr, "shale admin: unknown command %q\n\n%s", args[0], adminUsage)
-	return errUsage
+	return c
 }

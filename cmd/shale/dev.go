@@ -2,31 +2,43 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"path/filepath"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/shale-rocks/shale/primary"
 )
 
-func runDev(args []string, stdout, stderr io.Writer) error {
+func newDevCmd() *cobra.Command {
 	var cfg primary.Config
 	var data string
-	fs := newFlags("dev", "shale dev --data DIR [flags]", stderr)
-	fs.StringVar(&data, "data", "", "directory for all local state (required; created if missing)")
-	primaryFlags(fs, &cfg)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+	c := &cobra.Command{
+		Use:   "dev --data DIR",
+		Short: "Run everything locally on a directory",
+		Long: `Dev runs a primary on the file:// database DIR/db, with its cache in
+DIR/cache unless --cache-dir says otherwise, and prints how to reach it. It
+takes the same flags as "shale primary" (except --db). Data stays in DIR
+across restarts.`,
+		Example: `  shale dev --data ./.shale-dev
+  shale dev --data /tmp/shale --listen 127.0.0.1:7071 --metrics-listen ""`,
+		Args: exactArgs(),
+		RunE: func(c *cobra.Command, _ []string) error {
+			if data == "" {
+				return usageErrorf("dev: --data is required (a directory for all local state)")
+			}
+			return runDev(c, &cfg, data)
+		},
 	}
-	if err := wantArgs(fs, pos); err != nil {
-		return err
-	}
-	if data == "" {
-		fmt.Fprintln(stderr, "dev: --data is required")
-		fs.Usage()
-		return errUsage
-	}
+	c.Flags().StringVar(&data, "data", "", "`directory` for all local state (required; created if missing)")
+	c.MarkFlagDirname("data")
+	primaryFlags(c, &cfg)
+	c.Flags().Lookup("cache-dir").Usage = "local cache and staging `directory` (default: DIR/cache)"
+	return c
+}
+
+func runDev(c *cobra.Command, cfg *primary.Config, data string) error {
+	stdout := c.OutOrStdout()
 	abs, err := filepath.Abs(data)
 	if err != nil {
 		return fmt.Errorf("--data %s: %w", data, err)
@@ -35,11 +47,11 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	if cfg.Storage.CacheDir == "" {
 		cfg.Storage.CacheDir = filepath.Join(abs, "cache")
 	}
-	cfg.Logger = newLogger(stderr)
+	cfg.Logger = newLogger(c.ErrOrStderr())
 
 	ctx, stop := signalContext()
 	defer stop()
-	s, err := primary.Start(cfg)
+	s, err := primary.Start(*cfg)
 	if err != nil {
 		return err
 	}

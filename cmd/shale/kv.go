@@ -1,14 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
+	"unicode/utf8"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -18,132 +20,146 @@ import (
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 )
 
-const kvUsage = `Usage: shale kv COMMAND [--addr HOST:PORT] [flags] [args]
-
-Commands:
-  put KEY VALUE      store VALUE under KEY (durable unless --sync=false)
-  get KEY            print KEY's value (exit 1 if it does not exist)
-  delete KEY         remove KEY (durable unless --sync=false)
-  scan               print key<TAB>value lines: --prefix P | --start S --end E,
-                     --limit N, --reverse, --keys-only
-  flush              flush memtables to SST files
-  compact            compact a key range (--start, --end) or everything
-  status             print role, epoch, sequence number and DB stats (--json)
-
-Common flags:
-  --addr HOST:PORT   server address (default 127.0.0.1:7070)
-  --timeout D        give up after D (default 30s)
-`
-
-// kvCommand holds the flags every kv command shares.
-type kvCommand struct {
-	fs      *flag.FlagSet
+// kvClient holds the flags every kv command shares (--addr, --timeout).
+type kvClient struct {
 	addr    string
 	timeout time.Duration
 }
 
-func newKVCommand(name, synopsis string, stderr io.Writer) *kvCommand {
-	c := &kvCommand{fs: newFlags("kv "+name, "shale kv "+synopsis, stderr)}
-	c.fs.StringVar(&c.addr, "addr", "127.0.0.1:7070", "server address")
-	c.fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up after this long")
+func newKVCmd() *cobra.Command {
+	kc := &kvClient{}
+	c := &cobra.Command{
+		Use:   "kv",
+		Short: "Talk to a running server: put, get, delete, scan, flush, compact, status",
+		Long: `Kv talks to a running Shale server (shale primary or shale dev) over gRPC.
+
+Flags may appear anywhere on the line; "--" ends them, for keys that start
+with "-". Exit status: 0 success, 1 failure (one line on stderr), 2 bad usage.`,
+		Example: `  shale kv put hello world
+  shale kv get hello
+  shale kv --addr 10.0.0.7:7070 scan --prefix user/ --limit 10
+  shale kv put -- -key-with-dash value
+  shale kv status -o json`,
+		Args: cobra.ArbitraryArgs,
+		RunE: runGroup,
+	}
+	c.PersistentFlags().StringVar(&kc.addr, "addr", "127.0.0.1:7070", "address of the server, `HOST:PORT`")
+	c.PersistentFlags().Var(newDuration(&kc.timeout, 30*time.Second), "timeout", "give up after this long")
+	noFileCompletion(c, "addr", "timeout")
+	c.AddCommand(
+		newKVPutCmd(kc),
+		newKVGetCmd(kc),
+		newKVDeleteCmd(kc),
+		newKVScanCmd(kc),
+		newKVFlushCmd(kc),
+		newKVCompactCmd(kc),
+		newKVStatusCmd(kc),
+	)
 	return c
 }
 
-// args parses the command's flags and checks its positional arguments.
-func (c *kvCommand) args(args []string, names ...string) ([]string, error) {
-	pos, err := parse(c.fs, args)
-	if err != nil {
-		return nil, err
+func newKVPutCmd(kc *kvClient) *cobra.Command {
+	var sync bool
+	c := &cobra.Command{
+		Use:   "put KEY VALUE",
+		Short: "Store VALUE under KEY (durable unless --sync=false)",
+		Args:  exactArgs("KEY", "VALUE"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return kc.call(func(ctx context.Context, kv kvv1.KVClient) error {
+				_, err := kv.Put(ctx, &kvv1.PutRequest{Key: []byte(args[0]), Value: []byte(args[1]), Sync: sync})
+				return err
+			})
+		},
 	}
-	return pos, wantArgs(c.fs, pos, names...)
+	c.Flags().BoolVar(&sync, "sync", true, "wait until the write is durable")
+	return c
 }
 
-// call dials the server and runs fn with a deadline.
-func (c *kvCommand) call(fn func(ctx context.Context, kv kvv1.KVClient) error) error {
-	conn, err := grpc.NewClient(c.addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
-	if err != nil {
-		return fmt.Errorf("--addr %s: %w", c.addr, err)
+func newKVGetCmd(kc *kvClient) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "get KEY",
+		Short: "Print KEY's value (exit 1 if it does not exist)",
+		Long: `Get prints KEY's value followed by a newline, or with -o json
+{"key": ..., "value": ...}. A key or value that is not valid UTF-8 is
+given as keyBase64 or valueBase64 instead. A missing key is an error
+(exit status 1).`,
+		Args: exactArgs("KEY"),
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	err = fn(ctx, kvv1.NewKVClient(conn))
-	if st, ok := status.FromError(err); ok && err != nil {
-		switch st.Code() {
-		case codes.Unavailable:
-			return fmt.Errorf("cannot reach a Shale server at %s: %s (is `shale primary` or `shale dev` running? set --addr)", c.addr, st.Message())
-		case codes.DeadlineExceeded:
-			return fmt.Errorf("no answer from %s within %s (--timeout)", c.addr, c.timeout)
-		}
-		return fmt.Errorf("%s: %s", st.Code(), st.Message())
-	}
-	return err
-}
-
-func runKV(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, kvUsage)
-		return errUsage
-	}
-	cmd, args := args[0], args[1:]
-	switch cmd {
-	case "put":
-		c := newKVCommand("put", "put KEY VALUE [--sync=false]", stderr)
-		sync := c.fs.Bool("sync", true, "wait until the write is durable")
-		pos, err := c.args(args, "KEY", "VALUE")
-		if err != nil {
-			return err
-		}
-		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
-			_, err := kv.Put(ctx, &kvv1.PutRequest{Key: []byte(pos[0]), Value: []byte(pos[1]), Sync: *sync})
-			return err
-		})
-	case "get":
-		c := newKVCommand("get", "get KEY", stderr)
-		pos, err := c.args(args, "KEY")
-		if err != nil {
-			return err
-		}
-		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
-			r, err := kv.Get(ctx, &kvv1.GetRequest{Key: []byte(pos[0])})
+	output := addOutputFlags(c)
+	c.RunE = func(c *cobra.Command, args []string) error {
+		return kc.call(func(ctx context.Context, kv kvv1.KVClient) error {
+			r, err := kv.Get(ctx, &kvv1.GetRequest{Key: []byte(args[0])})
 			if status.Code(err) == codes.NotFound {
-				return fmt.Errorf("key %q not found", pos[0])
+				return fmt.Errorf("key %q not found", args[0])
 			}
 			if err != nil {
 				return err
 			}
-			stdout.Write(r.Value)
-			fmt.Fprintln(stdout)
-			return nil
-		})
-	case "delete":
-		c := newKVCommand("delete", "delete KEY [--sync=false]", stderr)
-		sync := c.fs.Bool("sync", true, "wait until the delete is durable")
-		pos, err := c.args(args, "KEY")
-		if err != nil {
-			return err
-		}
-		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
-			_, err := kv.Delete(ctx, &kvv1.DeleteRequest{Key: []byte(pos[0]), Sync: *sync})
+			w := c.OutOrStdout()
+			if output() == outputJSON {
+				return printJSON(w, newPairJSON([]byte(args[0]), r.Value, true))
+			}
+			w.Write(r.Value)
+			_, err = fmt.Fprintln(w)
 			return err
 		})
-	case "scan":
-		c := newKVCommand("scan", "scan [--prefix P | --start S --end E] [--limit N] [--reverse] [--keys-only]", stderr)
-		prefix := c.fs.String("prefix", "", "only keys starting with this")
-		start := c.fs.String("start", "", "first key (inclusive)")
-		end := c.fs.String("end", "", "last key (exclusive)")
-		limit := c.fs.Uint64("limit", 0, "at most this many pairs (0: all)")
-		reverse := c.fs.Bool("reverse", false, "descending key order")
-		keysOnly := c.fs.Bool("keys-only", false, "print keys only")
-		if _, err := c.args(args); err != nil {
-			return err
+	}
+	return c
+}
+
+func newKVDeleteCmd(kc *kvClient) *cobra.Command {
+	var sync bool
+	c := &cobra.Command{
+		Use:   "delete KEY",
+		Short: "Remove KEY (durable unless --sync=false)",
+		Args:  exactArgs("KEY"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return kc.call(func(ctx context.Context, kv kvv1.KVClient) error {
+				_, err := kv.Delete(ctx, &kvv1.DeleteRequest{Key: []byte(args[0]), Sync: sync})
+				return err
+			})
+		},
+	}
+	c.Flags().BoolVar(&sync, "sync", true, "wait until the delete is durable")
+	return c
+}
+
+func newKVScanCmd(kc *kvClient) *cobra.Command {
+	var prefix, start, end string
+	var limit uint64
+	var reverse, keysOnly bool
+	c := &cobra.Command{
+		Use:   "scan [--prefix P | --start S --end E]",
+		Short: "Print key<TAB>value lines in key order",
+		Long: `Scan prints the pairs of a key range, one key<TAB>value line each, in key
+order (or descending with --reverse), from one consistent view of the
+database. With -o json it prints a JSON array of {"key": ..., "value": ...}
+objects (keyBase64/valueBase64 for bytes that are not valid UTF-8); if the
+scan fails midway, the array is left unterminated.`,
+		Example: `  shale kv scan --prefix user/
+  shale kv scan --start a --end m --limit 100
+  shale kv scan --reverse --limit 1 --keys-only     # the last key
+  shale kv scan -o json | jq -r '.[].key'`,
+		Args: exactArgs(),
+	}
+	output := addOutputFlags(c)
+	c.Flags().StringVar(&prefix, "prefix", "", "only keys starting with this")
+	c.Flags().StringVar(&start, "start", "", "first key (inclusive)")
+	c.Flags().StringVar(&end, "end", "", "last key (exclusive)")
+	c.Flags().Var(uintValue{&limit}, "limit", "at most this many pairs (0: all)")
+	c.Flags().BoolVar(&reverse, "reverse", false, "descending key order")
+	c.Flags().BoolVar(&keysOnly, "keys-only", false, "print keys only")
+	noFileCompletion(c, "prefix", "start", "end", "limit")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		w := bufio.NewWriter(c.OutOrStdout())
+		var out scanPrinter = &textScan{w: w, keysOnly: keysOnly}
+		if output() == outputJSON {
+			out = &jsonScan{w: w, keysOnly: keysOnly}
 		}
-		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
+		err := kc.call(func(ctx context.Context, kv kvv1.KVClient) error {
 			stream, err := kv.Scan(ctx, &kvv1.ScanRequest{
-				Prefix: []byte(*prefix), Start: []byte(*start), End: []byte(*end),
-				Limit: *limit, Reverse: *reverse, KeysOnly: *keysOnly,
+				Prefix: []byte(prefix), Start: []byte(start), End: []byte(end),
+				Limit: limit, Reverse: reverse, KeysOnly: keysOnly,
 			})
 			if err != nil {
 				return err
@@ -151,68 +167,195 @@ func runKV(args []string, stdout, stderr io.Writer) error {
 			for {
 				chunk, err := stream.Recv()
 				if errors.Is(err, io.EOF) {
-					return nil
+					return out.end()
 				}
 				if err != nil {
 					return err
 				}
 				for _, p := range chunk.Pairs {
-					if *keysOnly {
-						fmt.Fprintf(stdout, "%s\n", p.Key)
-					} else {
-						fmt.Fprintf(stdout, "%s\t%s\n", p.Key, p.Value)
+					if err := out.pair(p); err != nil {
+						return err
 					}
 				}
 			}
 		})
-	case "flush":
-		c := newKVCommand("flush", "flush", stderr)
-		if _, err := c.args(args); err != nil {
-			return err
+		if ferr := w.Flush(); err == nil {
+			err = ferr
 		}
-		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
-			_, err := kv.Flush(ctx, &kvv1.FlushRequest{})
-			return err
-		})
-	case "compact":
-		c := newKVCommand("compact", "compact [--start S] [--end E]", stderr)
-		start := c.fs.String("start", "", "first key (empty: from the beginning)")
-		end := c.fs.String("end", "", "last key (empty: to the end)")
-		if _, err := c.args(args); err != nil {
-			return err
-		}
-		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
-			_, err := kv.Compact(ctx, &kvv1.CompactRequest{Start: []byte(*start), End: []byte(*end)})
-			return err
-		})
-	case "status":
-		c := newKVCommand("status", "status [--json]", stderr)
-		asJSON := c.fs.Bool("json", false, "print JSON")
-		if _, err := c.args(args); err != nil {
-			return err
-		}
-		return c.call(func(ctx context.Context, kv kvv1.KVClient) error {
+		return err
+	}
+	return c
+}
+
+type scanPrinter interface {
+	pair(*kvv1.KeyValue) error
+	end() error // after the last pair of a complete scan
+}
+
+type textScan struct {
+	w        io.Writer
+	keysOnly bool
+}
+
+func (t *textScan) pair(p *kvv1.KeyValue) error {
+	var err error
+	if t.keysOnly {
+		_, err = fmt.Fprintf(t.w, "%s\n", p.Key)
+	} else {
+		_, err = fmt.Fprintf(t.w, "%s\t%s\n", p.Key, p.Value)
+	}
+	return err
+}
+
+func (t *textScan) end() error { return nil }
+
+// jsonScan streams a JSON array, one pair per line.
+type jsonScan struct {
+	w        io.Writer
+	keysOnly bool
+	n        int
+}
+
+func (j *jsonScan) pair(p *kvv1.KeyValue) error {
+	b, err := compactJSON(newPairJSON(p.Key, p.Value, !j.keysOnly))
+	if err != nil {
+		return err
+	}
+	sep := ",\n  "
+	if j.n == 0 {
+		sep = "[\n  "
+	}
+	j.n++
+	_, err = fmt.Fprintf(j.w, "%s%s", sep, b)
+	return err
+}
+
+func (j *jsonScan) end() error {
+	var err error
+	if j.n == 0 {
+		_, err = fmt.Fprintln(j.w, "[]")
+	} else {
+		_, err = fmt.Fprintln(j.w, "\n]")
+	}
+	return err
+}
+
+// pairJSON is a key-value pair in -o json output: strings when they are
+// valid UTF-8, base64 otherwise (JSON strings cannot hold arbitrary bytes).
+type pairJSON struct {
+	Key         *string `json:"key,omitempty"`
+	KeyBase64   []byte  `json:"keyBase64,omitempty"`
+	Value       *string `json:"value,omitempty"`
+	ValueBase64 []byte  `json:"valueBase64,omitempty"`
+}
+
+func newPairJSON(key, value []byte, withValue bool) pairJSON {
+	var p pairJSON
+	p.Key, p.KeyBase64 = jsonBytes(key)
+	if withValue {
+		p.Value, p.ValueBase64 = jsonBytes(value)
+	}
+	return p
+}
+
+func jsonBytes(b []byte) (*string, []byte) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, nil
+	}
+	return nil, b
+}
+
+func newKVFlushCmd(kc *kvClient) *cobra.Command {
+	return &cobra.Command{
+		Use:   "flush",
+		Short: "Flush memtables to SST files",
+		Args:  exactArgs(),
+		RunE: func(_ *cobra.Command, _ []string) error {
+			return kc.call(func(ctx context.Context, kv kvv1.KVClient) error {
+				_, err := kv.Flush(ctx, &kvv1.FlushRequest{})
+				return err
+			})
+		},
+	}
+}
+
+func newKVCompactCmd(kc *kvClient) *cobra.Command {
+	var start, end string
+	c := &cobra.Command{
+		Use:   "compact [--start S] [--end E]",
+		Short: "Compact a key range, or everything",
+		Args:  exactArgs(),
+		RunE: func(_ *cobra.Command, _ []string) error {
+			return kc.call(func(ctx context.Context, kv kvv1.KVClient) error {
+				_, err := kv.Compact(ctx, &kvv1.CompactRequest{Start: []byte(start), End: []byte(end)})
+				return err
+			})
+		},
+	}
+	c.Flags().StringVar(&start, "start", "", "first key (empty: from the beginning)")
+	c.Flags().StringVar(&end, "end", "", "last key (empty: to the end)")
+	noFileCompletion(c, "start", "end")
+	return c
+}
+
+func newKVStatusCmd(kc *kvClient) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "Print role, epoch, sequence number and DB stats",
+		Long: `Status prints the server's role, fencing epoch, latest sequence number and
+RocksDB statistics. With -o json it prints the KV API's StatusResponse in
+protobuf's JSON mapping (64-bit integers are strings, e.g. "epoch": "3").
+--json is a deprecated spelling of -o json.`,
+		Args: exactArgs(),
+	}
+	output := addOutputFlags(c)
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		return kc.call(func(ctx context.Context, kv kvv1.KVClient) error {
 			st, err := kv.Status(ctx, &kvv1.StatusRequest{})
 			if err != nil {
 				return err
 			}
-			if *asJSON {
-				b, _ := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st)
-				var v any
-				json.Unmarshal(b, &v)
-				out, _ := json.MarshalIndent(v, "", "  ")
-				fmt.Fprintln(stdout, string(out))
-				return nil
+			if output() == outputJSON {
+				b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st)
+				if err != nil {
+					return err
+				}
+				var v any // re-encoded: protojson's spacing is deliberately unstable
+				if err := json.Unmarshal(b, &v); err != nil {
+					return err
+				}
+				return printJSON(c.OutOrStdout(), v)
 			}
-			printStatus(stdout, st)
+			printStatus(c.OutOrStdout(), st)
 			return nil
 		})
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, kvUsage)
-		return nil
 	}
-	fmt.Fprintf(stderr, "shale kv: unknown command %q\n\n%s", cmd, kvUsage)
-	return errUsage
+	return c
+}
+
+// call dials the server and runs fn with a deadline.
+func (kc *kvClient) call(fn func(ctx context.Context, kv kvv1.KVClient) error) error {
+	conn, err := grpc.NewClient(kc.addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
+	if err != nil {
+		return fmt.Errorf("--addr %s: %w", kc.addr, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), kc.timeout)
+	defer cancel()
+	err = fn(ctx, kvv1.NewKVClient(conn))
+	if st, ok := status.FromError(err); ok && err != nil {
+		switch st.Code() {
+		case codes.Unavailable:
+			return fmt.Errorf("cannot reach a Shale server at %s: %s (is `shale primary` or `shale dev` running? set --addr)", kc.addr, st.Message())
+		case codes.DeadlineExceeded:
+			return fmt.Errorf("no answer from %s within %s (--timeout)", kc.addr, kc.timeout)
+		}
+		return fmt.Errorf("%s: %s", st.Code(), st.Message())
+	}
+	return err
 }
 
 func printStatus(w io.Writer, st *kvv1.StatusResponse) {

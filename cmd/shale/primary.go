@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,41 +9,70 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/primary"
 )
 
+func newPrimaryCmd() *cobra.Command {
+	var cfg primary.Config
+	c := &cobra.Command{
+		Use:   "primary --db URL",
+		Short: "Serve a database read-write over gRPC",
+		Long: `Primary owns the database at --db and serves the gRPC KV API on --listen.
+
+It takes the next fencing epoch in the store (or --epoch), seals the previous
+owner's logs, and serves until SIGINT or SIGTERM, which stop it gracefully and
+release the database. A primary deposed by a newer epoch exits with status 1.`,
+		Example: `  AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \
+    shale primary --db s3://my-bucket/orders --cache-dir /var/cache/shale/orders
+  shale primary --db file:///srv/shale/orders --cache-size 2GiB`,
+		Args: exactArgs(),
+		RunE: func(c *cobra.Command, _ []string) error {
+			if cfg.DB == "" {
+				return usageErrorf("primary: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
+			}
+			cfg.Logger = newLogger(c.ErrOrStderr())
+			ctx, stop := signalContext()
+			defer stop()
+			return primary.Run(ctx, cfg)
+		},
+	}
+	c.Flags().StringVar(&cfg.DB, "db", "", "database location `URL`: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
+	primaryFlags(c, &cfg)
+	noFileCompletion(c, "db")
+	return c
+}
+
 // primaryFlags registers the flags shared by `shale primary` and `shale dev`.
-func primaryFlags(fs *flag.FlagSet, cfg *primary.Config) {
+// README.md's flag table documents them; keep the two in step.
+func primaryFlags(c *cobra.Command, cfg *primary.Config) {
+	fs := c.Flags()
 	cfg.Limits = kvserver.DefaultLimits()
 	cfg.Engine = engine.DefaultOptions()
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "gRPC address to serve the KV API on")
-	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9090", "HTTP address for Prometheus /metrics (empty: off)")
-	fs.Var(sizeFlag{&cfg.Limits.MaxKeyBytes}, "max-key-size", "largest key accepted")
-	fs.Var(sizeFlag{&cfg.Limits.MaxValueBytes}, "max-value-size", "largest value accepted")
-	fs.Var(sizeFlag{&cfg.Limits.MaxBatchBytes}, "max-batch-size", "largest total of keys and values in one Write batch")
 	st := &cfg.Storage
-	fs.StringVar(&st.CacheDir, "cache-dir", "", "local cache and staging directory (default: one per --db under the user cache dir)")
-	st.CacheBytes = 8 << 30
-	fs.Func("cache-size", "SST bytes kept in --cache-dir; tables that do not fit are read from the store (default 8GiB, 0: unbounded)", func(v string) error {
-		n, err := parseSize(v)
-		st.CacheBytes = int64(n)
-		return err
-	})
-	fs.Uint64Var(&st.Epoch, "epoch", 0, "fencing epoch to own the database with; must exceed every epoch in storage (0: the next one, deposing the current owner)")
-	fs.DurationVar(&st.Lease, "lease", 5*time.Second, "read lease: serve reads only while ownership was confirmed this recently; a new owner waits this long")
-	fs.DurationVar(&st.DeleteGrace, "delete-grace", time.Hour, "keep deleted files in the store this long (readers may still use them)")
-	fs.StringVar(&st.LogStorageClass, "wal-storage-class", "", "S3 storage class for WAL, MANIFEST and other small files (empty: the store's default)")
-	fs.StringVar(&st.TableStorageClass, "sst-storage-class", "", "S3 storage class for SST files (empty: the store's default)")
-	fs.DurationVar(&st.ReadTimeout, "read-timeout", 10*time.Second, "deadline of one foreground read from the store")
-	fs.DurationVar(&st.WriteTimeout, "write-timeout", time.Minute, "deadline of one upload attempt (flush, compaction, WAL); failed attempts are retried")
-	fs.DurationVar(&st.RetryFor, "retry-for", 5*time.Minute, "keep retrying a failed background upload this long before failing it")
-	fs.Func("block-cache-size", "RocksDB block cache size (default "+formatSize(int(cfg.Engine.BlockCacheBytes))+")", func(v string) error {
-		n, err := parseSize(v)
-		cfg.Engine.BlockCacheBytes = uint64(n)
-		return err
-	})
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "gRPC `address` to serve the KV API on")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9090", "HTTP `address` for Prometheus /metrics and /healthz (empty: off)")
+	fs.Var(newSize(&cfg.Limits.MaxKeyBytes, cfg.Limits.MaxKeyBytes), "max-key-size", "largest key accepted")
+	fs.Var(newSize(&cfg.Limits.MaxValueBytes, cfg.Limits.MaxValueBytes), "max-value-size", "largest value accepted")
+	fs.Var(newSize(&cfg.Limits.MaxBatchBytes, cfg.Limits.MaxBatchBytes), "max-batch-size", "largest total of keys and values in one Write batch")
+	fs.StringVar(&st.CacheDir, "cache-dir", "", "local cache and staging `directory` (default: one per --db under the user cache dir)")
+	fs.Var(newSize(&st.CacheBytes, 8<<30), "cache-size", "SST bytes kept in --cache-dir; tables that do not fit are read from the store (0: unbounded)")
+	fs.Var(uintValue{&st.Epoch}, "epoch", "fencing epoch to own the database with; must exceed every epoch in storage (0: the next one, deposing the current owner)")
+	fs.Var(newDuration(&st.Lease, 5*time.Second), "lease", "read lease: serve reads only while ownership was confirmed this recently; a new owner waits this long")
+	fs.Var(newDuration(&st.DeleteGrace, time.Hour), "delete-grace", "keep deleted files in the store this long (readers may still use them)")
+	fs.StringVar(&st.LogStorageClass, "wal-storage-class", "", "S3 storage `class` for WAL, MANIFEST and other small files (empty: the store's default)")
+	fs.StringVar(&st.TableStorageClass, "sst-storage-class", "", "S3 storage `class` for SST files (empty: the store's default)")
+	fs.Var(newDuration(&st.ReadTimeout, 10*time.Second), "read-timeout", "deadline of one foreground read from the store")
+	fs.Var(newDuration(&st.WriteTimeout, time.Minute), "write-timeout", "deadline of one upload attempt (flush, compaction, WAL); failed attempts are retried")
+	fs.Var(newDuration(&st.RetryFor, 5*time.Minute), "retry-for", "keep retrying a failed background upload this long before failing it")
+	fs.Var(newSize(&cfg.Engine.BlockCacheBytes, cfg.Engine.BlockCacheBytes), "block-cache-size", "RocksDB block cache size")
+	c.MarkFlagDirname("cache-dir")
+	noFileCompletion(c, "listen", "metrics-listen", "max-key-size", "max-value-size", "max-batch-size",
+		"cache-size", "epoch", "lease", "delete-grace", "wal-storage-class", "sst-storage-class",
+		"read-timeout", "write-timeout", "retry-for", "block-cache-size")
 }
 
 func newLogger(stderr io.Writer) *slog.Logger {
@@ -55,27 +82,4 @@ func newLogger(stderr io.Writer) *slog.Logger {
 // signalContext is cancelled by SIGINT or SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-}
-
-func runPrimary(args []string, stderr io.Writer) error {
-	var cfg primary.Config
-	fs := newFlags("primary", "shale primary --db file:///ABS/PATH [flags]", stderr)
-	fs.StringVar(&cfg.DB, "db", "", "database location: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
-	primaryFlags(fs, &cfg)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos); err != nil {
-		return err
-	}
-	if cfg.DB == "" {
-		fmt.Fprintln(stderr, "primary: --db is required")
-		fs.Usage()
-		return errUsage
-	}
-	cfg.Logger = newLogger(stderr)
-	ctx, stop := signalContext()
-	defer stop()
-	return primary.Run(ctx, cfg)
 }

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// Flag value types. A bad value fails the parse with pflag's
+// `invalid argument "8XB" for "--cache-size" flag: <what to write instead>`
+// and exit status 2.
+
+// sizeValue is a byte size: plain bytes or a number with KiB, MiB or GiB.
+type sizeValue[T int | int64 | uint64] struct{ p *T }
+
+func newSize[T int | int64 | uint64](p *T, def T) sizeValue[T] {
+	*p = def
+	return sizeValue[T]{p}
+}
+
+func (s sizeValue[T]) String() string {
+	if s.p == nil {
+		return "0"
+	}
+	return formatSize(uint64(*s.p))
+}
+
+func (s sizeValue[T]) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s.p = T(n)
+	return nil
+}
+
+func (sizeValue[T]) Type() string { return "size" }
+
+// parseSize parses plain bytes or a number with a B, KiB, MiB or GiB suffix.
+func parseSize(v string) (int, error) {
+	mult := 1
+	num := v
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(v, u.suffix) {
+			num, mult = strings.TrimSuffix(v, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(num))
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("invalid size %q (want bytes, or a number with KiB, MiB or GiB)", v)
+	}
+	if n > math.MaxInt/mult {
+		return 0, fmt.Errorf("size %q is too large", v)
+	}
+	return n * mult, nil
+}
+
+func formatSize(n uint64) string {
+	switch {
+	case n > 0 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n > 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n > 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+// durationValue is a positive duration. Zero would silently mean the
+// built-in default in the storage layer, and a negative one means nothing.
+type durationValue struct{ p *time.Duration }
+
+func newDuration(p *time.Duration, def time.Duration) durationValue {
+	*p = def
+	return durationValue{p}
+}
+
+func (d durationValue) String() string {
+	if d.p == nil {
+		return "0s"
+	}
+	return formatDuration(*d.p)
+}
+
+// formatDuration is d without zero minutes and seconds after a larger
+// unit: 1h, 5m, 1h30m rather than 1h0m0s, 5m0s, 1h30m0s.
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func (d durationValue) Set(v string) error {
+	x, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("want a duration such as 500ms, 30s, 5m or 1h")
+	}
+	if x <= 0 {
+		return fmt.Errorf("must be positive (a duration such as 500ms, 30s, 5m or 1h)")
+	}
+	*d.p = x
+	return nil
+}
+
+func (durationValue) Type() string { return "duration" }
+
+// uintValue is a non-negative integer, with a friendlier error than
+// strconv's.
+type uintValue struct{ p *uint64 }
+
+func (u uintValue) String() string {
+	if u.p == nil {
+		return "0"
+	}
+	return strconv.FormatUint(*u.p, 10)
+}
+
+func (u uintValue) Set(v string) error {
+	x, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return fmt.Errorf("want a whole number >= 0")
+	}
+	*u.p = x
+	return nil
+}
+
+func (uintValue) Type() string { return "uint" }
+
+// outputFormat is the value of -o/--output.
+type outputFormat string
+
+const (
+	outputText outputFormat = "text"
+	outputJSON outputFormat = "json"
+)
+
+func (o *outputFormat) String() string { return string(*o) }
+
+func (o *outputFormat) Set(v string) error {
+	switch f := outputFormat(v); f {
+	case outputText, outputJSON:
+		*o = f
+		return nil
+	}
+	return errors.New(`want "text" or "json"`)
+}
+
+func (*outputFormat) Type() string { return "format" }
+
+// addOutputFlags adds -o/--output and the deprecated --json (same as
+// -o json) to c, and returns a function that tells which was chosen.
+func addOutputFlags(c *cobra.Command) func() outputFormat {
+	o := outputText
+	var asJSON bool
+	c.Flags().VarP(&o, "output", "o", "output `format`: text or json")
+	c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
+		[]cobra.Completion{string(outputText), string(outputJSON)}, cobra.ShellCompDirectiveNoFileComp))
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().MarkDeprecated("json", "use -o json")
+	return func() outputFormat {
+		if asJSON {
+			return outputJSON
+		}
+		return o
+	}
+}
+
+// printJSON writes v as indented JSON, without escaping <, > and &.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// compactJSON is v as one line of JSON, without escaping <, > and &.
+func compactJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
