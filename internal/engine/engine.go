@@ -117,6 +117,11 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.opts.SetLevelCompactionDynamicLevelBytes(true)
 	d.opts.SetKeepLogFileNum(5)
 	d.opts.SetMaxLogFileSize(16 << 20)
+	// Roll the MANIFEST over at 64 MiB (RocksDB never does by default): in
+	// the object store it is a log of segments that a takeover lists and
+	// recovery reads whole, so its size must follow the live files, not
+	// every edit since the database was created.
+	d.opts.SetMaxManifestFileSize(64 << 20)
 	d.bbto = grocksdb.NewDefaultBlockBasedTableOptions()
 	d.cache = grocksdb.NewLRUCache(o.BlockCacheBytes)
 	d.bbto.SetBlockCache(d.cache)
