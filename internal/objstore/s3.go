@@ -369,6 +369,71 @@ func (s *S3Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+// DeleteMany implements Store: one DeleteObjects request per
+// maxDeleteBatch keys (minio-go's RemoveObjects), each retried on
+// transient failures like other idempotent requests. A request that fails
+// as a whole (every key in it failed) ends the call: the next would fail
+// the same way.
+func (s *S3Store) DeleteMany(ctx context.Context, keys []string) error {
+	keys, err := deleteKeys(keys)
+	if err != nil {
+		return err
+	}
+	e := &deleteError{where: s.url, total: len(keys)}
+	for start := 0; start < len(keys); start += maxDeleteBatch {
+		if err := ctx.Err(); err != nil {
+			e.skipped, e.stopped = len(keys)-start, err
+			break
+		}
+		batch := keys[start:min(start+maxDeleteBatch, len(keys))]
+		if s.deleteBatch(ctx, batch, e) == len(batch) {
+			e.skipped, e.stopped = len(keys)-start-len(batch), ctx.Err()
+			break
+		}
+	}
+	return e.result()
+}
+
+// deleteBatch deletes up to maxDeleteBatch keys in one DeleteObjects
+// request, adds the failures to e and returns how many keys failed.
+func (s *S3Store) deleteBatch(ctx context.Context, keys []string, e *deleteError) int {
+	objects := make(chan minio.ObjectInfo, len(keys))
+	for _, k := range keys {
+		objects <- minio.ObjectInfo{Key: s.prefix + k}
+	}
+	close(objects)
+	failed := map[string]bool{}
+	add := func(key string, err error) {
+		if failed[key] {
+			return
+		}
+		failed[key] = true
+		f := s.fail(ctx, "delete", key, err)
+		if f.status == 0 && f.code != "" && ctx.Err() == nil {
+			// One key's failure inside the 200 answer to the request: it
+			// has an S3 error code but no HTTP status of its own.
+			f.retryable = retryableResponse(0, f.code)
+		}
+		e.failed = append(e.failed, f)
+	}
+	// Read every result: RemoveObjects stops only when its channel drains.
+	for r := range s.client.RemoveObjects(ctx, s.bucket, objects, minio.RemoveObjectsOptions{}) {
+		if minio.ToErrorResponse(r.Err).Code == "NoSuchKey" {
+			continue // a missing key is deleted
+		}
+		if r.ObjectName == "" {
+			// An answer that names no key (unparseable): the outcome of
+			// the whole request is unknown.
+			for _, k := range keys {
+				add(k, r.Err)
+			}
+			continue
+		}
+		add(strings.TrimPrefix(r.ObjectName, s.prefix), r.Err)
+	}
+	return len(failed)
+}
+
 // maxCopySize is the largest object a single CopyObject request copies.
 const maxCopySize = 5 << 30
 

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
 )
@@ -46,6 +47,7 @@ func Run(t *testing.T, b Backend) {
 		{"Canceled", testCanceled},
 		{"LargeObject", testLargeObject},
 		{"ListDir", testListDir},
+		{"DeleteMany", testDeleteMany},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
 	}
@@ -515,6 +517,9 @@ func testInvalidKeys(t *testing.T, b Backend) {
 		if err := s.Delete(ctx, k); !errors.Is(err, objstore.ErrInvalidKey) {
 			t.Errorf("delete %q: %v, want ErrInvalidKey", k, err)
 		}
+		if err := s.DeleteMany(ctx, []string{"ok", k}); !errors.Is(err, objstore.ErrInvalidKey) || objstore.IsRetryable(err) {
+			t.Errorf("DeleteMany with %q: %v, want a final ErrInvalidKey", k, err)
+		}
 		if _, err := s.Copy(ctx, "ok", k, objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
 			t.Errorf("copy to %q: %v, want ErrInvalidKey", k, err)
 		}
@@ -562,6 +567,15 @@ func testCanceled(t *testing.T, b Backend) {
 	}
 	if _, err := s.Stat(context.Background(), "k"); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("canceled put created the key: %v", err)
+	}
+
+	mustPut(t, s, "k", "v", objstore.PutOptions{})
+	err = s.DeleteMany(ctx, []string{"k", "missing"})
+	if !errors.Is(err, context.Canceled) || objstore.IsRetryable(err) {
+		t.Fatalf("DeleteMany with a canceled context: %v (retryable %v), want context.Canceled, not retryable", err, objstore.IsRetryable(err))
+	}
+	if _, err := s.Stat(context.Background(), "k"); err != nil {
+		t.Fatalf("canceled DeleteMany deleted a key: %v", err)
 	}
 }
 
@@ -620,5 +634,103 @@ func testListDir(t *testing.T, b Backend) {
 	}
 	if err := s.ListDir(ctx, "000011.log", func(objstore.ObjectInfo) error { return nil }); !errors.Is(err, objstore.ErrInvalidKey) {
 		t.Errorf("ListDir without a trailing slash: %v", err)
+	}
+}
+
+// DeleteMany removes many keys at once, more than one S3 request holds;
+// missing keys, repeats and "directories" of other keys are not errors.
+func testDeleteMany(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	const n = 2500
+	var del, written []string
+	for i := 0; i < n; i++ {
+		k := fmt.Sprintf("wal/%03d/%08d", i/100, i)
+		del = append(del, k)
+		if i%5 != 0 { // every fifth key is missing
+			written = append(written, k)
+		}
+	}
+	del = append(del, "wal/000", "nothing/here", del[1], del[n-1]) // a directory, a missing key, repeats
+	kept := []string{"CURRENT", "wal/000/keep", "wal/0240", "wal/024/00002400.x"}
+	putAll(t, s, append(append([]string(nil), written...), kept...))
+	if got := len(list(t, s, "")); got != len(written)+len(kept) {
+		t.Fatalf("wrote %d keys, list finds %d", len(written)+len(kept), got)
+	}
+
+	if err := s.DeleteMany(ctx, nil); err != nil {
+		t.Fatalf("DeleteMany of no keys: %v", err)
+	}
+	if err := s.DeleteMany(ctx, []string{}); err != nil {
+		t.Fatalf("DeleteMany of an empty slice: %v", err)
+	}
+	if got := len(list(t, s, "")); got != len(written)+len(kept) {
+		t.Fatalf("DeleteMany of no keys left %d keys", got)
+	}
+
+	start := time.Now()
+	if err := s.DeleteMany(ctx, del); err != nil {
+		t.Fatalf("DeleteMany of %d keys: %v", len(del), err)
+	}
+	t.Logf("DeleteMany of %d keys (%d stored) took %v", len(del), len(written), time.Since(start).Round(time.Millisecond))
+	if got, want := strings.Join(keys(list(t, s, "")), " "), "CURRENT wal/000/keep wal/024/00002400.x wal/0240"; got != want {
+		t.Fatalf("after DeleteMany the store lists %.300s\nwant %s", got, want)
+	}
+	for _, k := range kept {
+		if got := read(t, s, k, 0, -1); got != "v"+k {
+			t.Fatalf("DeleteMany changed %s to %q", k, got)
+		}
+	}
+	for _, k := range []string{del[1], del[n-1], "wal/000/00000001"} {
+		if _, err := s.Stat(ctx, k); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("stat %s after DeleteMany: %v", k, err)
+		}
+	}
+	// No empty "directories" are left behind.
+	var dirs []string
+	if err := s.ListDir(ctx, "wal/", func(o objstore.ObjectInfo) error {
+		dirs = append(dirs, o.Key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(dirs, " "); got != "wal/000/ wal/024/ wal/0240" {
+		t.Fatalf("ListDir(wal/) after DeleteMany = %q", got)
+	}
+	// Deleting deleted keys again is a no-op.
+	if err := s.DeleteMany(ctx, del); err != nil {
+		t.Fatalf("DeleteMany of deleted keys: %v", err)
+	}
+}
+
+// putAll writes "v"+key to every key, a few at a time.
+func putAll(t *testing.T, s objstore.Store, ks []string) {
+	t.Helper()
+	work := make(chan string)
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				v := "v" + k
+				if _, err := s.Put(context.Background(), k, strings.NewReader(v), int64(len(v)), objstore.PutOptions{}); err != nil {
+					select {
+					case errs <- fmt.Errorf("put %s: %w", k, err):
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for _, k := range ks {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
 	}
 }
