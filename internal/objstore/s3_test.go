@@ -20,20 +20,25 @@ import (
 
 // The conformance suite against the pinned MinIO server: one server, one
 // bucket per test, and a prefix so the store is rooted below the bucket.
+// Parts are S3's smallest, so objects of a few MiB go up in parts.
 func TestS3Conformance(t *testing.T) {
 	srv := miniotest.Start(t)
+	const partSize = 5 << 20
 	n := 0
 	storetest.Run(t, storetest.Backend{
 		New: func(t *testing.T) objstore.Store {
 			n++
 			bucket := fmt.Sprintf("suite-%d", n)
 			srv.CreateBucket(t, bucket)
-			s, err := objstore.OpenS3("s3://"+bucket+"/db/root", srv.S3Config())
+			cfg := srv.S3Config()
+			cfg.PartSize = partSize
+			s, err := objstore.OpenS3("s3://"+bucket+"/db/root", cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		},
+		PartSize: partSize,
 	})
 }
 
