@@ -56,6 +56,7 @@ func Run(t *testing.T, b Backend) {
 		{"ListDir", testListDir},
 		{"DeleteMany", testDeleteMany},
 		{"ConditionalPutInParts", testConditionalPutInParts},
+		{"ConditionalPutInPartsOvertaken", testConditionalPutInPartsOvertaken},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
 	}
@@ -850,4 +851,91 @@ func testConditionalPutInParts(t *testing.T, b Backend) {
 	if got := strings.Join(keys(list(t, s, "")), " "); got != "sst/000042.sst sst/000043.sst" {
 		t.Fatalf("after conditional puts in parts the store lists %q", got)
 	}
+}
+
+// The fencing race with large objects: an owner's conditional upload is
+// under way (on S3 its multipart upload is initiated and its first part
+// sent) when another owner's conditional put of the same key lands. The
+// condition is checked when the slow upload completes, so it fails and the
+// other owner's object stays.
+func testConditionalPutInPartsOvertaken(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	part := b.PartSize
+	if part == 0 {
+		part = 1 << 20
+	}
+	size := 2*part + 123
+	object := func(seed int) []byte {
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(i*11 + seed*17 + i>>20)
+		}
+		return data
+	}
+	overtaken := func(what, key string, slow, fast objstore.PutOptions, fastSize int64) {
+		t.Helper()
+		stale, winner := object(1), object(2)
+		if fastSize < size {
+			winner = winner[:fastSize]
+		}
+		gate := &gatedReader{r: bytes.NewReader(stale), at: part + 1, reached: make(chan struct{}), release: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Put(ctx, key, gate, size, slow)
+			done <- err
+		}()
+		select {
+		case <-gate.reached:
+		case err := <-done:
+			t.Fatalf("%s: the slow put ended before its gate: %v", what, err)
+		}
+		won, err := s.Put(ctx, key, bytes.NewReader(winner), fastSize, fast)
+		close(gate.release)
+		slowErr := <-done
+		if err != nil {
+			t.Fatalf("%s: the put overtaking an upload in flight: %v", what, err)
+		}
+		if !errors.Is(slowErr, objstore.ErrPreconditionFailed) || objstore.IsRetryable(slowErr) {
+			t.Fatalf("%s: the overtaken upload: %v (retryable %v), want a final ErrPreconditionFailed", what, slowErr, objstore.IsRetryable(slowErr))
+		}
+		r, info, err := s.Get(ctx, key, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, winner) || info.ETag != won.ETag {
+			t.Fatalf("%s: after the overtaken upload failed, %s holds %d other bytes (ETag %s, want %s), %v", what, key, len(got), info.ETag, won.ETag, err)
+		}
+	}
+	createOnly := objstore.PutOptions{IfNoneMatch: true}
+	overtaken("create-only, overtaken by a large put", "epoch/1", createOnly, createOnly, size)
+	overtaken("create-only, overtaken by a small put", "epoch/2", createOnly, createOnly, 10)
+
+	cur := mustPut(t, s, "MANIFEST", "v0", objstore.PutOptions{})
+	ifMatch := objstore.PutOptions{IfMatch: cur.ETag}
+	overtaken("If-Match, overtaken by a large put", "MANIFEST", ifMatch, ifMatch, size)
+}
+
+// gatedReader reads r, but stops once at offset at: it closes reached and
+// waits for release.
+type gatedReader struct {
+	r                *bytes.Reader
+	n, at            int64
+	reached, release chan struct{}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	if g.n == g.at && g.reached != nil {
+		close(g.reached)
+		g.reached = nil
+		<-g.release
+	}
+	if g.n < g.at && int64(len(p)) > g.at-g.n {
+		p = p[:g.at-g.n]
+	}
+	n, err := g.r.Read(p)
+	g.n += int64(n)
+	return n, err
 }
