@@ -435,25 +435,102 @@ func (s *FileStore) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	defer unlock()
-	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
-		return nil // a "directory" is not an object
-	}
-	if err := os.Remove(p); err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-			return nil
-		}
-		return fmt.Errorf("delete %s: %w", key, err)
-	}
-	// Drop directories left empty, as S3 has none, then make the removal
-	// durable in the first directory that remains.
-	d := filepath.Dir(p)
-	for d != s.dir && strings.HasPrefix(d, s.dir) && os.Remove(d) == nil {
-		d = filepath.Dir(d)
+	d, err := s.remove(key, p)
+	if err != nil || d == "" {
+		return err
 	}
 	if err := syncDir(d); err != nil {
 		return fmt.Errorf("delete %s: sync dir: %w", key, err)
 	}
 	return nil
+}
+
+// remove deletes the object at p, under the store lock, and drops the
+// directories it leaves empty, as S3 has none. It returns the first
+// directory that remains, whose sync makes the removal durable, or "" if
+// there was no object to remove.
+func (s *FileStore) remove(key, p string) (string, error) {
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+		return "", nil // a "directory" is not an object
+	}
+	if err := os.Remove(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return "", nil
+		}
+		return "", fmt.Errorf("delete %s: %w", key, err)
+	}
+	d := filepath.Dir(p)
+	for d != s.dir && strings.HasPrefix(d, s.dir) && os.Remove(d) == nil {
+		d = filepath.Dir(d)
+	}
+	return d, nil
+}
+
+// DeleteMany implements Store: Delete for each key, holding the store lock
+// for up to maxDeleteBatch keys at a time and syncing each directory a
+// batch changed once.
+func (s *FileStore) DeleteMany(ctx context.Context, keys []string) error {
+	keys, err := deleteKeys(keys)
+	if err != nil {
+		return err
+	}
+	paths := make([]string, len(keys))
+	for i, k := range keys {
+		if paths[i], err = s.path(k); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Lstat(s.dir); errors.Is(err, fs.ErrNotExist) || len(keys) == 0 {
+		return nil
+	}
+	e := &deleteError{where: s.url, total: len(keys)}
+	for start := 0; start < len(keys); start += maxDeleteBatch {
+		end := min(start+maxDeleteBatch, len(keys))
+		if done, err := s.deleteBatch(ctx, keys[start:end], paths[start:end], e); err != nil {
+			e.skipped = len(keys) - start - done
+			e.stopped = err
+			break
+		}
+	}
+	return e.result()
+}
+
+// deleteBatch deletes keys (at paths) under one hold of the store lock,
+// adding per-key failures to e. It stops early only when ctx ends or the
+// lock cannot be taken, returning how many keys it attempted and why.
+func (s *FileStore) deleteBatch(ctx context.Context, keys, paths []string, e *deleteError) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	// The removals of a batch become durable together: sync each
+	// directory they changed once, after the last of them.
+	dirs := map[string]bool{}
+	defer func() {
+		for d := range dirs {
+			// A directory a later removal emptied and dropped is gone;
+			// that removal recorded the directory above it.
+			if err := syncDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				e.failed = append(e.failed, fmt.Errorf("delete under %s: sync dir: %w", d, err))
+			}
+		}
+	}()
+	for i, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return i, err
+		}
+		d, err := s.remove(k, paths[i])
+		if err != nil {
+			e.failed = append(e.failed, err)
+		} else if d != "" {
+			dirs[d] = true
+		}
+	}
+	return len(keys), nil
 }
 
 // Copy implements Store.

@@ -90,6 +90,50 @@ func TestFileDeleteRemovesEmptyDirs(t *testing.T) {
 	}
 }
 
+// DeleteMany drops the directories it empties too, checks every key before
+// deleting any, and creates nothing in a store never written.
+func TestFileDeleteMany(t *testing.T) {
+	ctx := context.Background()
+	fresh, err := OpenFile(filepath.Join(t.TempDir(), "fresh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.DeleteMany(ctx, []string{"a", "b/c"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fresh.Dir()); !os.IsNotExist(err) {
+		t.Fatalf("DeleteMany created the store directory: %v", err)
+	}
+
+	s := newFileStore(t)
+	ks := []string{"db/000012.log/1", "db/000012.log/2", "db/a/b/c", "top"}
+	for _, k := range ks {
+		if _, err := put(t, s, k, k, PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteMany(ctx, []string{"db/a/b/c", ".shale-tmp/x"}); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("DeleteMany with a reserved key: %v", err)
+	}
+	if got := read(t, s, "db/a/b/c", 0, -1); got != "db/a/b/c" {
+		t.Fatalf("a rejected DeleteMany deleted a key: %q", got)
+	}
+	if err := s.DeleteMany(ctx, ks[:3]); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if got := strings.Join(names, " "); got != ".shale-lock .shale-tmp top" {
+		t.Fatalf("store directory after DeleteMany holds %q", got)
+	}
+}
+
 // Put returns the info of its own write, even when another writer replaces
 // the object right after it: an owner's next If-Match uses that ETag.
 func TestFilePutReturnsOwnInfo(t *testing.T) {

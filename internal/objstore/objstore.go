@@ -57,6 +57,14 @@ type Store interface {
 	ListDir(ctx context.Context, dir string, fn func(ObjectInfo) error) error
 	// Delete removes key; deleting a missing key is not an error.
 	Delete(ctx context.Context, key string) error
+	// DeleteMany removes keys (missing keys are not an error), in as few
+	// requests as the backend allows (S3: DeleteObjects, up to 1000 keys per
+	// request). An invalid key fails the call before anything is deleted.
+	// Otherwise every key is attempted until ctx ends or a whole request
+	// fails; the error then names the first few keys left behind, matches
+	// (errors.Is) the causes of their failures, and is retryable only if
+	// every failure was. Repeating a DeleteMany is always safe.
+	DeleteMany(ctx context.Context, keys []string) error
 	// Copy copies src to dst within the store (server-side where possible).
 	Copy(ctx context.Context, src, dst string, opts PutOptions) (ObjectInfo, error)
 	// URL is the location this store was opened from.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -105,5 +106,33 @@ func TestIsRetryableMarked(t *testing.T) {
 	e = &s3Error{op: "put", where: "s3://b/k", err: io.ErrUnexpectedEOF, kind: ErrPreconditionFailed}
 	if IsRetryable(e) || !errors.Is(e, ErrPreconditionFailed) || !errors.Is(e, io.ErrUnexpectedEOF) {
 		t.Fatal("marked error lost its classification or causes")
+	}
+}
+
+// A DeleteMany error names the first few keys left behind, matches every
+// cause, and is retryable only when every failure is.
+func TestDeleteError(t *testing.T) {
+	var failed []error
+	for i := 1; i <= 5; i++ {
+		failed = append(failed, &s3Error{op: "delete", where: fmt.Sprintf("s3://b/k%d", i), err: errors.New("boom"), retryable: true})
+	}
+	e := &deleteError{where: "s3://b", total: 2500, failed: failed, skipped: 1000}
+	want := "delete from s3://b: 1005 of 2500 keys not deleted; s3 delete s3://b/k1: boom; s3 delete s3://b/k2: boom; s3 delete s3://b/k3: boom; and 2 more failed; 1000 not attempted"
+	if e.Error() != want {
+		t.Fatalf("message:\n%s\nwant\n%s", e.Error(), want)
+	}
+	if !IsRetryable(fmt.Errorf("gc: %w", e)) {
+		t.Fatal("all failures retryable, the error is not")
+	}
+	e.failed = append(e.failed, &s3Error{op: "delete", where: "s3://b/k6", kind: ErrBucketNotFound, err: errors.New("gone")})
+	if IsRetryable(e) || !errors.Is(e, ErrBucketNotFound) {
+		t.Fatal("a final failure among retryable ones: retryable, or its kind lost")
+	}
+	e = &deleteError{where: "file:///x", total: 3, skipped: 3, stopped: context.Canceled}
+	if IsRetryable(e) || !errors.Is(e, context.Canceled) || !strings.HasSuffix(e.Error(), "3 not attempted (context canceled)") {
+		t.Fatalf("canceled DeleteMany: %v", e)
+	}
+	if (&deleteError{total: 3}).result() != nil {
+		t.Fatal("a DeleteMany that left nothing behind failed")
 	}
 }

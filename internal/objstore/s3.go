@@ -3,6 +3,8 @@ package objstore
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +26,9 @@ var ErrBucketNotFound = errors.New("bucket does not exist")
 
 // S3Store keeps objects under a prefix of an S3 bucket, through minio-go,
 // so any S3-compatible service works. Conditional puts send If-None-Match: *
-// and If-Match: "etag", which S3 (since 2024) and MinIO enforce with 412.
+// and If-Match: "etag", which S3 (since 2024) and MinIO enforce with 412;
+// above the part size they go up as a multipart upload whose completion
+// carries the conditions (see putInParts).
 //
 // Differences from the file store that the Store contract allows:
 //   - ETags are content hashes: rewriting identical bytes gives the same
@@ -145,36 +149,160 @@ func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, size int64, 
 	if err != nil {
 		return ObjectInfo{}, err
 	}
-	po := minio.PutObjectOptions{StorageClass: opts.StorageClass, PartSize: s.partSize}
-	c := s.client
-	if opts.IfNoneMatch {
-		po.SetMatchETagExcept("*")
-		c = s.once
-	}
-	if opts.IfMatch != "" {
-		po.SetMatchETag(opts.IfMatch)
-		c = s.once
-	}
 	if size < 0 {
 		size = -1
 	}
+	conditional := opts.IfNoneMatch || opts.IfMatch != ""
+	if conditional && (size < 0 || size > s.partThreshold()) {
+		// minio-go's multipart uploads (v7.4.1) send the conditions only
+		// when they start, not on CompleteMultipartUpload, where S3
+		// checks them: an upload in flight would overwrite an object
+		// created meanwhile.
+		return s.putInParts(ctx, key, name, r, size, opts)
+	}
+	po := minio.PutObjectOptions{StorageClass: opts.StorageClass, PartSize: s.partSize}
+	c := s.client
+	if conditional {
+		setConditions(&po, opts)
+		c = s.once
+	}
 	up, err := c.PutObject(ctx, s.bucket, name, r, size, po)
 	if err != nil {
-		e := s.fail(ctx, "put", key, err)
-		if opts.IfMatch != "" && e.kind == ErrNotFound {
-			// S3 answers If-Match on a missing key with 404 NoSuchKey;
-			// for the Store it is a failed precondition, like a file.
-			e.kind = ErrPreconditionFailed
-		}
-		return ObjectInfo{}, e
+		return ObjectInfo{}, s.putFail(ctx, key, opts, err)
 	}
+	return s.putInfo(key, up, opts), nil
+}
+
+// setConditions sends the conditions of opts: If-None-Match: * and
+// If-Match: "etag".
+func setConditions(po *minio.PutObjectOptions, opts PutOptions) {
+	if opts.IfNoneMatch {
+		po.SetMatchETagExcept("*")
+	}
+	if opts.IfMatch != "" {
+		po.SetMatchETag(opts.IfMatch)
+	}
+}
+
+func (s *S3Store) putFail(ctx context.Context, key string, opts PutOptions, err error) *s3Error {
+	e := s.fail(ctx, "put", key, err)
+	if opts.IfMatch != "" && e.kind == ErrNotFound {
+		// S3 answers If-Match on a missing key with 404 NoSuchKey; for
+		// the Store it is a failed precondition, like a file.
+		e.kind = ErrPreconditionFailed
+	}
+	return e
+}
+
+func (s *S3Store) putInfo(key string, up minio.UploadInfo, opts PutOptions) ObjectInfo {
 	return ObjectInfo{
 		Key:          key,
 		Size:         up.Size,
 		ETag:         trimETag(up.ETag),
 		ModTime:      time.Now(),
 		StorageClass: storageClass(opts.StorageClass),
-	}, nil
+	}
+}
+
+const (
+	// defaultPartSize is minio-go's part size, used when none is set.
+	defaultPartSize = 16 << 20
+	// maxParts is the most parts one S3 multipart upload may have.
+	maxParts = 10000
+)
+
+// partThreshold is the configured part size, or minio-go's default: a
+// put larger than it goes up in parts.
+func (s *S3Store) partThreshold() int64 {
+	if s.partSize == 0 {
+		return defaultPartSize
+	}
+	return int64(s.partSize)
+}
+
+// putInParts is a conditional put of an object larger than a part (or of
+// unknown size) as a multipart upload whose CompleteMultipartUpload
+// carries the conditions, so S3 checks them when the object would appear.
+// Starting the upload and sending the parts are idempotent and retried;
+// the completion is attempted once (see IsRetryable). Parts go up one at
+// a time from one part-sized buffer. An upload that does not complete is
+// aborted.
+func (s *S3Store) putInParts(ctx context.Context, key, name string, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
+	part := s.partThreshold()
+	if size >= 0 {
+		// Stay within maxParts: round the part size up to whole MiB.
+		if least := (size + maxParts - 1) / maxParts; least > part {
+			part = (least + 1<<20 - 1) &^ (1<<20 - 1)
+		}
+		r = io.LimitReader(r, size)
+	}
+	buf := make([]byte, part)
+	n, err := io.ReadFull(r, buf)
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		if size < 0 || int64(n) == size {
+			// Of unknown size, but it fits one part: a single put.
+			po := minio.PutObjectOptions{StorageClass: opts.StorageClass, PartSize: s.partSize}
+			setConditions(&po, opts)
+			up, err := s.once.PutObject(ctx, s.bucket, name, bytes.NewReader(buf[:n]), int64(n), po)
+			if err != nil {
+				return ObjectInfo{}, s.putFail(ctx, key, opts, err)
+			}
+			return s.putInfo(key, up, opts), nil
+		}
+		return ObjectInfo{}, fmt.Errorf("put %s: read %d of %d bytes: %w", key, n, size, io.ErrUnexpectedEOF)
+	}
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+	}
+
+	core := minio.Core{Client: s.client}
+	id, err := core.NewMultipartUpload(ctx, s.bucket, name, minio.PutObjectOptions{StorageClass: opts.StorageClass})
+	if err != nil {
+		return ObjectInfo{}, s.putFail(ctx, key, opts, err)
+	}
+	completed := false
+	defer func() {
+		if !completed {
+			// Free the parts, even when ctx has ended.
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			core.AbortMultipartUpload(actx, s.bucket, name, id)
+		}
+	}()
+	var parts []minio.CompletePart
+	var total int64
+	for num := 1; n > 0; num++ {
+		if num > maxParts {
+			return ObjectInfo{}, fmt.Errorf("put %s: more than %d parts of %d bytes; raise the part size", key, maxParts, part)
+		}
+		sum := md5.Sum(buf[:n])
+		p, err := core.PutObjectPart(ctx, s.bucket, name, id, num, bytes.NewReader(buf[:n]), int64(n),
+			minio.PutObjectPartOptions{Md5Base64: base64.StdEncoding.EncodeToString(sum[:])})
+		if err != nil {
+			return ObjectInfo{}, s.putFail(ctx, key, opts, err)
+		}
+		parts = append(parts, minio.CompletePart{PartNumber: num, ETag: p.ETag})
+		total += int64(n)
+		if n < len(buf) {
+			break
+		}
+		n, err = io.ReadFull(r, buf)
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+			return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+		}
+	}
+	if size >= 0 && total != size {
+		return ObjectInfo{}, fmt.Errorf("put %s: read %d of %d bytes: %w", key, total, size, io.ErrUnexpectedEOF)
+	}
+	var po minio.PutObjectOptions
+	setConditions(&po, opts)
+	up, err := minio.Core{Client: s.once}.CompleteMultipartUpload(ctx, s.bucket, name, id, parts, po)
+	if err != nil {
+		return ObjectInfo{}, s.putFail(ctx, key, opts, err)
+	}
+	completed = true
+	up.Size = total
+	return s.putInfo(key, up, opts), nil
 }
 
 // Get implements Store.
@@ -367,6 +495,71 @@ func (s *S3Store) Delete(ctx context.Context, key string) error {
 		return s.fail(ctx, "delete", key, err)
 	}
 	return nil
+}
+
+// DeleteMany implements Store: one DeleteObjects request per
+// maxDeleteBatch keys (minio-go's RemoveObjects), each retried on
+// transient failures like other idempotent requests. A request that fails
+// as a whole (every key in it failed) ends the call: the next would fail
+// the same way.
+func (s *S3Store) DeleteMany(ctx context.Context, keys []string) error {
+	keys, err := deleteKeys(keys)
+	if err != nil {
+		return err
+	}
+	e := &deleteError{where: s.url, total: len(keys)}
+	for start := 0; start < len(keys); start += maxDeleteBatch {
+		if err := ctx.Err(); err != nil {
+			e.skipped, e.stopped = len(keys)-start, err
+			break
+		}
+		batch := keys[start:min(start+maxDeleteBatch, len(keys))]
+		if s.deleteBatch(ctx, batch, e) == len(batch) {
+			e.skipped, e.stopped = len(keys)-start-len(batch), ctx.Err()
+			break
+		}
+	}
+	return e.result()
+}
+
+// deleteBatch deletes up to maxDeleteBatch keys in one DeleteObjects
+// request, adds the failures to e and returns how many keys failed.
+func (s *S3Store) deleteBatch(ctx context.Context, keys []string, e *deleteError) int {
+	objects := make(chan minio.ObjectInfo, len(keys))
+	for _, k := range keys {
+		objects <- minio.ObjectInfo{Key: s.prefix + k}
+	}
+	close(objects)
+	failed := map[string]bool{}
+	add := func(key string, err error) {
+		if failed[key] {
+			return
+		}
+		failed[key] = true
+		f := s.fail(ctx, "delete", key, err)
+		if f.status == 0 && f.code != "" && ctx.Err() == nil {
+			// One key's failure inside the 200 answer to the request: it
+			// has an S3 error code but no HTTP status of its own.
+			f.retryable = retryableResponse(0, f.code)
+		}
+		e.failed = append(e.failed, f)
+	}
+	// Read every result: RemoveObjects stops only when its channel drains.
+	for r := range s.client.RemoveObjects(ctx, s.bucket, objects, minio.RemoveObjectsOptions{}) {
+		if minio.ToErrorResponse(r.Err).Code == "NoSuchKey" {
+			continue // a missing key is deleted
+		}
+		if r.ObjectName == "" {
+			// An answer that names no key (unparseable): the outcome of
+			// the whole request is unknown.
+			for _, k := range keys {
+				add(k, r.Err)
+			}
+			continue
+		}
+		add(strings.TrimPrefix(r.ObjectName, s.prefix), r.Err)
+	}
+	return len(failed)
 }
 
 // maxCopySize is the largest object a single CopyObject request copies.

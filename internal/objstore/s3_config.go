@@ -43,7 +43,8 @@ type S3Config struct {
 	MaxAttempts int
 	// PartSize is the part size of multipart uploads, which puts larger
 	// than it (or of unknown size) use; 0 means the client's default
-	// (16 MiB). S3 requires at least 5 MiB.
+	// (16 MiB). S3 requires at least 5 MiB. A conditional put of unknown
+	// size that fits one part is a single PUT.
 	PartSize uint64
 	// Transport carries the requests; nil means a default HTTP transport.
 	Transport http.RoundTripper

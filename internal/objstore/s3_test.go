@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,20 +20,25 @@ import (
 
 // The conformance suite against the pinned MinIO server: one server, one
 // bucket per test, and a prefix so the store is rooted below the bucket.
+// Parts are S3's smallest, so objects of a few MiB go up in parts.
 func TestS3Conformance(t *testing.T) {
 	srv := miniotest.Start(t)
+	const partSize = 5 << 20
 	n := 0
 	storetest.Run(t, storetest.Backend{
 		New: func(t *testing.T) objstore.Store {
 			n++
 			bucket := fmt.Sprintf("suite-%d", n)
 			srv.CreateBucket(t, bucket)
-			s, err := objstore.OpenS3("s3://"+bucket+"/db/root", srv.S3Config())
+			cfg := srv.S3Config()
+			cfg.PartSize = partSize
+			s, err := objstore.OpenS3("s3://"+bucket+"/db/root", cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		},
+		PartSize: partSize,
 	})
 }
 
@@ -113,7 +120,8 @@ func TestS3Misconfigured(t *testing.T) {
 	_, putErr := nb.Put(ctx, "k", strings.NewReader("v"), 1, objstore.PutOptions{IfNoneMatch: true})
 	_, statErr := nb.Stat(ctx, "k")
 	listErr := nb.List(ctx, "", func(objstore.ObjectInfo) error { return nil })
-	for name, err := range map[string]error{"put": putErr, "stat": statErr, "list": listErr, "check": nb.CheckBucket(ctx)} {
+	delManyErr := nb.DeleteMany(ctx, []string{"k", "l"})
+	for name, err := range map[string]error{"put": putErr, "stat": statErr, "list": listErr, "delete many": delManyErr, "check": nb.CheckBucket(ctx)} {
 		if !errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, objstore.ErrNotFound) ||
 			!strings.Contains(fmt.Sprint(err), want) || objstore.IsRetryable(err) {
 			t.Errorf("%s on a missing bucket: %v", name, err)
@@ -188,17 +196,18 @@ func TestS3Outage(t *testing.T) {
 	_, _, getErr := s.Get(ctx, "CURRENT", 0, -1)
 	listErr := s.List(ctx, "", func(objstore.ObjectInfo) error { return nil })
 	delErr := s.Delete(ctx, "CURRENT")
+	delManyErr := s.DeleteMany(ctx, []string{"CURRENT", "wal/1"})
 	_, copyErr := s.Copy(ctx, "CURRENT", "copy", objstore.PutOptions{})
 	for name, err := range map[string]error{"if-match put": putErr, "create-only put": createErr, "put": plainErr,
-		"stat": statErr, "get": getErr, "list": listErr, "delete": delErr, "copy": copyErr} {
+		"stat": statErr, "get": getErr, "list": listErr, "delete": delErr, "delete many": delManyErr, "copy": copyErr} {
 		if err == nil || !objstore.IsRetryable(err) || errors.Is(err, objstore.ErrNotFound) || errors.Is(err, objstore.ErrPreconditionFailed) {
 			t.Errorf("%s during an outage: %v (retryable %v)", name, err, objstore.IsRetryable(err))
 		}
 	}
 	if d := time.Since(start); d > 15*time.Second {
-		t.Errorf("failing 8 operations took %v", d)
+		t.Errorf("failing 9 operations took %v", d)
 	}
-	t.Logf("8 operations failed in %v; e.g. %v", time.Since(start).Round(time.Millisecond), statErr)
+	t.Logf("9 operations failed in %v; e.g. %v", time.Since(start).Round(time.Millisecond), statErr)
 
 	// A canceled context is final even during an outage.
 	cctx, cancel := context.WithCancel(ctx)
@@ -293,6 +302,19 @@ func TestS3Multipart(t *testing.T) {
 	if err != nil || c.Size != 6<<20 {
 		t.Fatalf("copy: %+v, %v", c, err)
 	}
+	// A conditional put of unknown size that fits one part is one plain
+	// conditional PUT (an MD5 ETag, no parts).
+	small, err := s.Put(ctx, "sst/3.sst", bytes.NewReader(data[:1<<20]), -1, objstore.PutOptions{IfNoneMatch: true})
+	if err != nil || strings.Contains(small.ETag, "-") || small.Size != 1<<20 {
+		t.Fatalf("small create-only put of unknown size: %+v, %v", small, err)
+	}
+	// The failed conditional uploads were aborted: no parts are kept.
+	for u := range srv.Client().ListIncompleteUploads(ctx, "dbs", "", true) {
+		if u.Err != nil {
+			t.Fatal(u.Err)
+		}
+		t.Errorf("incomplete upload left behind: %s (%s)", u.Key, u.UploadID)
+	}
 }
 
 // MinIO (the pinned server) hides keys below a key that is also an object
@@ -315,4 +337,99 @@ func TestMinIOKeyDirClash(t *testing.T) {
 	if got := listKeys(t, s, ""); got != "a" {
 		t.Fatalf("list = %q; MinIO no longer hides a/b behind a", got)
 	}
+}
+
+// requestCounter counts the requests a store sends, by method, with
+// "?delete" marking multi-object deletes (POST /bucket?delete).
+type requestCounter struct {
+	rt http.RoundTripper
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	op := r.Method
+	if r.URL.Query().Has("delete") {
+		op += " ?delete"
+	}
+	c.mu.Lock()
+	c.n[op]++
+	c.mu.Unlock()
+	return c.rt.RoundTrip(r)
+}
+
+func (c *requestCounter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+// DeleteMany sends one DeleteObjects request per 1000 keys, never a DELETE
+// per key; a request failing as a whole ends the call.
+func TestS3DeleteManyBatches(t *testing.T) {
+	srv := miniotest.Start(t)
+	srv.CreateBucket(t, "dbs")
+	rc := &requestCounter{rt: http.DefaultTransport.(*http.Transport).Clone(), n: map[string]int{}}
+	withCounter := func(c *objstore.S3Config) { c.Transport = rc }
+	s := openS3(t, srv, "s3://dbs/db", withCounter)
+	ctx := context.Background()
+	start := time.Now()
+
+	var ks []string
+	for i := 0; i < 2500; i++ {
+		ks = append(ks, fmt.Sprintf("000042.log/%08d", i))
+	}
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				if _, err := s.Put(ctx, k, strings.NewReader(k), int64(len(k)), objstore.PutOptions{}); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	for _, k := range ks[:1800] { // the last 700 are missing
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	if _, err := s.Put(ctx, "CURRENT", strings.NewReader("x"), 1, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rc.take()
+	if err := s.DeleteMany(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	if got := rc.take(); got["POST ?delete"] != 3 || len(got) != 1 {
+		t.Fatalf("DeleteMany of 2500 keys sent %v, want 3 multi-object deletes", got)
+	}
+	if got := listKeys(t, s, ""); got != "CURRENT" {
+		t.Fatalf("after DeleteMany the store lists %.200q", got)
+	}
+	rc.take()
+	if err := s.DeleteMany(ctx, nil); err != nil {
+		t.Fatalf("DeleteMany of no keys: %v", err)
+	}
+	if got := rc.take(); len(got) != 0 {
+		t.Fatalf("DeleteMany of no keys sent %v", got)
+	}
+	t.Logf("puts and DeleteMany took %v", time.Since(start).Round(time.Millisecond))
+
+	nb := openS3(t, srv, "s3://no-such-bucket/db", withCounter)
+	start = time.Now()
+	err := nb.DeleteMany(ctx, ks)
+	if !errors.Is(err, objstore.ErrBucketNotFound) || objstore.IsRetryable(err) ||
+		!strings.Contains(err.Error(), "2500 of 2500 keys not deleted") || !strings.Contains(err.Error(), "1500 not attempted") {
+		t.Fatalf("DeleteMany on a missing bucket: %v (retryable %v)", err, objstore.IsRetryable(err))
+	}
+	if got := rc.take(); got["POST ?delete"] != 1 || len(got) != 1 {
+		t.Fatalf("DeleteMany on a missing bucket sent %v, want one request", got)
+	}
+	t.Logf("missing bucket, in %v: %.300s", time.Since(start).Round(time.Millisecond), err)
 }

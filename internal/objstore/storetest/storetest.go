@@ -8,12 +8,14 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
 )
@@ -25,6 +27,12 @@ type Backend struct {
 	// UniqueETags is set when every put gets a new ETag, even for
 	// identical content (the file store). S3 ETags are content hashes.
 	UniqueETags bool
+	// PartSize is the size above which the backend writes an object in
+	// parts (an S3 multipart upload), 0 if it has no such threshold. The
+	// suite puts conditional objects larger than it and, when it is set,
+	// checks that they went up in parts: S3 gives a multipart object the
+	// ETag "<hex>-<parts>". Keep it small (S3's minimum is 5 MiB).
+	PartSize int64
 }
 
 // Run runs the whole suite, one subtest per property.
@@ -46,6 +54,9 @@ func Run(t *testing.T, b Backend) {
 		{"Canceled", testCanceled},
 		{"LargeObject", testLargeObject},
 		{"ListDir", testListDir},
+		{"DeleteMany", testDeleteMany},
+		{"ConditionalPutInParts", testConditionalPutInParts},
+		{"ConditionalPutInPartsOvertaken", testConditionalPutInPartsOvertaken},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
 	}
@@ -515,6 +526,9 @@ func testInvalidKeys(t *testing.T, b Backend) {
 		if err := s.Delete(ctx, k); !errors.Is(err, objstore.ErrInvalidKey) {
 			t.Errorf("delete %q: %v, want ErrInvalidKey", k, err)
 		}
+		if err := s.DeleteMany(ctx, []string{"ok", k}); !errors.Is(err, objstore.ErrInvalidKey) || objstore.IsRetryable(err) {
+			t.Errorf("DeleteMany with %q: %v, want a final ErrInvalidKey", k, err)
+		}
 		if _, err := s.Copy(ctx, "ok", k, objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
 			t.Errorf("copy to %q: %v, want ErrInvalidKey", k, err)
 		}
@@ -562,6 +576,15 @@ func testCanceled(t *testing.T, b Backend) {
 	}
 	if _, err := s.Stat(context.Background(), "k"); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("canceled put created the key: %v", err)
+	}
+
+	mustPut(t, s, "k", "v", objstore.PutOptions{})
+	err = s.DeleteMany(ctx, []string{"k", "missing"})
+	if !errors.Is(err, context.Canceled) || objstore.IsRetryable(err) {
+		t.Fatalf("DeleteMany with a canceled context: %v (retryable %v), want context.Canceled, not retryable", err, objstore.IsRetryable(err))
+	}
+	if _, err := s.Stat(context.Background(), "k"); err != nil {
+		t.Fatalf("canceled DeleteMany deleted a key: %v", err)
 	}
 }
 
@@ -621,4 +644,298 @@ func testListDir(t *testing.T, b Backend) {
 	if err := s.ListDir(ctx, "000011.log", func(objstore.ObjectInfo) error { return nil }); !errors.Is(err, objstore.ErrInvalidKey) {
 		t.Errorf("ListDir without a trailing slash: %v", err)
 	}
+}
+
+// DeleteMany removes many keys at once, more than one S3 request holds;
+// missing keys, repeats and "directories" of other keys are not errors.
+func testDeleteMany(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	const n = 2500
+	var del, written []string
+	for i := 0; i < n; i++ {
+		k := fmt.Sprintf("wal/%03d/%08d", i/100, i)
+		del = append(del, k)
+		if i%5 != 0 { // every fifth key is missing
+			written = append(written, k)
+		}
+	}
+	del = append(del, "wal/000", "nothing/here", del[1], del[n-1]) // a directory, a missing key, repeats
+	kept := []string{"CURRENT", "wal/000/keep", "wal/0240", "wal/024/00002400.x"}
+	putAll(t, s, append(append([]string(nil), written...), kept...))
+	if got := len(list(t, s, "")); got != len(written)+len(kept) {
+		t.Fatalf("wrote %d keys, list finds %d", len(written)+len(kept), got)
+	}
+
+	if err := s.DeleteMany(ctx, nil); err != nil {
+		t.Fatalf("DeleteMany of no keys: %v", err)
+	}
+	if err := s.DeleteMany(ctx, []string{}); err != nil {
+		t.Fatalf("DeleteMany of an empty slice: %v", err)
+	}
+	if got := len(list(t, s, "")); got != len(written)+len(kept) {
+		t.Fatalf("DeleteMany of no keys left %d keys", got)
+	}
+
+	start := time.Now()
+	if err := s.DeleteMany(ctx, del); err != nil {
+		t.Fatalf("DeleteMany of %d keys: %v", len(del), err)
+	}
+	t.Logf("DeleteMany of %d keys (%d stored) took %v", len(del), len(written), time.Since(start).Round(time.Millisecond))
+	if got, want := strings.Join(keys(list(t, s, "")), " "), "CURRENT wal/000/keep wal/024/00002400.x wal/0240"; got != want {
+		t.Fatalf("after DeleteMany the store lists %.300s\nwant %s", got, want)
+	}
+	for _, k := range kept {
+		if got := read(t, s, k, 0, -1); got != "v"+k {
+			t.Fatalf("DeleteMany changed %s to %q", k, got)
+		}
+	}
+	for _, k := range []string{del[1], del[n-1], "wal/000/00000001"} {
+		if _, err := s.Stat(ctx, k); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("stat %s after DeleteMany: %v", k, err)
+		}
+	}
+	// No empty "directories" are left behind.
+	var dirs []string
+	if err := s.ListDir(ctx, "wal/", func(o objstore.ObjectInfo) error {
+		dirs = append(dirs, o.Key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(dirs, " "); got != "wal/000/ wal/024/ wal/0240" {
+		t.Fatalf("ListDir(wal/) after DeleteMany = %q", got)
+	}
+	// Deleting deleted keys again is a no-op.
+	if err := s.DeleteMany(ctx, del); err != nil {
+		t.Fatalf("DeleteMany of deleted keys: %v", err)
+	}
+}
+
+// putAll writes "v"+key to every key, a few at a time.
+func putAll(t *testing.T, s objstore.Store, ks []string) {
+	t.Helper()
+	work := make(chan string)
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				v := "v" + k
+				if _, err := s.Put(context.Background(), k, strings.NewReader(v), int64(len(v)), objstore.PutOptions{}); err != nil {
+					select {
+					case errs <- fmt.Errorf("put %s: %w", k, err):
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for _, k := range ks {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Fencing's conditions hold for objects larger than the backend's part
+// size too (large SSTs and MANIFESTs): on S3 the condition is checked when
+// the multipart upload completes, and a failed one changes nothing.
+func testConditionalPutInParts(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	part := b.PartSize
+	if part == 0 {
+		part = 1 << 20 // no parts: any object of a few MiB
+	}
+	size := 2*part + 123 // three parts
+	object := func(seed int) []byte {
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(i*7 + seed*13 + i>>20)
+		}
+		return data
+	}
+	putBig := func(key string, data []byte, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+		return s.Put(ctx, key, bytes.NewReader(data), size, opts)
+	}
+	inParts := func(what string, info objstore.ObjectInfo) {
+		t.Helper()
+		if info.Size != size {
+			t.Fatalf("%s: size %d, want %d", what, info.Size, size)
+		}
+		if b.PartSize == 0 {
+			return
+		}
+		hash, parts, ok := strings.Cut(info.ETag, "-")
+		if _, err := hex.DecodeString(hash); !ok || err != nil || len(hash) != 32 || parts != "3" {
+			t.Fatalf("%s: ETag %q, want a 3-part multipart ETag \"<md5 hex>-3\" (was the object not uploaded in parts?)", what, info.ETag)
+		}
+	}
+	holds := func(what, key string, data []byte, etag string) {
+		t.Helper()
+		r, info, err := s.Get(ctx, key, 0, -1)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if !bytes.Equal(got, data) || info.ETag != etag {
+			t.Fatalf("%s: %s holds %d other bytes (ETag %s, want %s)", what, key, len(got), info.ETag, etag)
+		}
+	}
+	failed := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, objstore.ErrPreconditionFailed) || objstore.IsRetryable(err) {
+			t.Fatalf("%s: %v (retryable %v), want a final ErrPreconditionFailed", what, err, objstore.IsRetryable(err))
+		}
+	}
+	const key = "sst/000042.sst"
+	v1, v2, v3 := object(1), object(2), object(3)
+
+	// Create-only: a new key is created, in parts, of known or unknown size.
+	first, err := putBig(key, v1, size, objstore.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		t.Fatalf("create-only put in parts of a new key: %v", err)
+	}
+	inParts("create-only put", first)
+	holds("after a create-only put", key, v1, first.ETag)
+	unsized, err := putBig("sst/000043.sst", v2, -1, objstore.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		t.Fatalf("create-only put of unknown size of a new key: %v", err)
+	}
+	inParts("create-only put of unknown size", unsized)
+
+	// A second create-only put of the key fails, whatever its size, and the
+	// first object's bytes stay.
+	_, err = putBig(key, v2, size, objstore.PutOptions{IfNoneMatch: true})
+	failed("second create-only put in parts", err)
+	_, err = putBig(key, v2, -1, objstore.PutOptions{IfNoneMatch: true})
+	failed("second create-only put of unknown size", err)
+	_, err = put(t, s, key, "small", objstore.PutOptions{IfNoneMatch: true})
+	failed("second create-only small put", err)
+	holds("after failed create-only puts", key, v1, first.ETag)
+
+	// If-Match with the current ETag replaces the object.
+	second, err := putBig(key, v2, size, objstore.PutOptions{IfMatch: first.ETag})
+	if err != nil {
+		t.Fatalf("If-Match put in parts with the current ETag: %v", err)
+	}
+	inParts("If-Match put", second)
+	if second.ETag == first.ETag {
+		t.Fatal("If-Match put in parts kept the old ETag")
+	}
+	holds("after an If-Match put", key, v2, second.ETag)
+
+	// If-Match with a stale ETag changes nothing, nor does If-Match on a
+	// missing key create it.
+	_, err = putBig(key, v3, size, objstore.PutOptions{IfMatch: first.ETag})
+	failed("If-Match put in parts with a stale ETag", err)
+	_, err = putBig(key, v3, -1, objstore.PutOptions{IfMatch: first.ETag})
+	failed("If-Match put of unknown size with a stale ETag", err)
+	holds("after failed If-Match puts", key, v2, second.ETag)
+	_, err = putBig("sst/000044.sst", v3, size, objstore.PutOptions{IfMatch: second.ETag})
+	failed("If-Match put in parts of a missing key", err)
+	if _, err := s.Stat(ctx, "sst/000044.sst"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("a failed If-Match put in parts created its key: %v", err)
+	}
+	if got := strings.Join(keys(list(t, s, "")), " "); got != "sst/000042.sst sst/000043.sst" {
+		t.Fatalf("after conditional puts in parts the store lists %q", got)
+	}
+}
+
+// The fencing race with large objects: an owner's conditional upload is
+// under way (on S3 its multipart upload is initiated and its first part
+// sent) when another owner's conditional put of the same key lands. The
+// condition is checked when the slow upload completes, so it fails and the
+// other owner's object stays.
+func testConditionalPutInPartsOvertaken(t *testing.T, b Backend) {
+	s := b.New(t)
+	ctx := context.Background()
+	part := b.PartSize
+	if part == 0 {
+		part = 1 << 20
+	}
+	size := 2*part + 123
+	object := func(seed int) []byte {
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(i*11 + seed*17 + i>>20)
+		}
+		return data
+	}
+	overtaken := func(what, key string, slow, fast objstore.PutOptions, fastSize int64) {
+		t.Helper()
+		stale, winner := object(1), object(2)
+		if fastSize < size {
+			winner = winner[:fastSize]
+		}
+		gate := &gatedReader{r: bytes.NewReader(stale), at: part + 1, reached: make(chan struct{}), release: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Put(ctx, key, gate, size, slow)
+			done <- err
+		}()
+		select {
+		case <-gate.reached:
+		case err := <-done:
+			t.Fatalf("%s: the slow put ended before its gate: %v", what, err)
+		}
+		won, err := s.Put(ctx, key, bytes.NewReader(winner), fastSize, fast)
+		close(gate.release)
+		slowErr := <-done
+		if err != nil {
+			t.Fatalf("%s: the put overtaking an upload in flight: %v", what, err)
+		}
+		if !errors.Is(slowErr, objstore.ErrPreconditionFailed) || objstore.IsRetryable(slowErr) {
+			t.Fatalf("%s: the overtaken upload: %v (retryable %v), want a final ErrPreconditionFailed", what, slowErr, objstore.IsRetryable(slowErr))
+		}
+		r, info, err := s.Get(ctx, key, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, winner) || info.ETag != won.ETag {
+			t.Fatalf("%s: after the overtaken upload failed, %s holds %d other bytes (ETag %s, want %s), %v", what, key, len(got), info.ETag, won.ETag, err)
+		}
+	}
+	createOnly := objstore.PutOptions{IfNoneMatch: true}
+	overtaken("create-only, overtaken by a large put", "epoch/1", createOnly, createOnly, size)
+	overtaken("create-only, overtaken by a small put", "epoch/2", createOnly, createOnly, 10)
+
+	cur := mustPut(t, s, "MANIFEST", "v0", objstore.PutOptions{})
+	ifMatch := objstore.PutOptions{IfMatch: cur.ETag}
+	overtaken("If-Match, overtaken by a large put", "MANIFEST", ifMatch, ifMatch, size)
+}
+
+// gatedReader reads r, but stops once at offset at: it closes reached and
+// waits for release.
+type gatedReader struct {
+	r                *bytes.Reader
+	n, at            int64
+	reached, release chan struct{}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	if g.n == g.at && g.reached != nil {
+		close(g.reached)
+		g.reached = nil
+		<-g.release
+	}
+	if g.n < g.at && int64(len(p)) > g.at-g.n {
+		p = p[:g.at-g.n]
+	}
+	n, err := g.r.Read(p)
+	g.n += int64(n)
+	return n, err
 }
