@@ -879,14 +879,15 @@ func testConditionalPutInPartsOvertaken(t *testing.T, b Backend) {
 		if fastSize < size {
 			winner = winner[:fastSize]
 		}
-		gate := &gatedReader{r: bytes.NewReader(stale), at: part + 1, reached: make(chan struct{}), release: make(chan struct{})}
+		reached := make(chan struct{}) // the reader goroutine owns gate's fields
+		gate := &gatedReader{r: bytes.NewReader(stale), at: part + 1, reached: reached, release: make(chan struct{})}
 		done := make(chan error, 1)
 		go func() {
 			_, err := s.Put(ctx, key, gate, size, slow)
 			done <- err
 		}()
 		select {
-		case <-gate.reached:
+		case <-reached:
 		case err := <-done:
 			t.Fatalf("%s: the slow put ended before its gate: %v", what, err)
 		}
