@@ -231,6 +231,10 @@ func Start(cfg Config) (_ *Server, err error) {
 // Epoch is the epoch this primary owns the database with.
 func (s *Server) Epoch() uint64 { return s.fs.Epoch() }
 
+// LeaseWaited is how long the takeover waited out earlier owners' read
+// leases (see shalefs.FS.LeaseWaited).
+func (s *Server) LeaseWaited() time.Duration { return s.fs.LeaseWaited() }
+
 // Addr is the gRPC address the server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 

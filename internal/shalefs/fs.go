@@ -117,6 +117,7 @@ type FS struct {
 	lastConfirm atomic.Int64
 	confirmMu   sync.Mutex // one on-demand confirmation at a time
 	takenAt     time.Time
+	leaseWaited time.Duration // how long Open waited out earlier owners' leases
 
 	cache     tableCache
 	serving   atomic.Bool          // RocksDB is open: reads are foreground
@@ -148,6 +149,11 @@ func (f *FS) Epoch() uint64 { return f.epoch }
 
 // TakenAt is when this owner's epoch object was created.
 func (f *FS) TakenAt() time.Time { return f.takenAt }
+
+// LeaseWaited is how long Open waited out the read leases of earlier
+// owners (0 if none could still serve): the part of a takeover that is
+// a safety wait, not work.
+func (f *FS) LeaseWaited() time.Duration { return f.leaseWaited }
 
 // Fenced is closed when this owner learns it was superseded.
 func (f *FS) Fenced() <-chan struct{} { return f.fencedCh }

@@ -115,6 +115,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	if wait := time.Until(f.takenAt.Add(leaseWait(cfg.Lease, cfg.LeaseMargin, prev))); wait > 0 {
+		f.leaseWaited = wait
 		cfg.Logger.Info("waiting out the previous owner's read lease", "wait", wait.Round(time.Millisecond))
 		select {
 		case <-time.After(wait):
