@@ -119,10 +119,10 @@ func TestStorageClassPerFileType(t *testing.T) {
 		}
 		seen := map[string]int{}
 		err = store.List(ctx, "", func(obj objstore.ObjectInfo) error {
-			name, _, _ := strings.Cut(obj.Key, "/")
+			name := shalefs.FileOfKey(obj.Key)
 			want := "REDUCED_REDUNDANCY"
 			switch {
-			case strings.HasPrefix(obj.Key, "_shale/"):
+			case name == "":
 				return nil
 			case shalefs.KindOf(name) == shalefs.KindTable:
 				want = "STANDARD"

@@ -3,7 +3,6 @@ package shalefs
 import (
 	"bytes"
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
 )
@@ -61,60 +60,94 @@ func higherEpoch(existing []uint64, mine uint64) uint64 {
 	return h
 }
 
-// segment is one object of a segment log.
+// segment is one object of a segment log: segment seq (last is 0 or seq),
+// or a fold of the segments seq..last (last > seq).
 type segment struct {
-	seq  uint64
-	size int64
+	seq, last uint64
+	size      int64
 }
 
-// logVersion is the segments one epoch wrote to one log name.
+func (s segment) fold() bool { return s.last > s.seq }
+
+// end is the last slot the object covers.
+func (s segment) end() uint64 { return max(s.seq, s.last) }
+
+// logVersion is what one epoch wrote to one log name.
 type logVersion struct {
-	epoch    uint64
-	segments []segment // ascending seq, data segments before the seal only
+	epoch uint64
+	// The log: objects in order, folds preferred, covering slots 1..n
+	// without a gap, up to the first seal.
+	segments []segment
 	sealed   bool
 	sealSeq  uint64 // when sealed: the seq of the first seal
-	lastSeq  uint64 // highest seq present (data or seal)
-	size     int64  // bytes in segments before the seal
+	lastSeq  uint64 // highest slot present (data, fold or seal)
+	size     int64  // bytes of the log
+	anchored bool   // segment 1 exists (folding never deletes it)
+	stray    bool   // data before the seal that the log does not reach: a hole
 }
 
-// buildLogVersion orders a version's segment objects and cuts it at its
-// first seal (an empty segment). Segments after a seal are never part of
-// the log: a writer that finds its slot taken stops.
-func buildLogVersion(epoch uint64, segs []segment) logVersion {
-	sort.Slice(segs, func(i, j int) bool { return segs[i].seq < segs[j].seq })
+// buildLogVersion reads a version's objects as a log: from slot 1, take the
+// longest fold starting there, else the segment there, and go on after it
+// until the first seal (an empty segment) or a missing slot. Segments after
+// a seal are never part of the log: a writer that finds its slot taken
+// stops. Segments a fold covers may be gone (deleted once folded) or put
+// back by a late retry; the fold holds their bytes, so they are ignored.
+func buildLogVersion(epoch uint64, objs []segment) logVersion {
 	v := logVersion{epoch: epoch}
-	for _, s := range segs {
-		v.lastSeq = max(v.lastSeq, s.seq)
-		if v.sealed {
+	data := map[uint64]segment{}
+	folds := map[uint64]segment{} // longest fold by first slot
+	for _, s := range objs {
+		v.lastSeq = max(v.lastSeq, s.end())
+		switch {
+		case s.fold():
+			if f, ok := folds[s.seq]; !ok || s.last > f.last {
+				folds[s.seq] = s
+			}
+		case s.size == 0:
+			if !v.sealed || s.seq < v.sealSeq {
+				v.sealed, v.sealSeq = true, s.seq
+			}
+		default:
+			data[s.seq] = s
+		}
+	}
+	_, v.anchored = data[1]
+	beforeSeal := func(slot uint64) bool { return !v.sealed || slot < v.sealSeq }
+	p := uint64(1)
+	for beforeSeal(p) {
+		if f, ok := folds[p]; ok && beforeSeal(f.last) {
+			v.segments = append(v.segments, f)
+			v.size += f.size
+			p = f.last + 1
 			continue
 		}
-		if s.size == 0 {
-			v.sealed, v.sealSeq = true, s.seq
-			continue
+		s, ok := data[p]
+		if !ok {
+			break
 		}
 		v.segments = append(v.segments, s)
 		v.size += s.size
+		p++
+	}
+	for _, s := range objs {
+		if s.size > 0 && s.seq >= p && beforeSeal(s.end()) {
+			v.stray = true
+		}
 	}
 	return v
 }
 
-// contiguous reports whether the data segments are 1..n with no gap; a gap
-// means a segment is missing and the log cannot be replayed safely.
-func (v logVersion) contiguous() bool {
-	for i, s := range v.segments {
-		if s.seq != uint64(i+1) {
-			return false
-		}
-	}
-	return true
-}
+// contiguous reports whether the log reaches every object before its seal;
+// data it cannot reach means a segment is missing and the log cannot be
+// replayed safely.
+func (v logVersion) contiguous() bool { return !v.stray }
 
 // headDeleted reports whether the version has data but not its first
-// segment: the trash loop deletes a log's segments first one first, so this
-// is a deleted log (possibly with a stale owner's late segment put back),
-// not a log with a hole.
+// segment: the trash loop deletes a log's first segment first (folding
+// never does), so this is a deleted log (possibly with a stale owner's late
+// segment put back), not a log with a hole.
 func (v logVersion) headDeleted() bool {
-	return len(v.segments) > 0 && v.segments[0].seq != 1
+	return !v.anchored && (len(v.segments) > 0 || v.stray)
 }
 
 // chooseLogVersion picks which epoch's version of a log name is the log.

@@ -63,6 +63,8 @@ func segs(sizes ...int64) []segment {
 	return s
 }
 
+func fold(first, last uint64, size int64) segment { return segment{seq: first, last: last, size: size} }
+
 func TestBuildLogVersion(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -81,8 +83,17 @@ func TestBuildLogVersion(t *testing.T) {
 		{"data after a seal", segs(10, 0, 5), true, 2, 3, 10, 1, true},
 		{"double seal", segs(10, 0, 0), true, 2, 3, 10, 1, true},
 		{"only a seal", segs(0), true, 1, 1, 0, 0, true},
-		{"gap", segs(10, -1, 30), false, 0, 3, 40, 2, false},
+		{"gap", segs(10, -1, 30), false, 0, 3, 10, 1, false},
 		{"empty", nil, false, 0, 0, 0, 0, true},
+		// Folds: preferred to the segments they cover, which may be gone,
+		// still there, or put back by a late retry with other bytes.
+		{"folded", []segment{{seq: 1, size: 10}, fold(1, 3, 60), {seq: 4, size: 5}}, false, 0, 4, 65, 2, true},
+		{"folded, segments not deleted yet", append(segs(10, 20, 30, 5), fold(1, 3, 60)), false, 0, 4, 65, 2, true},
+		{"folded, a segment put back", []segment{{seq: 1, size: 10}, {seq: 2, size: 7}, fold(1, 3, 60)}, false, 0, 3, 60, 1, true},
+		{"longest fold wins", []segment{{seq: 1, size: 10}, fold(1, 3, 60), fold(1, 5, 90)}, false, 0, 5, 90, 1, true},
+		{"chained folds", []segment{{seq: 1, size: 10}, fold(1, 3, 60), fold(4, 6, 30), {seq: 7, size: 1}}, false, 0, 7, 91, 3, true},
+		{"folded and sealed", []segment{{seq: 1, size: 10}, fold(1, 3, 60), {seq: 4, size: 0}}, true, 4, 4, 60, 1, true},
+		{"gap after a fold", []segment{{seq: 1, size: 10}, fold(1, 3, 60), {seq: 5, size: 5}}, false, 0, 5, 60, 1, false},
 	} {
 		v := buildLogVersion(1, tc.segs)
 		if v.sealed != tc.sealed || v.sealSeq != tc.sealSeq || v.lastSeq != tc.lastSeq || v.size != tc.size ||
@@ -126,8 +137,15 @@ func TestKindAndKeys(t *testing.T) {
 			t.Errorf("KindOf(%q) = %s, want %s", name, got, want)
 		}
 	}
-	if n, e, s, ok := parseSegmentKey(segmentKey("000011.log", 3, 42)); !ok || n != "000011.log" || e != 3 || s != 42 {
-		t.Errorf("segment key round trip: %s %d %d %v", n, e, s, ok)
+	if n, e, s, l, ok := parseSegmentKey(segmentKey("000011.log", 3, 42)); !ok || n != "000011.log" || e != 3 || s != 42 || l != 42 {
+		t.Errorf("segment key round trip: %s %d %d %d %v", n, e, s, l, ok)
+	}
+	if n, e, s, l, ok := parseSegmentKey(foldKey("000011.log", 3, 1, 256)); !ok || n != "000011.log" || e != 3 || s != 1 || l != 256 {
+		t.Errorf("fold key round trip: %s %d %d %d %v", n, e, s, l, ok)
+	}
+	// A fold sorts after the last segment it covers, before the next one.
+	if k := foldKey("000011.log", 3, 1, 256); !(segmentKey("000011.log", 3, 256) < k && k < segmentKey("000011.log", 3, 257)) {
+		t.Errorf("fold key %s does not sort between segments 256 and 257", k)
 	}
 	if n, e, ok := parseObjectKey(objectKey("000012.sst", 9)); !ok || n != "000012.sst" || e != 9 {
 		t.Errorf("object key round trip: %s %d %v", n, e, ok)
@@ -138,8 +156,9 @@ func TestKindAndKeys(t *testing.T) {
 	if e, ok := parseEpochKey(epochKey(12)); !ok || e != 12 {
 		t.Errorf("epoch key round trip: %d %v", e, ok)
 	}
-	for _, k := range []string{epochKey(1), trashKey("000011.log", 1), releasedKey(1), "CURRENT", "000011.log/1/2", "notes.txt/" + fmt.Sprintf("%020d", 1)} {
-		if _, _, _, ok := parseSegmentKey(k); ok {
+	for _, k := range []string{epochKey(1), trashKey("000011.log", 1), releasedKey(1), "CURRENT", "000011.log/1/2", "notes.txt/" + fmt.Sprintf("%020d", 1),
+		segmentKey("000011.log", 1, 5) + foldMark + pad(5), segmentKey("000011.log", 1, 5) + foldMark + pad(9), "000012.sst/" + pad(1)} {
+		if _, _, _, _, ok := parseSegmentKey(k); ok {
 			t.Errorf("%q parsed as a segment", k)
 		}
 		if _, _, ok := parseObjectKey(k); ok {
@@ -255,10 +274,13 @@ func TestHeadDeleted(t *testing.T) {
 		segs        []segment
 		head, contg bool
 	}{
-		{[]segment{{1, 5}, {2, 5}, {3, 0}}, false, true},
-		{[]segment{{4, 5}, {9, 0}}, true, false},  // emptied, a late segment put back
-		{[]segment{{1, 5}, {3, 5}}, false, false}, // a hole: data lost
-		{[]segment{{2, 0}}, false, true},          // seal only
+		{[]segment{{seq: 1, size: 5}, {seq: 2, size: 5}, {seq: 3, size: 0}}, false, true},
+		{[]segment{{seq: 4, size: 5}, {seq: 9, size: 0}}, true, false},  // emptied, a late segment put back
+		{[]segment{{seq: 1, size: 5}, {seq: 3, size: 5}}, false, false}, // a hole: data lost
+		{[]segment{{seq: 2, size: 0}}, false, true},                     // seal only
+		{[]segment{fold(1, 3, 60), {seq: 4, size: 0}}, true, true},      // folded, then emptied
+		{[]segment{fold(1, 3, 60), {seq: 2, size: 5}}, true, true},      // emptied, a late retry put back
+		{[]segment{{seq: 1, size: 5}, fold(1, 3, 60)}, false, true},     // folded
 	} {
 		v := buildLogVersion(1, c.segs)
 		if v.headDeleted() != c.head || v.contiguous() != c.contg {
@@ -281,6 +303,24 @@ func TestDefinitelyNotStored(t *testing.T) {
 	} {
 		if got := definitelyNotStored(c.err); got != c.want {
 			t.Errorf("definitelyNotStored(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+func TestFileOfKey(t *testing.T) {
+	for key, want := range map[string]string{
+		objectKey("000012.sst", 3):            "000012.sst",
+		objectKey("OPTIONS-000007", 3):        "OPTIONS-000007",
+		segmentKey("000011.log", 3, 9):        "000011.log",
+		foldKey("MANIFEST-000005", 3, 1, 256): "MANIFEST-000005",
+		"CURRENT":                             "CURRENT",
+		epochKey(3):                           "",
+		trashKey("000012.sst", 3):             "",
+		"000012.sst/" + pad(3):                "",
+		"notes.txt":                           "",
+	} {
+		if got := FileOfKey(key); got != want {
+			t.Errorf("FileOfKey(%q) = %q, want %q", key, got, want)
 		}
 	}
 }

@@ -51,6 +51,11 @@ type Config struct {
 	// longer for large segments): a write leader waits on it, so a stuck
 	// request is abandoned and retried quickly instead of after WriteTimeout.
 	WALAttempt time.Duration
+	// FoldSegments: once a log this owner writes has this many segments
+	// after its last fold, they are folded into one object in the
+	// background (default 256; negative: never). A takeover then reads a
+	// busy log in a few hundred objects, not one per synced write.
+	FoldSegments int
 	// Owner describes this process in its epoch object (host, pid, ...).
 	Owner  string
 	Logger *slog.Logger
@@ -83,6 +88,9 @@ func (c *Config) defaults() {
 	def(&c.WriteTimeout, 60*time.Second)
 	def(&c.RetryFor, 5*time.Minute)
 	def(&c.WALAttempt, min(2*time.Second, c.WriteTimeout))
+	if c.FoldSegments == 0 {
+		c.FoldSegments = 256
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -125,6 +133,9 @@ type FS struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// stopMu orders starting background folds against Stop.
+	stopMu  sync.Mutex
+	stopped bool
 }
 
 // Serving tells the FS that RocksDB finished opening: later fetches are
@@ -142,6 +153,11 @@ type file struct {
 	segments []segment
 	nextSeq  uint64
 	ownLog   bool // created by this owner: appendable
+
+	// own logs only: folding (fold.go)
+	foldMu   sync.Mutex  // held by a fold and by Delete waiting for it
+	folding  atomic.Bool // a fold is scheduled or running
+	unfolded int         // segments after the last fold (under mu)
 }
 
 // Epoch is the epoch this FS owns the database with.
@@ -294,6 +310,16 @@ func (f *FS) del(ctx context.Context, key, name string) error {
 	return err
 }
 
+func (f *FS) delMany(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	start := time.Now()
+	err := f.store.DeleteMany(ctx, keys)
+	f.observe("delete", keys[0], "background", 0, start, err)
+	return err
+}
+
 // epochs lists the epochs taken in storage.
 func (f *FS) epochs(ctx context.Context, activity string) ([]uint64, error) {
 	objs, err := f.list(ctx, epochPrefix, activity)
@@ -425,6 +451,7 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 		st.segments = append(st.segments, segment{seq: seq, size: stored})
 		st.nextSeq++
 		st.size += stored
+		st.unfolded++
 		if seq == 1 {
 			if err := f.confirmNewLog(name, activity); err != nil {
 				return err
@@ -435,6 +462,9 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 			// the new owner may or may not have listed the segment. Never
 			// acknowledge a write after the fence is known.
 			return &ErrOutcomeUnknown{Fence: fe.(*ErrFenced)}
+		}
+		if f.cfg.FoldSegments > 0 && st.unfolded >= f.cfg.FoldSegments {
+			f.foldLater(name, st)
 		}
 	}
 	return nil
@@ -687,6 +717,10 @@ func (f *FS) Delete(name string) error {
 	if st == nil {
 		return nil
 	}
+	// A running fold finishes first: it deletes segments of the version,
+	// and the trash loop must list the version after that.
+	st.foldMu.Lock()
+	st.foldMu.Unlock()
 	return f.trash(context.Background(), name, st.epoch)
 }
 
@@ -738,40 +772,74 @@ func (f *FS) Fetch(name, activity string) error {
 	return nil
 }
 
-// readLog reassembles a log from its segments, fetching up to eight at a
-// time (a busy WAL has one segment per synced write group).
+// readLog reassembles a log from its segments and folds, fetching up to
+// 16 at a time (a busy WAL has one segment per synced write group until it
+// is folded). A folded segment may vanish between the listing and the
+// read (its writer folds and deletes while we read): the version is then
+// listed again, and the log read from the new listing must hold the same
+// bytes.
 func (f *FS) readLog(ctx context.Context, name string, st *file, activity string) ([]byte, error) {
 	st.mu.Lock()
 	segs := append([]segment(nil), st.segments...)
 	epoch, size := st.epoch, st.size
 	st.mu.Unlock()
-	parts := make([][]byte, len(segs))
-	errs := make([]error, len(segs))
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for i, s := range segs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(i int, s segment) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			b, _, err := f.get(ctx, segmentKey(name, epoch, s.seq), name, activity)
-			if err == nil && int64(len(b)) != s.size {
-				err = fmt.Errorf("segment %d of %s is %d bytes, expected %d", s.seq, name, len(b), s.size)
-			}
-			parts[i], errs[i] = b, err
-		}(i, s)
+	data, err := f.readSegments(ctx, name, epoch, segs, size, activity)
+	if !errors.Is(err, objstore.ErrNotFound) {
+		return data, err
 	}
-	wg.Wait()
+	v, lerr := f.listVersion(ctx, name, epoch)
+	if lerr != nil {
+		return nil, lerr
+	}
+	if v.size < size || !v.contiguous() {
+		return nil, fmt.Errorf("log %s (epoch %d) lost segments while being read (%d of %d bytes left): %w", name, epoch, v.size, size, err)
+	}
+	st.mu.Lock()
+	st.segments = trimSegments(v.segments, size)
+	st.mu.Unlock()
+	return f.readSegments(ctx, name, epoch, trimSegments(v.segments, size), size, activity)
+}
+
+// trimSegments keeps the objects that hold the first size bytes of a log.
+func trimSegments(segs []segment, size int64) []segment {
+	var n int64
+	for i, s := range segs {
+		if n >= size {
+			return segs[:i]
+		}
+		n += s.size
+	}
+	return segs
+}
+
+// readSegments fetches the objects of one log version and joins them.
+func (f *FS) readSegments(ctx context.Context, name string, epoch uint64, segs []segment, size int64, activity string) ([]byte, error) {
+	parts := make([][]byte, len(segs))
+	err := parallel(ctx, len(segs), 16, func(ctx context.Context, i int) error {
+		s := segs[i]
+		key := segmentKey(name, epoch, s.seq)
+		if s.fold() {
+			key = foldKey(name, epoch, s.seq, s.last)
+		}
+		b, _, err := f.get(ctx, key, name, activity)
+		if err == nil && int64(len(b)) != s.size {
+			err = fmt.Errorf("object %s of %s is %d bytes, expected %d", key, name, len(b), s.size)
+		}
+		parts[i] = b
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	buf.Grow(int(size))
-	for i := range parts {
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
-		buf.Write(parts[i])
+	for _, p := range parts {
+		buf.Write(p)
 	}
-	return buf.Bytes(), nil
+	if int64(buf.Len()) < size {
+		return nil, fmt.Errorf("log %s (epoch %d) holds %d bytes, expected %d", name, epoch, buf.Len(), size)
+	}
+	return buf.Bytes()[:size], nil
 }
 
 // writeFileAtomic writes path through a temporary file of its own, so
@@ -832,6 +900,9 @@ func (f *FS) List() []string {
 // Stop stops the background work. It uploads nothing: RocksDB closed its
 // files before.
 func (f *FS) Stop() {
+	f.stopMu.Lock()
+	f.stopped = true
+	f.stopMu.Unlock()
 	select {
 	case <-f.stop:
 	default:

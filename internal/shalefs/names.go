@@ -73,11 +73,16 @@ func isNumber(s string) bool {
 // Object-store layout of one database (keys relative to the DB's root):
 //
 //	CURRENT                           replaced with If-Match
-//	000012.sst/<epoch>                a table (or IDENTITY, OPTIONS-*)
-//	                                  written by the owner with <epoch>
+//	000012.sst.<epoch>                a table (or IDENTITY, OPTIONS-*)
+//	                                  written by the owner with <epoch>;
+//	                                  flat, so one listing finds them all
 //	000011.log/<epoch>/<seq>          segment <seq> of a log written by the
 //	                                  owner with <epoch>; an empty segment
 //	                                  is a seal: the log ends before it
+//	000011.log/<epoch>/<last>.fold-<first>
+//	                                  a fold: segments <first>..<last> in
+//	                                  one object (they are deleted after;
+//	                                  segment 1 stays as the log's anchor)
 //	_shale/epoch/<epoch>              ownership claims, create-only
 //	_shale/trash/<name>/<epoch>       a deleted file awaiting physical delete
 //	_shale/released/<epoch>           that owner shut down cleanly
@@ -116,18 +121,38 @@ func segmentPrefix(name string, epoch uint64) string { return name + "/" + pad(e
 
 func segmentKey(name string, epoch, seq uint64) string { return segmentPrefix(name, epoch) + pad(seq) }
 
-func objectKey(name string, epoch uint64) string { return name + "/" + pad(epoch) }
+func objectKey(name string, epoch uint64) string { return name + "." + pad(epoch) }
+
+// foldKey names the fold of segments first..last. It sorts right after
+// segment last and before segment last+1, so a listing that misses a
+// folded segment (deleted after the fold was written) lists the fold.
+func foldKey(name string, epoch, first, last uint64) string {
+	return segmentPrefix(name, epoch) + pad(last) + foldMark + pad(first)
+}
+
+const foldMark = ".fold-"
 
 func trashKey(name string, epoch uint64) string { return trashPrefix + name + "/" + pad(epoch) }
 
-// parseObjectKey splits "<name>/<epoch>" of a table or whole object.
+// parseObjectKey splits "<name>.<epoch>" of a table or whole object.
 func parseObjectKey(key string) (name string, epoch uint64, ok bool) {
-	name, e, found := strings.Cut(key, "/")
-	if !found || len(e) != 20 || (KindOf(name) != KindTable && KindOf(name) != KindObject) {
+	i := strings.LastIndexByte(key, '.')
+	if i < 0 || strings.Contains(key, "/") {
 		return "", 0, false
 	}
-	n, err := strconv.ParseUint(e, 10, 64)
-	return name, n, err == nil
+	name = key[:i]
+	if KindOf(name) != KindTable && KindOf(name) != KindObject {
+		return "", 0, false
+	}
+	epoch, ok = parseEpochPart(key[i+1:])
+	return name, epoch, ok
+}
+
+// legacyTableDir reports a top-level "<name>/" directory of a table or
+// whole object: the layout of development builds before tables were flat.
+func legacyTableDir(key string) bool {
+	name, isDir := strings.CutSuffix(key, "/")
+	return isDir && (KindOf(name) == KindTable || KindOf(name) == KindObject)
 }
 
 // parseTrashKey splits "_shale/trash/<name>/<epoch>".
@@ -144,23 +169,31 @@ func parseTrashKey(key string) (name string, epoch uint64, ok bool) {
 	return name, n, err == nil
 }
 
-// parseSegmentKey splits "<name>/<epoch>/<seq>".
-func parseSegmentKey(key string) (name string, epoch, seq uint64, ok bool) {
+// parseSegmentKey splits "<name>/<epoch>/<seq>" (a segment: first ==
+// last == seq) or "<name>/<epoch>/<last>.fold-<first>" (a fold).
+func parseSegmentKey(key string) (name string, epoch, first, last uint64, ok bool) {
 	parts := strings.Split(key, "/")
 	if len(parts) != 3 || KindOf(parts[0]) != KindLog {
-		return "", 0, 0, false
+		return "", 0, 0, 0, false
 	}
-	e, err1 := strconv.ParseUint(parts[1], 10, 64)
-	s, err2 := strconv.ParseUint(parts[2], 10, 64)
-	if err1 != nil || err2 != nil || len(parts[1]) != 20 || len(parts[2]) != 20 {
-		return "", 0, 0, false
+	e, ok1 := parseEpochPart(parts[1])
+	l, f, isFold := strings.Cut(parts[2], foldMark)
+	last, ok2 := parseEpochPart(l)
+	first = last
+	ok3 := true
+	if isFold {
+		first, ok3 = parseEpochPart(f)
+		ok3 = ok3 && first < last
 	}
-	return parts[0], e, s, true
+	if !ok1 || !ok2 || !ok3 {
+		return "", 0, 0, 0, false
+	}
+	return parts[0], e, first, last, true
 }
 
-// parseEpochPart parses a 20-digit epoch path element.
+// parseEpochPart parses a 20-digit number (an epoch or a sequence).
 func parseEpochPart(s string) (uint64, bool) {
-	if len(s) != 20 {
+	if len(s) != 20 || !isNumber(s) {
 		return 0, false
 	}
 	e, err := strconv.ParseUint(s, 10, 64)
@@ -174,4 +207,23 @@ func parseEpochKey(key string) (uint64, bool) {
 	}
 	e, err := strconv.ParseUint(s, 10, 64)
 	return e, err == nil
+}
+
+// FileOfKey returns the RocksDB file an object key of the layout above
+// belongs to ("000012.sst", "000011.log", "CURRENT"), or "" for Shale's own
+// objects (_shale/...) and keys that are not part of a database.
+func FileOfKey(key string) string {
+	if strings.HasPrefix(key, metaPrefix) {
+		return ""
+	}
+	if name, _, _, _, ok := parseSegmentKey(key); ok {
+		return name
+	}
+	if name, _, ok := parseObjectKey(key); ok {
+		return name
+	}
+	if key == "CURRENT" {
+		return key
+	}
+	return ""
 }

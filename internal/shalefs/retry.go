@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
@@ -79,3 +80,32 @@ func (e *ioError) Retryable() bool { return e.retry }
 
 // retryLater marks err as worth another attempt under the current policy.
 func retryLater(err error) error { return &ioError{err: err, retry: true} }
+
+// parallel runs fn for 0..n-1, at most limit at a time, and returns the
+// first error (the others' context is cancelled then).
+func parallel(ctx context.Context, n, limit int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		once     sync.Once
+		firstErr error
+	)
+	sem := make(chan struct{}, limit)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(ctx, i); err != nil {
+				once.Do(func() { firstErr = err; cancel() })
+			}
+		}(i)
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}

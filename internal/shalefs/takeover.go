@@ -169,27 +169,13 @@ func recognize(top []objstore.ObjectInfo) error {
 // trashed). Logs are sealed before the tables are listed: until the
 // MANIFEST is sealed, a still-running old owner can upload a table and a
 // MANIFEST edit naming it, and a table listing taken before that would
-// miss a file the sealed MANIFEST names. It lists level by level (names,
-// then versions, then the segments of logs that are not trashed), so its
-// cost follows the live files, not everything the store still holds for
-// the delete grace period.
+// miss a file the sealed MANIFEST names. Logs are listed level by level
+// (names, then versions, then the segments of versions not trashed), many
+// at a time, and tables in one listing of the top level, so the cost
+// follows the live files, not everything the store still holds for the
+// delete grace period.
 func (f *FS) sealAndList(ctx context.Context, last *openedRecord) error {
-	pol := f.background()
-	listDir := func(dir string) (out []objstore.ObjectInfo, err error) {
-		err = pol.do(ctx, func(ctx context.Context) error {
-			out, err = f.listDir(ctx, dir, "open")
-			return err
-		})
-		return out, err
-	}
-	listAll := func(prefix string) (out []objstore.ObjectInfo, err error) {
-		err = pol.do(ctx, func(ctx context.Context) error {
-			out, err = f.list(ctx, prefix, "open")
-			return err
-		})
-		return out, err
-	}
-	markers, err := listAll(trashPrefix)
+	markers, err := f.listRetry(ctx, trashPrefix, false)
 	if err != nil {
 		return err
 	}
@@ -200,87 +186,123 @@ func (f *FS) sealAndList(ctx context.Context, last *openedRecord) error {
 		}
 	}
 
-	// Logs first: seal them.
-	top, err := listDir("")
+	// Logs first: seal them (many at a time: after many takeovers a store
+	// holds many logs, each a listing or two and maybe a seal).
+	top, err := f.listRetry(ctx, "", true)
 	if err != nil {
 		return err
 	}
+	var logNames []string
 	for _, o := range top {
-		name, isDir := strings.CutSuffix(o.Key, "/")
-		if !isDir || KindOf(name) != KindLog {
-			continue
+		if legacyTableDir(o.Key) {
+			return fmt.Errorf("%w: %q is a table directory of the layout of earlier development builds (tables are now flat objects); this build cannot open it", ErrNotShale, o.Key)
 		}
-		epochDirs, err := listDir(name + "/")
-		if err != nil {
-			return err
+		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && KindOf(name) == KindLog {
+			logNames = append(logNames, name)
 		}
-		var versions []logVersion
-		for _, d := range epochDirs {
-			es, _ := strings.CutSuffix(strings.TrimPrefix(d.Key, name+"/"), "/")
-			e, ok := parseEpochPart(es)
-			// A trashed version was deleted by an owner that had sealed it
-			// (or had written and closed it): no seal, no listing needed.
-			if !ok || trashed[versionRef{name, e}] {
-				continue
-			}
-			if !admitLogVersion(name, e, last) {
-				// Created after the last opener listed the store, by an
-				// owner it had deposed: never acknowledged, never replayed.
-				f.cfg.Logger.Warn("ignoring a log written by a deposed owner after a takeover", "log", name, "epoch", e, "last_opener", last.Epoch)
-				if err := f.trash(ctx, name, e); err != nil {
-					return err
-				}
-				continue
-			}
-			v, err := f.sealVersion(ctx, name, e)
-			if err != nil {
-				return err
-			}
-			if v.headDeleted() {
-				// Its owner emptied it after its grace (from the first
-				// segment up); a stale owner's late retry may have put a
-				// segment back. Not a log any more.
-				if err := f.trash(ctx, name, e); err != nil {
-					return err
-				}
-				continue
-			}
-			if !v.contiguous() {
-				return fmt.Errorf("log %s (epoch %d) has a missing segment; the store lost data, refusing to open", name, e)
-			}
-			versions = append(versions, v)
-		}
-		if v, ok := chooseLogVersion(versions); ok {
-			f.files[name] = &file{kind: KindLog, epoch: v.epoch, size: v.size, segments: v.segments, nextSeq: v.lastSeq + 1}
+	}
+	logs := make([]*file, len(logNames))
+	err = parallel(ctx, len(logNames), openParallelism, func(ctx context.Context, i int) (err error) {
+		logs[i], err = f.sealLog(ctx, logNames[i], trashed, last)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for i, st := range logs {
+		if st != nil {
+			f.files[logNames[i]] = st
 		}
 	}
 
-	// Then tables, objects and CURRENT, listed after every seal.
-	top, err = listDir("")
+	// Then tables, objects and CURRENT, listed after every seal: one
+	// listing, since tables are flat objects.
+	top, err = f.listRetry(ctx, "", true)
 	if err != nil {
 		return err
 	}
 	for _, o := range top {
-		name, isDir := strings.CutSuffix(o.Key, "/")
-		switch {
-		case o.Key == "CURRENT":
+		if o.Key == "CURRENT" {
 			f.files["CURRENT"] = &file{kind: KindCurrent, size: o.Size}
-		case !isDir:
-		case KindOf(name) == KindTable || KindOf(name) == KindObject:
-			versions, err := listDir(name + "/")
-			if err != nil {
-				return err
-			}
-			for _, v := range versions {
-				if _, e, ok := parseObjectKey(v.Key); ok && !trashed[versionRef{name, e}] {
-					if st := f.files[name]; st == nil || e > st.epoch {
-						f.files[name] = &file{kind: KindOf(name), epoch: e, size: v.Size}
-					}
-				}
-			}
+			continue
+		}
+		name, e, ok := parseObjectKey(o.Key)
+		if !ok || trashed[versionRef{name, e}] {
+			continue
+		}
+		if st := f.files[name]; st == nil || e > st.epoch {
+			f.files[name] = &file{kind: KindOf(name), epoch: e, size: o.Size}
 		}
 	}
 	return nil
+}
+
+// openParallelism bounds the listings and seals a takeover runs at once.
+const openParallelism = 16
+
+// sealLog seals every version of one log name and returns the live one
+// (nil if none): the highest epoch's version with data, minus trashed
+// versions and versions the last opener did not keep (those are trashed).
+func (f *FS) sealLog(ctx context.Context, name string, trashed map[versionRef]bool, last *openedRecord) (*file, error) {
+	epochDirs, err := f.listRetry(ctx, name+"/", true)
+	if err != nil {
+		return nil, err
+	}
+	var versions []logVersion
+	for _, d := range epochDirs {
+		es, _ := strings.CutSuffix(strings.TrimPrefix(d.Key, name+"/"), "/")
+		e, ok := parseEpochPart(es)
+		// A trashed version was deleted by an owner that had sealed it
+		// (or had written and closed it): no seal, no listing needed.
+		if !ok || trashed[versionRef{name, e}] {
+			continue
+		}
+		if !admitLogVersion(name, e, last) {
+			// Created after the last opener listed the store, by an
+			// owner it had deposed: never acknowledged, never replayed.
+			f.cfg.Logger.Warn("ignoring a log written by a deposed owner after a takeover", "log", name, "epoch", e, "last_opener", last.Epoch)
+			if err := f.trash(ctx, name, e); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		v, err := f.sealVersion(ctx, name, e)
+		if err != nil {
+			return nil, err
+		}
+		if v.headDeleted() {
+			// Its owner emptied it after its grace (from the first
+			// segment up); a stale owner's late retry may have put a
+			// segment back. Not a log any more.
+			if err := f.trash(ctx, name, e); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if !v.contiguous() {
+			return nil, fmt.Errorf("log %s (epoch %d) has a missing segment; the store lost data, refusing to open", name, e)
+		}
+		versions = append(versions, v)
+	}
+	v, ok := chooseLogVersion(versions)
+	if !ok {
+		return nil, nil
+	}
+	return &file{kind: KindLog, epoch: v.epoch, size: v.size, segments: v.segments, nextSeq: v.lastSeq + 1}, nil
+}
+
+// listRetry lists prefix (one level of it with dir) for a takeover,
+// retrying failures.
+func (f *FS) listRetry(ctx context.Context, prefix string, dir bool) (out []objstore.ObjectInfo, err error) {
+	err = f.background().do(ctx, func(ctx context.Context) error {
+		if dir {
+			out, err = f.listDir(ctx, prefix, "open")
+		} else {
+			out, err = f.list(ctx, prefix, "open")
+		}
+		return err
+	})
+	return out, err
 }
 
 // lastOpened reads the record of the highest epoch that completed a
@@ -454,8 +476,8 @@ func (f *FS) listVersion(ctx context.Context, name string, epoch uint64) (logVer
 	}
 	var segs []segment
 	for _, o := range objs {
-		if _, _, seq, ok := parseSegmentKey(o.Key); ok {
-			segs = append(segs, segment{seq: seq, size: o.Size})
+		if _, _, first, last, ok := parseSegmentKey(o.Key); ok {
+			segs = append(segs, segment{seq: first, last: last, size: o.Size})
 		}
 	}
 	return buildLogVersion(epoch, segs), nil
@@ -602,7 +624,8 @@ func (f *FS) trashLoop() {
 // a deposed owner that has not noticed yet cannot delete what its successor
 // trashed. The grace runs from when this process first saw a marker, on its
 // monotonic clock: another machine's wall clock (the marker's DeletedAt)
-// can never shorten it.
+// can never shorten it. Deletes are batched (DeleteObjects, up to 1000 keys
+// a request); a log's first segment is deleted before the rest of it.
 func (f *FS) emptyTrash(ctx context.Context) error {
 	markers, err := f.list(ctx, trashPrefix, "background")
 	if err != nil {
@@ -627,49 +650,79 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 			delete(f.trashSeen, k) // removed by us, or by an earlier owner
 		}
 	}
-	if len(due) == 0 {
-		return nil
+	for len(due) > 0 {
+		batch := due[:min(len(due), trashBatch)]
+		due = due[len(batch):]
+		if err := f.confirm(ctx, "background"); err != nil {
+			return err
+		}
+		if err := f.deleteBatch(ctx, batch); err != nil {
+			return err
+		}
 	}
-	if err := f.confirm(ctx, "background"); err != nil {
-		return err
-	}
-	for _, m := range due {
+	return nil
+}
+
+// trashBatch is how many trashed files one pass deletes between two
+// confirmations of ownership.
+const trashBatch = 500
+
+// deleteBatch physically deletes the trashed files of markers, then the
+// markers, while this owner's lease is fresh.
+func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) error {
+	var keys, done []string
+	for _, m := range markers {
 		if f.FenceError() != nil || !f.leaseFresh() {
-			return nil
+			break
 		}
 		name, epoch, ok := parseTrashKey(m.Key)
 		if !ok {
 			continue
 		}
-		if err := f.deleteVersion(ctx, name, epoch); err != nil {
+		if KindOf(name) != KindLog {
+			keys = append(keys, objectKey(name, epoch))
+		} else if err := f.deleteLog(ctx, name, epoch); err != nil {
 			return err
 		}
-		if err := f.del(ctx, m.Key, name); err != nil {
-			return err
-		}
-		delete(f.trashSeen, m.Key)
+		done = append(done, m.Key)
+	}
+	if f.FenceError() != nil || !f.leaseFresh() {
+		return nil
+	}
+	if err := f.delMany(ctx, keys); err != nil {
+		return err
+	}
+	if err := f.delMany(ctx, done); err != nil {
+		return err
+	}
+	for _, k := range done {
+		delete(f.trashSeen, k)
 	}
 	return nil
 }
 
-// deleteVersion physically deletes one version of a file. A log loses its
-// data segments, first segment first (a version without its first segment
-// reads as deleted, never as a log with a hole); its seals stay, since
+// deleteLog physically deletes one version of a log: its first segment
+// first (a version without it reads as deleted, never as a log with a
+// hole), then its folds and other data segments. Its seals stay, since
 // deleting one would reopen its slot to a stale owner.
-func (f *FS) deleteVersion(ctx context.Context, name string, epoch uint64) error {
-	if KindOf(name) != KindLog {
-		return f.del(ctx, objectKey(name, epoch), name)
-	}
-	segs, err := f.list(ctx, segmentPrefix(name, epoch), "background")
+func (f *FS) deleteLog(ctx context.Context, name string, epoch uint64) error {
+	objs, err := f.list(ctx, segmentPrefix(name, epoch), "background")
 	if err != nil {
 		return err
 	}
-	for _, s := range segs {
-		if s.Size > 0 {
-			if err := f.del(ctx, s.Key, name); err != nil {
+	var rest []string
+	for _, o := range objs {
+		_, _, first, last, ok := parseSegmentKey(o.Key)
+		switch {
+		case !ok || (o.Size == 0 && first == last):
+			// not ours, or a seal
+		case first == 1 && last == 1:
+			if err := f.del(ctx, o.Key, name); err != nil {
 				return err
 			}
+		default:
+			rest = append(rest, o.Key)
 		}
 	}
-	return nil
+	return f.delMany(ctx, rest)
 }

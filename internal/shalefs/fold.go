@@ -1,0 +1,118 @@
+package shalefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/shale-rocks/shale/internal/objstore"
+)
+
+// Folding keeps a log's object count bounded: every synced write group is
+// one segment object, so a busy WAL or a long-lived MANIFEST would hold one
+// object per sync, and a takeover would list and fetch them all. The owner
+// of a log folds each run of FoldSegments segments into one object, written
+// create-only, and then deletes the folded segments (all but segment 1,
+// the anchor that says the version exists: the trash loop deletes it
+// first, so a version without it reads as deleted).
+//
+// A fold changes no byte of the log and no seal: it holds exactly the
+// bytes of the segments it covers (the owner wrote them from its local
+// file), readers prefer it to those segments (buildLogVersion), and its
+// key sorts right after the last segment it covers, so a listing that
+// misses a segment deleted after the fold was written lists the fold
+// (listings return keys in order). A reader that fetches a segment which
+// was folded and deleted after it listed lists the version again
+// (readLog). A stale owner may fold its own log while a newer owner reads
+// or seals it: that is just as safe, since the fold covers only segments
+// that owner had stored before the seal.
+
+// foldLater schedules a fold of the log's unfolded segments.
+func (f *FS) foldLater(name string, st *file) {
+	if !st.folding.CompareAndSwap(false, true) {
+		return
+	}
+	f.stopMu.Lock()
+	defer f.stopMu.Unlock()
+	if f.stopped {
+		st.folding.Store(false)
+		return
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer st.folding.Store(false)
+		if err := f.foldLog(context.Background(), name, st); err != nil {
+			f.cfg.Logger.Warn("fold log segments", "log", name, "err", err)
+		}
+	}()
+}
+
+// foldLog folds the segments of one of this owner's logs that follow its
+// last fold into one object and deletes them (but segment 1).
+func (f *FS) foldLog(ctx context.Context, name string, st *file) error {
+	st.foldMu.Lock()
+	defer st.foldMu.Unlock()
+	f.mu.Lock()
+	live := f.files[name] == st
+	f.mu.Unlock()
+	if !live || f.FenceError() != nil {
+		return nil // deleted meanwhile, or deposed: nothing worth folding
+	}
+	st.mu.Lock()
+	var off int64
+	i := 0
+	for i < len(st.segments) && st.segments[i].fold() {
+		off += st.segments[i].size
+		i++
+	}
+	tail := append([]segment(nil), st.segments[i:]...)
+	st.mu.Unlock()
+	if len(tail) < 2 {
+		return nil
+	}
+	first, last := tail[0].seq, tail[len(tail)-1].seq
+	var n int64
+	for _, s := range tail {
+		n += s.size
+	}
+	data := make([]byte, n)
+	fh, err := os.Open(f.localPath(name))
+	if err != nil {
+		return err
+	}
+	_, err = fh.ReadAt(data, off)
+	fh.Close()
+	if err != nil {
+		return fmt.Errorf("read local bytes %d-%d: %w", off, off+n, err)
+	}
+	key := foldKey(name, f.epoch, first, last)
+	err = f.background().do(ctx, func(ctx context.Context) error {
+		_, err := f.put(ctx, key, name, "background", data, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
+		if errors.Is(err, objstore.ErrPreconditionFailed) {
+			// Only this owner folds its logs: our attempt whose reply was lost.
+			info, serr := f.store.Stat(ctx, key)
+			if serr == nil && info.Size == n {
+				return nil
+			}
+			return fmt.Errorf("fold %s exists with other contents", key)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	// Sync may have appended meanwhile; the tail's objects are still at i.
+	st.segments = append(append(st.segments[:i:i], segment{seq: first, last: last, size: n}), st.segments[i+len(tail):]...)
+	st.unfolded -= len(tail)
+	st.mu.Unlock()
+	var keys []string
+	for _, s := range tail {
+		if s.seq != 1 {
+			keys = append(keys, segmentKey(name, f.epoch, s.seq))
+		}
+	}
+	return f.background().do(ctx, func(ctx context.Context) error { return f.delMany(ctx, keys) })
+}

@@ -1,0 +1,274 @@
+package shalefs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
+)
+
+// versionObjects counts one log version's objects: data segments, folds
+// and seals.
+func versionObjects(t *testing.T, store objstore.Store, name string, epoch uint64) (data, folds, seals int) {
+	t.Helper()
+	err := store.List(context.Background(), segmentPrefix(name, epoch), func(o objstore.ObjectInfo) error {
+		_, _, first, last, ok := parseSegmentKey(o.Key)
+		switch {
+		case !ok:
+		case last > first:
+			folds++
+		case o.Size == 0:
+			seals++
+		default:
+			data++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+// A WAL of many synced writes is folded while it is written, so its
+// object count stays bounded; an owner that stops without closing its log
+// cleanly is taken over, and the new owner reads every synced write back
+// from the folds and the remaining segments.
+func TestFoldedWALRecoversAtTakeover(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const fold, writes = 16, 600
+		c1 := filepath.Join(t.TempDir(), "c1")
+		f1, err := Open(ctx, Config{Store: store, CacheDir: c1, Epoch: 1, Lease: 100 * time.Millisecond, FoldSegments: fold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d1 := openDB(t, f1, c1)
+		for i := 0; i < writes; i++ {
+			if err := d1.Put([]byte(fmt.Sprintf("k%04d", i)), []byte(fmt.Sprintf("v%d", i)), true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wal string
+		for _, n := range f1.List() {
+			if FileType(n) == "wal" {
+				wal = n
+			}
+		}
+		// Stop waits for the folds in flight; RocksDB is left open, as if
+		// the process had died (nothing closes the log).
+		f1.Stop()
+		data, folds, seals := versionObjects(t, store, wal, 1)
+		t.Logf("%s: %d writes stored as %d segments and %d folds", wal, writes, data, folds)
+		// seg 1 stays, fewer than a fold's worth (plus what arrived while
+		// the last fold ran) are left unfolded.
+		if folds == 0 || data > 2*fold+1 || data+folds > writes/(fold/2) {
+			t.Fatalf("%s holds %d segments and %d folds after %d synced writes with folds of %d segments", wal, data, folds, writes, fold)
+		}
+		if seals != 0 {
+			t.Fatalf("%d seals before any takeover", seals)
+		}
+
+		c2 := filepath.Join(t.TempDir(), "c2")
+		f2 := openFS(t, store, 2, c2)
+		d2 := openDB(t, f2, c2)
+		defer d2.Close()
+		for i := 0; i < writes; i++ {
+			v, ok, err := d2.Get([]byte(fmt.Sprintf("k%04d", i)))
+			if err != nil || !ok || string(v) != fmt.Sprintf("v%d", i) {
+				t.Fatalf("k%04d after the takeover: %q %v %v", i, v, ok, err)
+			}
+		}
+	})
+}
+
+// A new owner lists a stale owner's log, then the stale owner folds it and
+// deletes the folded segments before the new owner reads them: the read
+// lists the version again and gets the same bytes. If the log really lost
+// data, the read fails; it never returns a shorter log.
+func TestReadLogAfterConcurrentFold(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		put := func(key string, data []byte) {
+			t.Helper()
+			if _, err := store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put(epochKey(1), []byte(`{"epoch":1}`))
+		const wal, n = "000007.log", 40
+		var all []byte
+		for s := uint64(1); s <= n; s++ {
+			b := []byte(fmt.Sprintf("segment %d;", s))
+			put(segmentKey(wal, 1, s), b)
+			all = append(all, b...)
+		}
+		c := filepath.Join(t.TempDir(), "c")
+		if err := os.MkdirAll(c, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f := openFS(t, store, 2, c)
+		if got := len(f.files[wal].segments); got != n {
+			t.Fatalf("the new owner listed %d segments, want %d", got, n)
+		}
+		// The stale owner folds 1..n and deletes 2..n.
+		put(foldKey(wal, 1, 1, n), all)
+		var keys []string
+		for s := uint64(2); s <= n; s++ {
+			keys = append(keys, segmentKey(wal, 1, s))
+		}
+		if err := store.DeleteMany(ctx, keys); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Fetch(wal, "open"); err != nil {
+			t.Fatalf("fetch after a concurrent fold: %v", err)
+		}
+		got, err := os.ReadFile(filepath.Join(c, wal))
+		if err != nil || !bytes.Equal(got, all) {
+			t.Fatalf("log read after a concurrent fold: %q %v, want %q", got, err, all)
+		}
+		// Now the fold is lost too: the read must fail, not come back short.
+		if err := store.Delete(ctx, foldKey(wal, 1, 1, n)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Fetch(wal, "open"); err == nil {
+			t.Fatal("a log whose segments and fold are gone was read without an error")
+		}
+	})
+}
+
+// A takeover finds the tables in one listing of the store's top level: its
+// listings grow with the number of log names (each flush starts a WAL),
+// not with the number of tables.
+func TestTakeoverListingsDoNotGrowWithTables(t *testing.T) {
+	lists := func(tables int) int64 {
+		store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c1 := filepath.Join(t.TempDir(), "c1")
+		f1 := openFS(t, store, 1, c1)
+		o := openDB(t, f1, c1)
+		for i := 0; i < tables; i++ {
+			o.Put([]byte(fmt.Sprintf("k%03d", i)), []byte("v"), false)
+			if err := o.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o.Close()
+		f1.Stop()
+		objects := 0 // tables in the store, live or trashed (compactions ran)
+		store.ListDir(context.Background(), "", func(o objstore.ObjectInfo) error {
+			if name, _, ok := parseObjectKey(o.Key); ok && KindOf(name) == KindTable {
+				objects++
+			}
+			return nil
+		})
+		if objects < tables {
+			t.Fatalf("%d table objects in the store, want at least %d", objects, tables)
+		}
+		var n atomic.Int64
+		f2, err := Open(context.Background(), Config{Store: store, CacheDir: filepath.Join(t.TempDir(), "c2"), Epoch: 2, Lease: 50 * time.Millisecond,
+			Observe: func(r Request) {
+				if r.Op == "list" {
+					n.Add(1)
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f2.Stop()
+		logNames := 0
+		store.ListDir(context.Background(), "", func(o objstore.ObjectInfo) error {
+			if name, dir := strings.CutSuffix(o.Key, "/"); dir && KindOf(name) == KindLog {
+				logNames++
+			}
+			return nil
+		})
+		return n.Load() - int64(logNames)
+	}
+	few, many := lists(2), lists(3)
+	if few != many {
+		t.Fatalf("a takeover listed the store %d times (beyond one per log name) with 2 tables and %d times with 3", few, many)
+	}
+	if most := lists(20); most != few {
+		t.Fatalf("a takeover listed the store %d times (beyond one per log name) with 2 tables and %d times with 20", few, most)
+	}
+}
+
+// The trash loop deletes a folded log's folds as well as its segments.
+func TestDeferredDeleteOfFoldedLog(t *testing.T) {
+	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c1 := filepath.Join(t.TempDir(), "c1")
+	f1, err := Open(ctx, Config{Store: store, CacheDir: c1, Epoch: 1, Lease: 100 * time.Millisecond, FoldSegments: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1 := openDB(t, f1, c1)
+	for i := 0; i < 100; i++ {
+		d1.Put([]byte(fmt.Sprintf("k%03d", i)), []byte("v"), true)
+	}
+	d1.Close()
+	f1.Stop()
+	var wal string
+	store.ListDir(ctx, "", func(o objstore.ObjectInfo) error {
+		if n := strings.TrimSuffix(o.Key, "/"); FileType(n) == "wal" {
+			wal = n
+		}
+		return nil
+	})
+	if _, folds, _ := versionObjects(t, store, wal, 1); folds == 0 {
+		t.Fatalf("%s was not folded", wal)
+	}
+
+	c2 := filepath.Join(t.TempDir(), "c2")
+	f2, err := Open(ctx, Config{Store: store, CacheDir: c2, Epoch: 2, Lease: 50 * time.Millisecond, DeleteGrace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Stop()
+	d2 := openDB(t, f2, c2)
+	defer d2.Close()
+	if err := d2.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		data, folds, seals := versionObjects(t, store, wal, 1)
+		if data == 0 && folds == 0 {
+			if seals != 1 {
+				t.Fatalf("%s has %d seals after its deletion, want 1", wal, seals)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still has %d segments and %d folds a minute after a 100ms grace", wal, data, folds)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := 0; i < 100; i++ {
+		if _, ok, _ := d2.Get([]byte(fmt.Sprintf("k%03d", i))); !ok {
+			t.Fatalf("k%03d lost", i)
+		}
+	}
+}
