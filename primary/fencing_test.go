@@ -208,6 +208,19 @@ func testStaleEpochRefused(t *testing.T, be storetest.Location) {
 // Test 5: rounds of A writing concurrently with sync=true while B takes
 // over; after each round every write A acknowledged is on B. SHALE_STRESS_ROUNDS
 // sets the number of rounds (make stress runs thousands).
+// getRetrying reads key as a client would: UNAVAILABLE (the read lease is
+// being confirmed, slowly on a loaded machine) is retried for a while.
+func getRetrying(kv kvv1.KVClient, key string) (*kvv1.GetResponse, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := kv.Get(context.Background(), &kvv1.GetRequest{Key: []byte(key)})
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			return r, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestFencingRace(t *testing.T) { storetest.ForEachBackend(t, testFencingRace) }
 
 func testFencingRace(t *testing.T, be storetest.Location) {
@@ -276,14 +289,14 @@ func testFencingRace(t *testing.T, be storetest.Location) {
 				continue
 			}
 			checked++
-			r, err := next.kv.Get(context.Background(), &kvv1.GetRequest{Key: []byte(k)})
+			r, err := getRetrying(next.kv, k)
 			if err != nil || string(r.Value) != v {
 				t.Fatalf("round %d: acknowledged %s=%s missing on epoch %d: %v", round, k, v, round+1, err)
 			}
 		}
 		// A write reported fenced never appears, on this owner or a later one.
 		for _, k := range refused {
-			if _, err := next.kv.Get(context.Background(), &kvv1.GetRequest{Key: []byte(k)}); status.Code(err) != codes.NotFound {
+			if _, err := getRetrying(next.kv, k); status.Code(err) != codes.NotFound {
 				t.Fatalf("round %d: %s was reported fenced (FAILED_PRECONDITION) but is visible on epoch %d: %v", round, k, round+1, err)
 			}
 		}

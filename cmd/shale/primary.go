@@ -62,6 +62,7 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	fs.Var(newSize(&st.CacheBytes, 8<<30), "cache-size", "SST bytes kept in --cache-dir; tables that do not fit are read from the store (0: unbounded)")
 	fs.Var(uintValue{&st.Epoch}, "epoch", "fencing epoch to own the database with; must exceed every epoch in storage (0: the next one, deposing the current owner)")
 	fs.Var(newDuration(&st.Lease, 5*time.Second), "lease", "read lease: serve reads only while ownership was confirmed this recently; a new owner waits this long")
+	fs.Var(newDuration(&st.IdleConfirmEvery, 30*time.Second), "idle-confirm-interval", "how often a primary serving no reads confirms its ownership (one GET); a deposed idle primary exits within this long")
 	fs.Var(newDuration(&st.DeleteGrace, time.Hour), "delete-grace", "keep deleted files in the store this long (readers may still use them)")
 	fs.StringVar(&st.LogStorageClass, "wal-storage-class", "", "S3 storage `class` for WAL, MANIFEST and other small files (empty: the store's default)")
 	fs.StringVar(&st.TableStorageClass, "sst-storage-class", "", "S3 storage `class` for SST files (empty: the store's default)")
@@ -71,7 +72,7 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	fs.Var(newSize(&cfg.Engine.BlockCacheBytes, cfg.Engine.BlockCacheBytes), "block-cache-size", "RocksDB block cache size")
 	c.MarkFlagDirname("cache-dir")
 	noFileCompletion(c, "listen", "metrics-listen", "max-key-size", "max-value-size", "max-batch-size",
-		"cache-size", "epoch", "lease", "delete-grace", "wal-storage-class", "sst-storage-class",
+		"cache-size", "epoch", "lease", "idle-confirm-interval", "delete-grace", "wal-storage-class", "sst-storage-class",
 		"read-timeout", "write-timeout", "retry-for", "block-cache-size")
 }
 

@@ -22,7 +22,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shale_objstore_requests_total",
-			Help: "Object-store requests by operation (put, get, list, delete), file type (sst, wal, manifest, other), activity (foreground_read, foreground_write, wal, flush, compaction, open, background) and result (ok, error).",
+			Help: "Object-store requests by operation (put, get, list, delete), file type (sst, wal, manifest, other), activity, i.e. purpose (foreground_read, foreground_write, wal, flush, compaction, open, lease: ownership confirmation, trash: deferred deletes, fold: folding log segments, background) and result (ok, error).",
 		}, append(labels, "result")),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shale_objstore_bytes_total",

@@ -89,7 +89,7 @@ func (f *FS) foldLog(ctx context.Context, name string, st *file) error {
 	}
 	key := foldKey(name, f.epoch, first, last)
 	err = f.background().do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, key, name, "background", data, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
+		_, err := f.put(ctx, key, name, "fold", data, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
 			// Only this owner folds its logs: our attempt whose reply was lost.
 			info, serr := f.store.Stat(ctx, key)
@@ -114,5 +114,5 @@ func (f *FS) foldLog(ctx context.Context, name string, st *file) error {
 			keys = append(keys, segmentKey(name, f.epoch, s.seq))
 		}
 	}
-	return f.background().do(ctx, func(ctx context.Context) error { return f.delMany(ctx, keys) })
+	return f.background().do(ctx, func(ctx context.Context) error { return f.delMany(ctx, keys, "fold") })
 }

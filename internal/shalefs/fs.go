@@ -34,9 +34,14 @@ type Config struct {
 	// confirmed its ownership within Lease, and a new owner waits
 	// Lease+LeaseMargin after taking its epoch before it opens.
 	Lease, LeaseMargin time.Duration
-	// ConfirmEvery is how often ownership is re-confirmed (default Lease/4;
-	// above Lease, reads stop between confirmations).
+	// ConfirmEvery is how often ownership is re-confirmed while reads are
+	// being served (default Lease/4; above Lease, reads wait for a
+	// confirmation now and then).
 	ConfirmEvery time.Duration
+	// IdleConfirmEvery is how often an owner serving no reads confirms its
+	// ownership (default 30s): only so that a deposed idle owner notices
+	// and stops; safety never depends on it. Each confirmation is one GET.
+	IdleConfirmEvery time.Duration
 	// DeleteGrace is how long a deleted file stays in the store.
 	DeleteGrace time.Duration
 	// CacheBytes bounds the tables kept in CacheDir (0: unbounded). Tables
@@ -83,6 +88,7 @@ func (c *Config) defaults() {
 	def(&c.Lease, 5*time.Second)
 	def(&c.LeaseMargin, c.Lease/5)
 	def(&c.ConfirmEvery, max(c.Lease/4, 10*time.Millisecond))
+	def(&c.IdleConfirmEvery, 30*time.Second)
 	def(&c.DeleteGrace, time.Hour)
 	def(&c.ReadTimeout, 10*time.Second)
 	def(&c.WriteTimeout, 60*time.Second)
@@ -128,8 +134,10 @@ type FS struct {
 	leaseWaited time.Duration // how long Open waited out earlier owners' leases
 
 	cache     tableCache
-	serving   atomic.Bool          // RocksDB is open: reads are foreground
-	trashSeen map[string]time.Time // trash marker -> when this process first saw it (trashLoop only)
+	serving   atomic.Bool // RocksDB is open: reads are foreground
+	trashMu   sync.Mutex
+	trashSeen map[string]time.Time // trash markers this owner knows -> when it first saw them
+	readSince atomic.Bool          // a read was allowed since the lease loop last looked
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -202,6 +210,9 @@ func (f *FS) ReadAllowed() error {
 	if err := f.FenceError(); err != nil {
 		return err
 	}
+	if !f.readSince.Load() {
+		f.readSince.Store(true)
+	}
 	if f.leaseFresh() {
 		return nil
 	}
@@ -217,6 +228,11 @@ func (f *FS) ReadAllowed() error {
 			return ferr
 		}
 		return fmt.Errorf("read lease expired and ownership cannot be confirmed (lease %s): %w", f.cfg.Lease, err)
+	}
+	if !f.leaseFresh() {
+		// The lease counts from when the confirmation began: one slower
+		// than the lease proves nothing about now.
+		return fmt.Errorf("read lease expired: confirming ownership took longer than the lease (%s); retry", f.cfg.Lease)
 	}
 	return nil
 }
@@ -303,20 +319,20 @@ func (f *FS) listDir(ctx context.Context, dir, activity string) ([]objstore.Obje
 	return out, err
 }
 
-func (f *FS) del(ctx context.Context, key, name string) error {
+func (f *FS) del(ctx context.Context, key, name, activity string) error {
 	start := time.Now()
 	err := f.store.Delete(ctx, key)
-	f.observe("delete", name, "background", 0, start, err)
+	f.observe("delete", name, activity, 0, start, err)
 	return err
 }
 
-func (f *FS) delMany(ctx context.Context, keys []string) error {
+func (f *FS) delMany(ctx context.Context, keys []string, activity string) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	start := time.Now()
 	err := f.store.DeleteMany(ctx, keys)
-	f.observe("delete", keys[0], "background", 0, start, err)
+	f.observe("delete", FileOfKey(keys[0]), activity, 0, start, err)
 	return err
 }
 
@@ -348,19 +364,20 @@ func (f *FS) confirm(ctx context.Context, activity string) error {
 	return nil
 }
 
-// checkEpoch lists the epochs and returns the highest one above ours (0:
-// none), renewing the read lease when there is none. It does not fence.
+// checkEpoch reads the owner record and returns the highest epoch above
+// ours (0: none), renewing the read lease when there is none. It does not
+// fence.
 func (f *FS) checkEpoch(ctx context.Context, activity string) (uint64, error) {
 	start := f.mono()
-	es, err := f.epochs(ctx, activity)
+	e, err := f.ownerEpoch(ctx, activity)
 	if err != nil {
 		return 0, err
 	}
-	if h := higherEpoch(es, f.epoch); h != 0 {
-		return h, nil
+	if e > f.epoch {
+		return e, nil
 	}
-	// The lease runs from before the listing was sent: a claim that landed
-	// after that instant may be missing from it.
+	// The lease runs from before the read was sent: a newer owner that
+	// raised the record after that instant may be missing from it.
 	for {
 		old := f.lastConfirm.Load()
 		if start <= old || f.lastConfirm.CompareAndSwap(old, start) {

@@ -109,7 +109,7 @@ func TestDeferredDelete(t *testing.T) {
 		}
 		now := time.Now().UnixNano()
 		switch {
-		case r.Op == "put" && r.Activity == "background":
+		case r.Op == "put" && r.Activity == "trash":
 			trashedAt.CompareAndSwap(0, now-int64(r.Duration))
 		case r.Op == "delete":
 			deletedAt.CompareAndSwap(0, now)

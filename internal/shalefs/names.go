@@ -84,6 +84,8 @@ func isNumber(s string) bool {
 //	                                  one object (they are deleted after;
 //	                                  segment 1 stays as the log's anchor)
 //	_shale/epoch/<epoch>              ownership claims, create-only
+//	_shale/owner                      the highest epoch that completed its
+//	                                  claim; only ever raised (If-Match)
 //	_shale/trash/<name>/<epoch>       a deleted file awaiting physical delete
 //	_shale/released/<epoch>           that owner shut down cleanly
 //	_shale/opened/<epoch>             that owner completed its takeover:
@@ -101,6 +103,9 @@ const (
 	// _shale/opened/<epoch>: that owner completed its takeover; the record
 	// names the log versions of older epochs it kept.
 	openedPrefix = "_shale/opened/"
+	// _shale/owner: what an owner reads to confirm it still owns the
+	// database (one GET instead of a LIST of the claims).
+	ownerKey = "_shale/owner"
 )
 
 func openedKey(e uint64) string { return openedPrefix + pad(e) }

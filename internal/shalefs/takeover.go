@@ -33,7 +33,8 @@ type epochClaim struct {
 // cache directory for RocksDB (docs/fencing.md, steps 1-4):
 //
 //  1. refuse unless the epoch is above every epoch in storage;
-//  2. claim it: create _shale/epoch/<E> with If-None-Match;
+//  2. claim it: create _shale/epoch/<E> with If-None-Match, then raise
+//     _shale/owner to E (what owners read to confirm their ownership);
 //  3. seal every log: an empty segment at its next slot, create-only;
 //     then list the tables (a sealed MANIFEST names no table uploaded
 //     after the listing) and record the logs kept in _shale/opened/<E>;
@@ -88,15 +89,17 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("claim epoch %d: %w", epoch, err)
 	}
-	f.takenAt = time.Now()
-	f.lastConfirm.Store(f.mono())
-	if err := pol.do(ctx, func(ctx context.Context) error { return f.confirm(ctx, "open") }); err != nil {
+	// Announce the claim in the owner record before sealing or writing
+	// anything; earlier owners' leases are waited out from here (owner.go).
+	if err := f.raiseOwner(ctx); err != nil {
 		var fe *ErrFenced
 		if errors.As(err, &fe) {
 			return nil, fmt.Errorf("epoch %d was superseded by %d while opening; refusing to open", epoch, fe.By)
 		}
 		return nil, err
 	}
+	f.takenAt = time.Now()
+	f.lastConfirm.Store(f.mono())
 
 	// 3. Seal, then build the listing from what the seals cut, and record
 	// which logs of older epochs this owner's database is made of.
@@ -183,6 +186,7 @@ func (f *FS) sealAndList(ctx context.Context, last *openedRecord) error {
 	for _, m := range markers {
 		if name, e, ok := parseTrashKey(m.Key); ok {
 			trashed[versionRef{name, e}] = true
+			f.noteTrash(m.Key)
 		}
 	}
 
@@ -405,10 +409,14 @@ func (f *FS) predecessors(ctx context.Context, existing []uint64, last *openedRe
 // after the grace period.
 func (f *FS) trash(ctx context.Context, name string, epoch uint64) error {
 	marker, _ := json.Marshal(trashMarker{DeletedAt: time.Now().UTC(), Epoch: f.epoch})
-	return f.background().do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, trashKey(name, epoch), name, "background", marker, objstore.PutOptions{})
+	err := f.background().do(ctx, func(ctx context.Context) error {
+		_, err := f.put(ctx, trashKey(name, epoch), name, "trash", marker, objstore.PutOptions{})
 		return err
 	})
+	if err == nil {
+		f.noteTrash(trashKey(name, epoch))
+	}
+	return err
 }
 
 // sealVersion lists one log version and, unless it is sealed already or
@@ -596,20 +604,30 @@ func (f *FS) every(interval time.Duration, fn func()) {
 	}
 }
 
-// leaseLoop re-confirms ownership several times per lease, so reads keep
-// being served, and notices a newer owner within one lease.
+// leaseLoop re-confirms ownership several times per lease while reads are
+// being served, so they keep being served without waiting, and every
+// IdleConfirmEvery otherwise, so that an idle owner that was deposed
+// notices (and stops) without costing a request per tick. A read that finds
+// the lease expired confirms on the spot (ReadAllowed); writes never need
+// the lease (the store fences them).
 func (f *FS) leaseLoop() {
 	f.every(f.cfg.ConfirmEvery, func() {
+		busy := f.readSince.Swap(false)
+		if !busy && time.Duration(f.mono()-f.lastConfirm.Load()) < f.cfg.IdleConfirmEvery {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Lease/2)
 		defer cancel()
-		if err := f.confirm(ctx, "background"); err != nil && f.FenceError() == nil {
+		if err := f.confirm(ctx, "lease"); err != nil && f.FenceError() == nil {
 			f.cfg.Logger.Warn("cannot confirm ownership", "err", err)
 		}
 	})
 }
 
 // trashLoop physically deletes files whose grace period is over. Seals are
-// kept: deleting a seal would reopen its slot to a stale owner.
+// kept: deleting a seal would reopen its slot to a stale owner. It works
+// from the markers this owner knows (listed at open, or written since), so
+// a pass with nothing due costs no request.
 func (f *FS) trashLoop() {
 	f.every(min(max(f.cfg.DeleteGrace/4, 50*time.Millisecond), time.Minute), func() {
 		if err := f.emptyTrash(context.Background()); err != nil {
@@ -618,42 +636,41 @@ func (f *FS) trashLoop() {
 	})
 }
 
-// emptyTrash deletes what has been in the trash for the grace period.
-// Only the current owner deletes: each pass that has work confirms the
-// ownership first and stops when the confirmation is older than a lease, so
-// a deposed owner that has not noticed yet cannot delete what its successor
-// trashed. The grace runs from when this process first saw a marker, on its
-// monotonic clock: another machine's wall clock (the marker's DeletedAt)
-// can never shorten it. Deletes are batched (DeleteObjects, up to 1000 keys
-// a request); a log's first segment is deleted before the rest of it.
-func (f *FS) emptyTrash(ctx context.Context) error {
-	markers, err := f.list(ctx, trashPrefix, "background")
-	if err != nil {
-		return err
+// noteTrash records a trash marker this owner knows about, and when it
+// first did (monotonic).
+func (f *FS) noteTrash(key string) {
+	f.trashMu.Lock()
+	defer f.trashMu.Unlock()
+	if _, ok := f.trashSeen[key]; !ok {
+		f.trashSeen[key] = time.Now()
 	}
+}
+
+// emptyTrash deletes what has been in the trash for the grace period.
+// Only the current owner deletes: each batch with work confirms the
+// ownership first and stops when the confirmation is older than a lease, so
+// a deposed owner that has not noticed yet cannot delete a file its
+// successor uses. The grace runs from when this process first saw a marker,
+// on its monotonic clock: another machine's wall clock (the marker's
+// DeletedAt) can never shorten it. Deletes are batched (DeleteObjects, up
+// to 1000 keys a request); a log's first segment is deleted before the
+// rest of it. Markers a deposed owner wrote after this owner listed the
+// trash are left for the next owner's listing.
+func (f *FS) emptyTrash(ctx context.Context) error {
 	now := time.Now()
 	var due []objstore.ObjectInfo
-	listed := map[string]bool{}
-	for _, m := range markers {
-		listed[m.Key] = true
-		first, seen := f.trashSeen[m.Key]
-		if !seen {
-			f.trashSeen[m.Key] = now
-			continue
-		}
+	f.trashMu.Lock()
+	for k, first := range f.trashSeen {
 		if now.Sub(first) >= f.cfg.DeleteGrace {
-			due = append(due, m)
+			due = append(due, objstore.ObjectInfo{Key: k})
 		}
 	}
-	for k := range f.trashSeen {
-		if !listed[k] {
-			delete(f.trashSeen, k) // removed by us, or by an earlier owner
-		}
-	}
+	f.trashMu.Unlock()
+	sort.Slice(due, func(i, j int) bool { return due[i].Key < due[j].Key })
 	for len(due) > 0 {
 		batch := due[:min(len(due), trashBatch)]
 		due = due[len(batch):]
-		if err := f.confirm(ctx, "background"); err != nil {
+		if err := f.confirm(ctx, "trash"); err != nil {
 			return err
 		}
 		if err := f.deleteBatch(ctx, batch); err != nil {
@@ -689,15 +706,17 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 	if f.FenceError() != nil || !f.leaseFresh() {
 		return nil
 	}
-	if err := f.delMany(ctx, keys); err != nil {
+	if err := f.delMany(ctx, keys, "trash"); err != nil {
 		return err
 	}
-	if err := f.delMany(ctx, done); err != nil {
+	if err := f.delMany(ctx, done, "trash"); err != nil {
 		return err
 	}
+	f.trashMu.Lock()
 	for _, k := range done {
 		delete(f.trashSeen, k)
 	}
+	f.trashMu.Unlock()
 	return nil
 }
 
@@ -706,7 +725,7 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 // hole), then its folds and other data segments. Its seals stay, since
 // deleting one would reopen its slot to a stale owner.
 func (f *FS) deleteLog(ctx context.Context, name string, epoch uint64) error {
-	objs, err := f.list(ctx, segmentPrefix(name, epoch), "background")
+	objs, err := f.list(ctx, segmentPrefix(name, epoch), "trash")
 	if err != nil {
 		return err
 	}
@@ -717,12 +736,12 @@ func (f *FS) deleteLog(ctx context.Context, name string, epoch uint64) error {
 		case !ok || (o.Size == 0 && first == last):
 			// not ours, or a seal
 		case first == 1 && last == 1:
-			if err := f.del(ctx, o.Key, name); err != nil {
+			if err := f.del(ctx, o.Key, name, "trash"); err != nil {
 				return err
 			}
 		default:
 			rest = append(rest, o.Key)
 		}
 	}
-	return f.delMany(ctx, rest)
+	return f.delMany(ctx, rest, "trash")
 }
