@@ -630,7 +630,7 @@ func (f *FS) leaseLoop() {
 // a pass with nothing due costs no request.
 func (f *FS) trashLoop() {
 	f.every(min(max(f.cfg.DeleteGrace/4, 50*time.Millisecond), time.Minute), func() {
-		if err := f.emptyTrash(context.Background()); err != nil {
+		if err := f.emptyTrash(context.Background()); err != nil && f.FenceError() == nil {
 			f.cfg.Logger.Warn("deferred delete", "err", err)
 		}
 	})
