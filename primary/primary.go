@@ -11,23 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/engine"
@@ -69,12 +57,7 @@ type Server struct {
 	cacheLock *os.File // held while serving: one primary per cache dir
 	fs        *shalefs.FS
 	db        *engine.DB
-	grpc      *grpc.Server
-	health    *health.Server
-	lis       net.Listener
-	metrics   *http.Server
-	mlis      net.Listener
-	done      chan error
+	ep        *kvserver.Endpoint
 }
 
 // Start opens the database and starts serving. On error nothing is left
@@ -105,26 +88,16 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("--db %s: %w", u, err)
 		}
 	}
-	s := &Server{cfg: cfg, done: make(chan error, 3)}
+	s := &Server{cfg: cfg}
 	// Bind before opening so a busy port creates nothing on disk.
-	if s.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			s.lis.Close()
+			s.ep.Close()
 		}
 	}()
-	if cfg.MetricsListen != "" {
-		if s.mlis, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
-			return nil, fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
-		}
-		defer func() {
-			if err != nil {
-				s.mlis.Close()
-			}
-		}()
-	}
 	reg := prometheus.NewRegistry()
 	io := iometrics.New(reg)
 	sc := cfg.Storage
@@ -187,44 +160,11 @@ func Start(cfg Config) (_ *Server, err error) {
 	reg.MustRegister(epochGauge, fencedGauge)
 	go func() {
 		<-s.fs.Fenced()
-		s.done <- s.fs.FenceError()
+		s.ep.Fail(s.fs.FenceError())
 	}()
-
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(engine.NewCollector(s.db))
-	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
-	reg.MustRegister(grpcMetrics)
-
-	onPanic := recovery.WithRecoveryHandler(func(p any) error {
-		cfg.Logger.Error("panic in request handler", "panic", p)
-		return status.Errorf(codes.Internal, "internal error: %v", p)
-	})
-	s.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(cfg.Limits.MaxMessageBytes()),
-		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(onPanic)),
-		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(onPanic)),
-	)
-	kvv1.RegisterKVServer(s.grpc, kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs}))
-	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
-	grpcMetrics.InitializeMetrics(s.grpc)
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus(kvv1.KV_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-
-	go func() { s.done <- s.grpc.Serve(s.lis) }()
-	if s.mlis != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		s.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := s.metrics.Serve(s.mlis); !errors.Is(err, http.ErrServerClosed) {
-				s.done <- fmt.Errorf("metrics server: %w", err)
-			}
-		}()
-	}
-	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.lis.Addr().String(), "metrics", s.MetricsAddr())
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs}), reg, cfg.Limits, cfg.Logger)
+	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr())
 	return s, nil
 }
 
@@ -236,36 +176,18 @@ func (s *Server) Epoch() uint64 { return s.fs.Epoch() }
 func (s *Server) LeaseWaited() time.Duration { return s.fs.LeaseWaited() }
 
 // Addr is the gRPC address the server listens on.
-func (s *Server) Addr() string { return s.lis.Addr().String() }
+func (s *Server) Addr() string { return s.ep.Addr() }
 
 // MetricsAddr is the HTTP metrics address, or "" when disabled.
-func (s *Server) MetricsAddr() string {
-	if s.mlis == nil {
-		return ""
-	}
-	return s.mlis.Addr().String()
-}
+func (s *Server) MetricsAddr() string { return s.ep.MetricsAddr() }
 
 // Done reports a serving error (the server is then unusable; call Stop).
-func (s *Server) Done() <-chan error { return s.done }
+func (s *Server) Done() <-chan error { return s.ep.Done() }
 
 // Stop stops accepting requests, lets running ones finish (up to a grace
 // period), and closes the database.
 func (s *Server) Stop(grace time.Duration) {
-	s.health.Shutdown()
-	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(grace):
-		s.grpc.Stop()
-		<-stopped
-	}
-	if s.metrics != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s.metrics.Shutdown(ctx)
-		cancel()
-	}
+	s.ep.Stop(grace)
 	s.db.Close()
 	s.fs.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

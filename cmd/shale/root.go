@@ -42,6 +42,7 @@ safely from any machine.`,
 	root.SetHelpCommand(newHelpCmd(root))
 	root.AddCommand(
 		newPrimaryCmd(),
+		newSecondaryCmd(),
 		newDevCmd(),
 		newKVCmd(),
 		newAdminCmd(),

@@ -34,6 +34,10 @@ type Options struct {
 	// directory is then only a local cache of a database that lives in an
 	// object store, and may start empty.
 	FileSystem rocksshim.FileSystemHooks
+	// SecondaryDir, when set, opens the database as a read-only secondary
+	// (DB::OpenAsSecondary) that keeps its own files there; it follows the
+	// primary with TryCatchUp.
+	SecondaryDir string
 }
 
 // DefaultOptions are Shale's defaults for a database on this machine.
@@ -138,7 +142,16 @@ func Open(dir string, o Options) (_ *DB, err error) {
 		d.fs = rocksshim.AttachFileSystem(d.opts, dir, o.FileSystem)
 	}
 
-	d.db, err = grocksdb.OpenDb(d.opts, dir)
+	if o.SecondaryDir != "" {
+		// A secondary keeps every table open (RocksDB requires it) and
+		// writes only its info log, to its own directory.
+		d.opts.SetMaxOpenFiles(-1)
+		if err = os.MkdirAll(o.SecondaryDir, 0o755); err == nil {
+			d.db, err = grocksdb.OpenDbAsSecondary(d.opts, dir, o.SecondaryDir)
+		}
+	} else {
+		d.db, err = grocksdb.OpenDb(d.opts, dir)
+	}
 	if err != nil {
 		d.free()
 		return nil, openError(dir, err)
@@ -481,3 +494,7 @@ func (d *DB) LatestSequence() uint64 {
 	defer d.leave()
 	return d.db.GetLatestSequenceNumber()
 }
+
+// TryCatchUp makes a secondary apply what the primary wrote since the last
+// call (new MANIFEST edits and WAL records visible in the directory).
+func (d *DB) TryCatchUp() error { return d.db.TryCatchUpWithPrimary() }

@@ -140,6 +140,9 @@ func (s *Server) canRead() error {
 // canWrite fails writes of a fenced server before they reach RocksDB (a
 // sync=false write would otherwise be acknowledged from the memtable).
 func (s *Server) canWrite() error {
+	if s.info.Role == kvv1.Role_ROLE_SECONDARY {
+		return status.Error(codes.FailedPrecondition, "read-only replica: send writes to the primary (the <name>-rw Service, or the address of `shale primary`)")
+	}
 	if s.info.Guard == nil {
 		return nil
 	}

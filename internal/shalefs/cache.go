@@ -140,7 +140,7 @@ func (f *FS) ReadAt(name string, off int64, buf []byte, activity string) (int, e
 		activity = "open"
 	}
 	f.mu.Lock()
-	st := f.files[name]
+	st := f.fileLocked(name)
 	f.mu.Unlock()
 	if st == nil {
 		return 0, fmt.Errorf("read %s: %w", name, os.ErrNotExist)

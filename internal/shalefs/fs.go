@@ -141,6 +141,13 @@ type FS struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// A reader (reader.go) writes nothing; current is the CURRENT content
+	// it last read.
+	readOnly  bool
+	refreshMu sync.Mutex
+	current   []byte
+	retired   map[string]retiredFile // tables gone from the listing that RocksDB may still read
+
 	// stopMu orders starting background folds against Stop.
 	stopMu  sync.Mutex
 	stopped bool
@@ -397,6 +404,9 @@ func (f *FS) Create(name string) error {
 	if k == KindLocal || k == KindCurrent {
 		return nil
 	}
+	if f.readOnly {
+		return fmt.Errorf("create %s: %w", name, ErrReadOnly)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.files[name] = &file{kind: k, epoch: f.epoch, nextSeq: 1, ownLog: k == KindLog}
@@ -412,6 +422,9 @@ func (f *FS) Sync(name string, size int64, activity string) error {
 	}
 	if err := f.FenceError(); err != nil {
 		return err
+	}
+	if f.readOnly {
+		return fmt.Errorf("sync %s: %w", name, ErrReadOnly)
 	}
 	f.mu.Lock()
 	st := f.files[name]
@@ -569,6 +582,9 @@ func (f *FS) Close(name string, size int64, activity string) error {
 		if err := f.FenceError(); err != nil {
 			return err
 		}
+		if f.readOnly {
+			return fmt.Errorf("close %s: %w", name, ErrReadOnly)
+		}
 		return f.upload(name, f.localPath(name), activity)
 	}
 	return nil
@@ -618,6 +634,9 @@ func (f *FS) upload(name, path, activity string) error {
 func (f *FS) Rename(src, dst string) error {
 	if err := f.FenceError(); err != nil {
 		return err
+	}
+	if f.readOnly && KindOf(dst) != KindLocal {
+		return fmt.Errorf("rename %s to %s: %w", src, dst, ErrReadOnly)
 	}
 	switch KindOf(dst) {
 	case KindCurrent:
@@ -723,6 +742,9 @@ func (f *FS) Delete(name string) error {
 	if k == KindCurrent {
 		return fmt.Errorf("delete CURRENT: refused")
 	}
+	if f.readOnly {
+		return nil // the primary deletes; a secondary only forgets
+	}
 	if err := f.FenceError(); err != nil {
 		return err
 	}
@@ -751,7 +773,7 @@ type trashMarker struct {
 // its segments up to its seal.
 func (f *FS) Fetch(name, activity string) error {
 	f.mu.Lock()
-	st := f.files[name]
+	st := f.fileLocked(name)
 	f.mu.Unlock()
 	if st == nil {
 		return fmt.Errorf("fetch %s: %w", name, os.ErrNotExist)
@@ -886,7 +908,7 @@ const fetchTempMark = ".shale-fetch-"
 // Stat returns the size of a managed file and whether it exists.
 func (f *FS) Stat(name string) (int64, bool) {
 	f.mu.Lock()
-	st := f.files[name]
+	st := f.fileLocked(name)
 	f.mu.Unlock()
 	if st == nil {
 		return 0, false
@@ -937,6 +959,19 @@ func (f *FS) Release(ctx context.Context) error {
 	}
 	_, err := f.put(ctx, releasedKey(f.epoch), "", "background", []byte(time.Now().UTC().Format(time.RFC3339Nano)), objstore.PutOptions{})
 	return err
+}
+
+// fileLocked returns the state of a managed file (f.mu held): a live one,
+// or on a reader a table that left the listing but that RocksDB's view may
+// still use until it catches up (the store keeps it for the delete grace).
+func (f *FS) fileLocked(name string) *file {
+	if st := f.files[name]; st != nil {
+		return st
+	}
+	if r, ok := f.retired[name]; ok {
+		return r.file
+	}
+	return nil
 }
 
 // Managed implements rocksshim.FileSystemHooks.

@@ -103,7 +103,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 
 	// 3. Seal, then build the listing from what the seals cut, and record
 	// which logs of older epochs this owner's database is made of.
-	last, err := f.lastOpened(ctx)
+	last, err := f.lastOpened(ctx, f.epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -178,15 +178,31 @@ func recognize(top []objstore.ObjectInfo) error {
 // follows the live files, not everything the store still holds for the
 // delete grace period.
 func (f *FS) sealAndList(ctx context.Context, last *openedRecord) error {
+	files, err := f.listStore(ctx, last, true)
+	for name, st := range files {
+		f.files[name] = st
+	}
+	return err
+}
+
+// listStore lists the live files of the database: per name, the highest
+// epoch's version, minus trashed versions and log versions the last
+// opener did not keep. With seal (a takeover), it seals every log version
+// first, trashes the versions it drops, and notes the trash markers for
+// the trash loop; without (a reader), it changes nothing in the store.
+func (f *FS) listStore(ctx context.Context, last *openedRecord, seal bool) (map[string]*file, error) {
+	files := map[string]*file{}
 	markers, err := f.listRetry(ctx, trashPrefix, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	trashed := map[versionRef]bool{}
 	for _, m := range markers {
 		if name, e, ok := parseTrashKey(m.Key); ok {
 			trashed[versionRef{name, e}] = true
-			f.noteTrash(m.Key)
+			if seal {
+				f.noteTrash(m.Key)
+			}
 		}
 	}
 
@@ -194,12 +210,12 @@ func (f *FS) sealAndList(ctx context.Context, last *openedRecord) error {
 	// holds many logs, each a listing or two and maybe a seal).
 	top, err := f.listRetry(ctx, "", true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var logNames []string
 	for _, o := range top {
 		if legacyTableDir(o.Key) {
-			return fmt.Errorf("%w: %q is a table directory of the layout of earlier development builds (tables are now flat objects); this build cannot open it", ErrNotShale, o.Key)
+			return nil, fmt.Errorf("%w: %q is a table directory of the layout of earlier development builds (tables are now flat objects); this build cannot open it", ErrNotShale, o.Key)
 		}
 		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && KindOf(name) == KindLog {
 			logNames = append(logNames, name)
@@ -207,38 +223,40 @@ func (f *FS) sealAndList(ctx context.Context, last *openedRecord) error {
 	}
 	logs := make([]*file, len(logNames))
 	err = parallel(ctx, len(logNames), openParallelism, func(ctx context.Context, i int) (err error) {
-		logs[i], err = f.sealLog(ctx, logNames[i], trashed, last)
+		logs[i], err = f.sealLog(ctx, logNames[i], trashed, last, seal)
 		return err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i, st := range logs {
 		if st != nil {
-			f.files[logNames[i]] = st
+			files[logNames[i]] = st
 		}
 	}
 
 	// Then tables, objects and CURRENT, listed after every seal: one
 	// listing, since tables are flat objects.
-	top, err = f.listRetry(ctx, "", true)
-	if err != nil {
-		return err
+	if seal {
+		top, err = f.listRetry(ctx, "", true)
+		if err != nil {
+			return nil, err
+		}
 	}
 	for _, o := range top {
 		if o.Key == "CURRENT" {
-			f.files["CURRENT"] = &file{kind: KindCurrent, size: o.Size}
+			files["CURRENT"] = &file{kind: KindCurrent, size: o.Size}
 			continue
 		}
 		name, e, ok := parseObjectKey(o.Key)
 		if !ok || trashed[versionRef{name, e}] {
 			continue
 		}
-		if st := f.files[name]; st == nil || e > st.epoch {
-			f.files[name] = &file{kind: KindOf(name), epoch: e, size: o.Size}
+		if st := files[name]; st == nil || e > st.epoch {
+			files[name] = &file{kind: KindOf(name), epoch: e, size: o.Size}
 		}
 	}
-	return nil
+	return files, nil
 }
 
 // openParallelism bounds the listings and seals a takeover runs at once.
@@ -247,7 +265,7 @@ const openParallelism = 16
 // sealLog seals every version of one log name and returns the live one
 // (nil if none): the highest epoch's version with data, minus trashed
 // versions and versions the last opener did not keep (those are trashed).
-func (f *FS) sealLog(ctx context.Context, name string, trashed map[versionRef]bool, last *openedRecord) (*file, error) {
+func (f *FS) sealLog(ctx context.Context, name string, trashed map[versionRef]bool, last *openedRecord, seal bool) (*file, error) {
 	epochDirs, err := f.listRetry(ctx, name+"/", true)
 	if err != nil {
 		return nil, err
@@ -264,15 +282,26 @@ func (f *FS) sealLog(ctx context.Context, name string, trashed map[versionRef]bo
 		if !admitLogVersion(name, e, last) {
 			// Created after the last opener listed the store, by an
 			// owner it had deposed: never acknowledged, never replayed.
+			if !seal {
+				continue
+			}
 			f.cfg.Logger.Warn("ignoring a log written by a deposed owner after a takeover", "log", name, "epoch", e, "last_opener", last.Epoch)
 			if err := f.trash(ctx, name, e); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		v, err := f.sealVersion(ctx, name, e)
+		var v logVersion
+		if seal {
+			v, err = f.sealVersion(ctx, name, e)
+		} else {
+			v, err = f.listVersion(ctx, name, e)
+		}
 		if err != nil {
 			return nil, err
+		}
+		if v.headDeleted() && !seal {
+			continue
 		}
 		if v.headDeleted() {
 			// Its owner emptied it after its grace (from the first
@@ -283,7 +312,7 @@ func (f *FS) sealLog(ctx context.Context, name string, trashed map[versionRef]bo
 			}
 			continue
 		}
-		if !v.contiguous() {
+		if !v.contiguous() && seal {
 			return nil, fmt.Errorf("log %s (epoch %d) has a missing segment; the store lost data, refusing to open", name, e)
 		}
 		versions = append(versions, v)
@@ -312,12 +341,12 @@ func (f *FS) listRetry(ctx context.Context, prefix string, dir bool) (out []objs
 // lastOpened reads the record of the highest epoch that completed a
 // takeover (nil if none did: a new database, or one written before
 // records existed).
-func (f *FS) lastOpened(ctx context.Context) (*openedRecord, error) {
+func (f *FS) lastOpened(ctx context.Context, below uint64) (*openedRecord, error) {
 	var highest uint64
 	err := f.background().do(ctx, func(ctx context.Context) error {
 		objs, err := f.list(ctx, openedPrefix, "open")
 		for _, o := range objs {
-			if e, ok := parseEpochPart(strings.TrimPrefix(o.Key, openedPrefix)); ok && e < f.epoch {
+			if e, ok := parseEpochPart(strings.TrimPrefix(o.Key, openedPrefix)); ok && e < below {
 				highest = max(highest, e)
 			}
 		}

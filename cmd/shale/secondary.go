@@ -1,0 +1,58 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/kvserver"
+	"github.com/shale-rocks/shale/secondary"
+)
+
+func newSecondaryCmd() *cobra.Command {
+	var cfg secondary.Config
+	c := &cobra.Command{
+		Use:   "secondary --db URL",
+		Short: "Serve a read-only replica of a database over gRPC",
+		Long: `Secondary serves reads of the database at --db, which a primary owns, on
+--listen. It keeps its own local cache, follows the primary's writes as they
+reach the object store (every --catchup-interval), and refuses writes with
+FAILED_PRECONDITION. Its reads are as fresh as its last catch-up; ` + "`kv status`" + `
+shows its sequence number. It stops on SIGINT or SIGTERM.`,
+		Example: `  shale secondary --db s3://my-bucket/orders --listen :7071 --cache-dir /var/cache/shale/orders-ro
+  shale kv --addr 127.0.0.1:7071 get some-key`,
+		Args: exactArgs(),
+		RunE: func(c *cobra.Command, _ []string) error {
+			if cfg.DB == "" {
+				return usageErrorf("secondary: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
+			}
+			cfg.Logger = newLogger(c.ErrOrStderr())
+			ctx, stop := signalContext()
+			defer stop()
+			return secondary.Run(ctx, cfg)
+		},
+	}
+	c.Flags().StringVar(&cfg.DB, "db", "", "database location `URL`: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
+	secondaryFlags(c, &cfg)
+	noFileCompletion(c, "db")
+	return c
+}
+
+// secondaryFlags registers the flags of `shale secondary`.
+func secondaryFlags(c *cobra.Command, cfg *secondary.Config) {
+	fs := c.Flags()
+	cfg.Limits = kvserver.DefaultLimits()
+	cfg.Engine = engine.DefaultOptions()
+	st := &cfg.Storage
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7071", "gRPC `address` to serve the KV API's reads on")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9091", "HTTP `address` for Prometheus /metrics and /healthz (empty: off)")
+	fs.StringVar(&st.CacheDir, "cache-dir", "", "local cache `directory`, never the primary's (default: one per --db and --listen under the user cache dir)")
+	fs.Var(newSize(&st.CacheBytes, 8<<30), "cache-size", "SST bytes kept in --cache-dir; tables that do not fit are read from the store (0: unbounded)")
+	fs.Var(newDuration(&cfg.CatchupInterval, time.Second), "catchup-interval", "how often to look for the primary's new writes in the store")
+	fs.Var(newDuration(&st.ReadTimeout, 10*time.Second), "read-timeout", "deadline of one foreground read from the store")
+	fs.Var(newSize(&cfg.Engine.BlockCacheBytes, cfg.Engine.BlockCacheBytes), "block-cache-size", "RocksDB block cache size")
+	fs.Var(newSize(&cfg.Limits.MaxKeyBytes, cfg.Limits.MaxKeyBytes), "max-key-size", "largest key accepted")
+	c.MarkFlagDirname("cache-dir")
+	noFileCompletion(c, "listen", "metrics-listen", "cache-size", "catchup-interval", "read-timeout", "block-cache-size", "max-key-size")
+}

@@ -1,0 +1,133 @@
+package kvserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+)
+
+// Endpoint serves a KV service over gRPC (with the standard health and
+// reflection services) and Prometheus metrics over HTTP: what a primary
+// and a secondary have in common.
+type Endpoint struct {
+	lis, mlis net.Listener
+	grpc      *grpc.Server
+	health    *health.Server
+	metrics   *http.Server
+	done      chan error
+}
+
+// Listen binds the gRPC address and, unless empty, the metrics address, so
+// that a busy port fails a server before it opens anything.
+func Listen(addr, metricsAddr string) (*Endpoint, error) {
+	e := &Endpoint{done: make(chan error, 4)}
+	var err error
+	if e.lis, err = net.Listen("tcp", addr); err != nil {
+		return nil, fmt.Errorf("--listen %s: %w", addr, err)
+	}
+	if metricsAddr != "" {
+		if e.mlis, err = net.Listen("tcp", metricsAddr); err != nil {
+			e.lis.Close()
+			return nil, fmt.Errorf("--metrics-listen %s: %w", metricsAddr, err)
+		}
+	}
+	return e, nil
+}
+
+// Close releases the listeners of an endpoint that never served.
+func (e *Endpoint) Close() {
+	e.lis.Close()
+	if e.mlis != nil {
+		e.mlis.Close()
+	}
+}
+
+// Serve registers svc and starts serving it, and /metrics from reg (to
+// which it adds the Go, process and gRPC collectors) with /healthz.
+func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Limits, logger *slog.Logger) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	reg.MustRegister(grpcMetrics)
+	onPanic := recovery.WithRecoveryHandler(func(p any) error {
+		logger.Error("panic in request handler", "panic", p)
+		return status.Errorf(codes.Internal, "internal error: %v", p)
+	})
+	e.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(limits.MaxMessageBytes()),
+		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(onPanic)),
+		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(onPanic)),
+	)
+	kvv1.RegisterKVServer(e.grpc, svc)
+	e.health = health.NewServer()
+	healthpb.RegisterHealthServer(e.grpc, e.health)
+	reflection.Register(e.grpc)
+	grpcMetrics.InitializeMetrics(e.grpc)
+	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	e.health.SetServingStatus(kvv1.KV_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+
+	go func() { e.done <- e.grpc.Serve(e.lis) }()
+	if e.mlis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		e.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := e.metrics.Serve(e.mlis); !errors.Is(err, http.ErrServerClosed) {
+				e.done <- fmt.Errorf("metrics server: %w", err)
+			}
+		}()
+	}
+}
+
+// Addr is the gRPC address.
+func (e *Endpoint) Addr() string { return e.lis.Addr().String() }
+
+// MetricsAddr is the HTTP metrics address, or "" when disabled.
+func (e *Endpoint) MetricsAddr() string {
+	if e.mlis == nil {
+		return ""
+	}
+	return e.mlis.Addr().String()
+}
+
+// Done reports a serving error (the endpoint is then unusable).
+func (e *Endpoint) Done() <-chan error { return e.done }
+
+// Fail reports err on Done (for errors of the server behind the endpoint).
+func (e *Endpoint) Fail(err error) { e.done <- err }
+
+// Stop stops accepting requests and lets running ones finish, up to grace.
+func (e *Endpoint) Stop(grace time.Duration) {
+	e.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() { e.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(grace):
+		e.grpc.Stop()
+		<-stopped
+	}
+	if e.metrics != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		e.metrics.Shutdown(ctx)
+		cancel()
+	}
+}

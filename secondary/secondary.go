@@ -1,0 +1,223 @@
+// Package secondary runs a Shale secondary: a read-only replica of a
+// database that a primary owns (design §5). It opens RocksDB as a
+// secondary (DB::OpenAsSecondary) on a reader of the Shale FileSystem with
+// its own local cache, catches up with the primary's WAL and MANIFEST as
+// they grow in the object store, and serves the KV API's reads; writes are
+// refused.
+package secondary
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/iometrics"
+	"github.com/shale-rocks/shale/internal/kvserver"
+	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs"
+)
+
+// Config is what a secondary needs to run.
+type Config struct {
+	DB            string // store URL of the primary's database
+	Listen        string // gRPC address
+	MetricsListen string // HTTP address for /metrics; "" disables it
+	Limits        kvserver.Limits
+	Engine        engine.Options
+	// Storage configures the reader: cache dir and size, timeouts. Store
+	// and Logger are set by Start; an empty CacheDir gets
+	// DefaultCacheDir(DB, Listen).
+	Storage shalefs.Config
+	// CatchupInterval is how often the secondary looks for new writes.
+	CatchupInterval time.Duration
+	Logger          *slog.Logger
+}
+
+// DefaultCacheDir is where a secondary keeps its cache when --cache-dir
+// is not given: one directory per database and listen address, so two
+// secondaries on one machine never share one.
+func DefaultCacheDir(db, listen string) string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(db + "\x00" + listen))
+	return filepath.Join(base, "shale", "secondary-"+hex.EncodeToString(sum[:8]))
+}
+
+// Server is a running secondary.
+type Server struct {
+	cfg       Config
+	cacheLock *os.File
+	fs        *shalefs.FS
+	db        *engine.DB
+	ep        *kvserver.Endpoint
+	stop      chan struct{}
+	wg        sync.WaitGroup
+
+	catchups, failures prometheus.Counter
+	lastCatchup        prometheus.Gauge
+}
+
+// Start opens the database read-only and starts serving. On error nothing
+// is left running or open.
+func Start(cfg Config) (_ *Server, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.CatchupInterval <= 0 {
+		cfg.CatchupInterval = time.Second
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	u, err := objstore.ParseURL(cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("--db: %w", err)
+	}
+	store := cfg.Storage.Store // set by tests that wrap the store
+	if store == nil {
+		if store, err = objstore.Open(u.String()); err != nil {
+			return nil, fmt.Errorf("--db: %w", err)
+		}
+	}
+	s := &Server{cfg: cfg, stop: make(chan struct{})}
+	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.ep.Close()
+		}
+	}()
+	reg := prometheus.NewRegistry()
+	io := iometrics.New(reg)
+	sc := cfg.Storage
+	sc.Store, sc.Logger, sc.Observe = store, cfg.Logger, io.Observe
+	if sc.CacheDir == "" {
+		sc.CacheDir = DefaultCacheDir(u.String(), cfg.Listen)
+	}
+	if err := os.MkdirAll(sc.CacheDir, 0o755); err != nil {
+		return nil, fmt.Errorf("--cache-dir %s: %w", sc.CacheDir, err)
+	}
+	if s.cacheLock, err = engine.LockFile(sc.CacheDir, "SHALE-SECONDARY.lock"); err != nil {
+		return nil, fmt.Errorf("--db %s: cache %w", u, err)
+	}
+	defer func() {
+		if err != nil {
+			s.cacheLock.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	s.fs, err = shalefs.OpenReader(ctx, sc)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("--db %s: %w", u, err)
+	}
+	eo := cfg.Engine
+	eo.FileSystem = s.fs
+	eo.SecondaryDir = filepath.Join(sc.CacheDir, "secondary")
+	if s.db, err = engine.Open(sc.CacheDir, eo); err != nil {
+		return nil, fmt.Errorf("--db %s: open as secondary: %w", u, err)
+	}
+	s.fs.Serving()
+
+	s.catchups = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_secondary_catchups_total", Help: "Catch-ups with the primary that succeeded."})
+	s.failures = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_secondary_catchup_failures_total", Help: "Catch-ups with the primary that failed (retried at the next interval)."})
+	s.lastCatchup = prometheus.NewGauge(prometheus.GaugeOpts{Name: "shale_secondary_last_catchup_timestamp_seconds", Help: "When the last successful catch-up finished (Unix time)."})
+	reg.MustRegister(s.catchups, s.failures, s.lastCatchup, engine.NewCollector(s.db))
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: u.String()}), reg, cfg.Limits, cfg.Logger)
+	s.wg.Add(1)
+	go s.catchUpLoop()
+	cfg.Logger.Info("secondary serving", "db", u.String(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.ep.MetricsAddr())
+	return s, nil
+}
+
+// CatchUp brings the secondary up to what the store holds now.
+func (s *Server) CatchUp(ctx context.Context) error {
+	if err := s.fs.Refresh(ctx); err != nil {
+		return err
+	}
+	return s.db.TryCatchUp()
+}
+
+func (s *Server) catchUpLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.cfg.CatchupInterval)
+	defer tick.Stop()
+	failing := false
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(10*s.cfg.CatchupInterval, 30*time.Second))
+		err := s.CatchUp(ctx)
+		cancel()
+		if err != nil {
+			s.failures.Inc()
+			if !failing {
+				s.cfg.Logger.Warn("catch-up with the primary failed; retrying", "err", err)
+			}
+			failing = true
+			continue
+		}
+		if failing {
+			s.cfg.Logger.Info("catch-up with the primary works again")
+		}
+		failing = false
+		s.catchups.Inc()
+		s.lastCatchup.SetToCurrentTime()
+	}
+}
+
+// Addr is the gRPC address the server listens on.
+func (s *Server) Addr() string { return s.ep.Addr() }
+
+// MetricsAddr is the HTTP metrics address, or "" when disabled.
+func (s *Server) MetricsAddr() string { return s.ep.MetricsAddr() }
+
+// Done reports a serving error (the server is then unusable; call Stop).
+func (s *Server) Done() <-chan error { return s.ep.Done() }
+
+// Stop stops serving and closes the database.
+func (s *Server) Stop(grace time.Duration) {
+	close(s.stop)
+	s.wg.Wait()
+	s.ep.Stop(grace)
+	s.db.Close()
+	s.fs.Stop()
+	s.cacheLock.Close()
+	s.cfg.Logger.Info("secondary stopped", "db", s.cfg.DB)
+}
+
+// Run starts a secondary and serves until ctx is done or serving fails.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := Start(cfg)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		s.Stop(10 * time.Second)
+		return nil
+	case err := <-s.Done():
+		s.Stop(time.Second)
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
+}

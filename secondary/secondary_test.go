@@ -1,0 +1,147 @@
+package secondary
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/kvserver"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/shalefs"
+	"github.com/shale-rocks/shale/primary"
+)
+
+func client(t *testing.T, addr string) kvv1.KVClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return kvv1.NewKVClient(conn)
+}
+
+func startPrimary(t *testing.T, db string, epoch uint64) *primary.Server {
+	t.Helper()
+	p, err := primary.Start(primary.Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
+		Storage: shalefs.Config{Epoch: epoch, Lease: 100 * time.Millisecond, CacheDir: filepath.Join(t.TempDir(), "primary")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func startSecondary(t *testing.T, db string) *Server {
+	t.Helper()
+	s, err := Start(Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
+		Storage: shalefs.Config{CacheDir: filepath.Join(t.TempDir(), "secondary")}, CatchupInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop(time.Second) })
+	return s
+}
+
+// waitVisible waits until every key of want reads back on kv.
+func waitVisible(t *testing.T, kv kvv1.KVClient, want map[string]string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for k, v := range want {
+		for {
+			r, err := kv.Get(context.Background(), &kvv1.GetRequest{Key: []byte(k)})
+			if err == nil && string(r.Value) == v {
+				break
+			}
+			if time.Since(start) > time.Minute {
+				t.Fatalf("%s=%s not visible on the secondary after a minute: %v", k, v, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return time.Since(start)
+}
+
+// Synced writes on the primary become visible on the secondary; writes to
+// the secondary are refused; it says it is a secondary.
+func TestSecondaryServesPrimaryWrites(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		db := loc.NewURL(t)
+		p := startPrimary(t, db, 1)
+		defer p.Stop(time.Second)
+		pkv := client(t, p.Addr())
+		want := map[string]string{}
+		put := func(from, to int) {
+			for i := from; i < to; i++ {
+				k, v := fmt.Sprintf("k%04d", i), fmt.Sprintf("v%d", i)
+				if _, err := pkv.Put(context.Background(), &kvv1.PutRequest{Key: []byte(k), Value: []byte(v), Sync: true}); err != nil {
+					t.Fatal(err)
+				}
+				want[k] = v
+			}
+		}
+		put(0, 50)
+		s := startSecondary(t, db)
+		skv := client(t, s.Addr())
+		waitVisible(t, skv, want)
+		put(50, 300)
+		if _, err := pkv.Flush(context.Background(), &kvv1.FlushRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		put(300, 320)
+		lag := waitVisible(t, skv, want)
+		t.Logf("%s: the last 20 writes visible on the secondary %v after the primary acknowledged them", loc.Name, lag)
+
+		_, err := skv.Put(context.Background(), &kvv1.PutRequest{Key: []byte("x"), Value: []byte("y"), Sync: true})
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("a write to the secondary: %v, want FAILED_PRECONDITION", err)
+		}
+		st, err := skv.Status(context.Background(), &kvv1.StatusRequest{})
+		if err != nil || st.Role != kvv1.Role_ROLE_SECONDARY {
+			t.Fatalf("status of the secondary: %v %v", st, err)
+		}
+	})
+}
+
+// A new primary takes over (epoch 2) while the secondary serves: the
+// secondary keeps every write of the old primary and follows the new one,
+// without a restart.
+func TestSecondaryFollowsFailover(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		db := loc.NewURL(t)
+		a := startPrimary(t, db, 1)
+		defer a.Stop(time.Second)
+		akv := client(t, a.Addr())
+		want := map[string]string{}
+		for i := 0; i < 100; i++ {
+			k, v := fmt.Sprintf("a%03d", i), "A"
+			if _, err := akv.Put(context.Background(), &kvv1.PutRequest{Key: []byte(k), Value: []byte(v), Sync: true}); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = v
+		}
+		s := startSecondary(t, db)
+		skv := client(t, s.Addr())
+		waitVisible(t, skv, want)
+
+		b := startPrimary(t, db, 2) // deposes A
+		defer b.Stop(time.Second)
+		bkv := client(t, b.Addr())
+		for i := 0; i < 100; i++ {
+			k, v := fmt.Sprintf("b%03d", i), "B"
+			if _, err := bkv.Put(context.Background(), &kvv1.PutRequest{Key: []byte(k), Value: []byte(v), Sync: true}); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = v
+		}
+		waitVisible(t, skv, want)
+	})
+}
