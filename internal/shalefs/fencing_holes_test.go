@@ -293,3 +293,65 @@ func TestCacheKeepsOnlyTheLiveVersion(t *testing.T) {
 		t.Fatalf("table reads %q, want epoch 2's BBBB", got)
 	}
 }
+
+// Seals go with their log, 3×AckFresh of its writer after its trash: a
+// zombie that then writes to the log finds its slot free, but it has not
+// confirmed its ownership within AckFresh, so it confirms before it
+// acknowledges, is fenced, and reports the write's outcome unknown; the
+// write is in no owner's database.
+func TestZombieWriteAfterSealDeletedIsNotAcknowledged(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const ack = 100 * time.Millisecond
+		a := openWith(t, Config{Store: store, Epoch: 1, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour, AckFresh: ack})
+		const wal = "000005.log"
+		if err := a.Create(wal); err != nil {
+			t.Fatal(err)
+		}
+		n := appendLocal(t, a, wal, []byte("acknowledged"))
+		if err := a.Sync(wal, n, "wal"); err != nil {
+			t.Fatal(err)
+		}
+		// B seals A's WAL, then deletes it (as after its recovery's flush).
+		b := openWith(t, Config{Store: store, Epoch: 2, DeleteGrace: 50 * time.Millisecond, AckFresh: ack})
+		if _, ok := b.Stat(wal); !ok {
+			t.Fatal("B did not list A's WAL")
+		}
+		if err := b.Delete(wal); err != nil {
+			t.Fatal(err)
+		}
+		gone := func() bool {
+			objs := 0
+			store.List(context.Background(), segmentPrefix(wal, 1), func(objstore.ObjectInfo) error { objs++; return nil })
+			return objs == 0
+		}
+		noMarkers := func() bool { n, _ := count(t, store, trashPrefix); return n == 0 }
+		for deadline := time.Now().Add(time.Minute); !gone() || !noMarkers(); {
+			if time.Now().After(deadline) {
+				t.Fatal("the deleted WAL, its seal or its trash marker is still in the store a minute later")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// A, blind, appends to its WAL: the slot is free, the upload lands.
+		n = appendLocal(t, a, wal, []byte(" zombie write"))
+		err = a.Sync(wal, n, "wal")
+		var unknown *ErrOutcomeUnknown
+		if !errors.As(err, &unknown) {
+			t.Fatalf("the zombie's write after its seal was deleted: %v, want outcome unknown", err)
+		}
+		if a.FenceError() == nil {
+			t.Fatal("the zombie is not fenced")
+		}
+	})
+}
+
+// count counts the objects under prefix.
+func count(t *testing.T, store objstore.Store, prefix string) (int, error) {
+	t.Helper()
+	n := 0
+	err := store.List(context.Background(), prefix, func(objstore.ObjectInfo) error { n++; return nil })
+	return n, err
+}

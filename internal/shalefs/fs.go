@@ -44,6 +44,11 @@ type Config struct {
 	IdleConfirmEvery time.Duration
 	// DeleteGrace is how long a deleted file stays in the store.
 	DeleteGrace time.Duration
+	// AckFresh: a synced write is acknowledged only if this owner confirmed
+	// its ownership within AckFresh (else it confirms first; default 10s).
+	// That is what lets the seals of deleted logs go after 3×AckFresh of
+	// their writer (docs/fencing.md, "Deletes and slots").
+	AckFresh time.Duration
 	// CacheBytes bounds the tables kept in CacheDir (0: unbounded). Tables
 	// that do not fit are read from the store range by range.
 	CacheBytes int64
@@ -90,6 +95,7 @@ func (c *Config) defaults() {
 	def(&c.ConfirmEvery, max(c.Lease/4, 10*time.Millisecond))
 	def(&c.IdleConfirmEvery, 30*time.Second)
 	def(&c.DeleteGrace, time.Hour)
+	def(&c.AckFresh, 10*time.Second)
 	def(&c.ReadTimeout, 10*time.Second)
 	def(&c.WriteTimeout, 60*time.Second)
 	def(&c.RetryFor, 5*time.Minute)
@@ -136,8 +142,9 @@ type FS struct {
 	cache     tableCache
 	serving   atomic.Bool // RocksDB is open: reads are foreground
 	trashMu   sync.Mutex
-	trashSeen map[string]time.Time // trash markers this owner knows -> when it first saw them
-	readSince atomic.Bool          // a read was allowed since the lease loop last looked
+	trashSeen map[string]*trashEntry   // trash markers this owner knows
+	ackFresh  map[uint64]time.Duration // epoch -> its claim's AckFresh (0: unknown), for deleting seals
+	readSince atomic.Bool              // a read was allowed since the lease loop last looked
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -482,8 +489,11 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 		st.nextSeq++
 		st.size += stored
 		st.unfolded++
-		if seq == 1 {
-			if err := f.confirmNewLog(name, activity); err != nil {
+		if seq == 1 || f.mono()-f.lastConfirm.Load() >= int64(f.cfg.AckFresh) {
+			// A new log: created after the new owner's listing, no seal
+			// protects it. An old confirmation: the seal that would have
+			// stopped this segment may have been deleted (docs/fencing.md).
+			if err := f.confirmBeforeAck(name, activity); err != nil {
 				return err
 			}
 		}
@@ -539,12 +549,14 @@ func (f *FS) walAttempt(n int) time.Duration {
 	return min(f.cfg.WALAttempt+time.Duration(n)*time.Second/(4<<20), max(f.cfg.WriteTimeout, f.cfg.WALAttempt))
 }
 
-// confirmNewLog acknowledges the first segment of a log this owner
-// created only once no higher epoch exists: the log may have been created
-// after a newer owner listed the store, so no seal protects it. If a newer
+// confirmBeforeAck acknowledges a stored segment only once no higher epoch
+// exists: the first segment of a log this owner created (the log may have
+// been created after a newer owner listed the store, so no seal protects
+// it), and any segment stored when this owner's last confirmation is older
+// than AckFresh (a seal deleted with its log could not stop it). If a newer
 // owner exists, the segment is already in the store and that owner may or
 // may not have listed it: the outcome of the writes in it is unknown.
-func (f *FS) confirmNewLog(name, activity string) error {
+func (f *FS) confirmBeforeAck(name, activity string) error {
 	var by uint64
 	err := f.background().do(context.Background(), func(ctx context.Context) (err error) {
 		by, err = f.checkEpoch(ctx, activity)
@@ -558,7 +570,7 @@ func (f *FS) confirmNewLog(name, activity string) error {
 	}
 	f.outcomeUnknown.Store(true) // before anyone sees the fence
 	fe := f.setFenced(by)
-	f.cfg.Logger.Error("a new log's first segment reached the store after a newer owner took over; its writes' outcome is unknown", "log", name, "epoch", f.epoch, "by", by)
+	f.cfg.Logger.Error("a segment reached the store after a newer owner took over; its writes' outcome is unknown", "log", name, "epoch", f.epoch, "by", by)
 	return &ErrOutcomeUnknown{Fence: fe.(*ErrFenced)}
 }
 

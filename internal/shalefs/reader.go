@@ -29,7 +29,7 @@ var ErrReadOnly = errors.New("read-only replica: writes go to the primary")
 // prepares cfg.CacheDir (a directory of its own, never the primary's).
 func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]time.Time{}, base: time.Now()}
+	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, base: time.Now()}
 	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
 	f.readOnly = true
 	f.epoch = math.MaxUint64 // sees every epoch as its past

@@ -27,6 +27,9 @@ type epochClaim struct {
 	// The read lease this owner serves under: its successor waits it out.
 	Lease       time.Duration `json:"leaseNanos"`
 	LeaseMargin time.Duration `json:"leaseMarginNanos"`
+	// How stale this owner's confirmation may be when it acknowledges a
+	// synced write: its logs' seals may go 3×AckFresh after their trash.
+	AckFresh time.Duration `json:"ackFreshNanos,omitempty"`
 }
 
 // Open takes ownership of the database in cfg.Store and prepares the local
@@ -44,7 +47,7 @@ type epochClaim struct {
 // RocksDB is then opened on cfg.CacheDir by the caller.
 func Open(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]time.Time{}, base: time.Now()}
+	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, base: time.Now()}
 	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
 	pol := f.background()
 
@@ -73,7 +76,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	f.epoch = epoch
-	claim, _ := json.Marshal(epochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce(), Lease: cfg.Lease, LeaseMargin: cfg.LeaseMargin})
+	claim, _ := json.Marshal(epochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce(), Lease: cfg.Lease, LeaseMargin: cfg.LeaseMargin, AckFresh: cfg.AckFresh})
 	err = pol.do(ctx, func(ctx context.Context) error {
 		_, err := f.put(ctx, epochKey(epoch), "", "open", claim, objstore.PutOptions{IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -653,8 +656,8 @@ func (f *FS) leaseLoop() {
 	})
 }
 
-// trashLoop physically deletes files whose grace period is over. Seals are
-// kept: deleting a seal would reopen its slot to a stale owner. It works
+// trashLoop physically deletes files whose grace period is over; a log's
+// seals go later (deleteBatch, sealsAfter). It works
 // from the markers this owner knows (listed at open, or written since), so
 // a pass with nothing due costs no request.
 func (f *FS) trashLoop() {
@@ -671,7 +674,7 @@ func (f *FS) noteTrash(key string) {
 	f.trashMu.Lock()
 	defer f.trashMu.Unlock()
 	if _, ok := f.trashSeen[key]; !ok {
-		f.trashSeen[key] = time.Now()
+		f.trashSeen[key] = &trashEntry{first: time.Now()}
 	}
 }
 
@@ -689,8 +692,9 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 	now := time.Now()
 	var due []objstore.ObjectInfo
 	f.trashMu.Lock()
-	for k, first := range f.trashSeen {
-		if now.Sub(first) >= f.cfg.DeleteGrace {
+	for k, e := range f.trashSeen {
+		age := now.Sub(e.first)
+		if age >= f.cfg.DeleteGrace && !(e.dataGone && (e.sealsAfter < 0 || age < e.sealsAfter)) {
 			due = append(due, objstore.ObjectInfo{Key: k})
 		}
 	}
@@ -709,14 +713,26 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 	return nil
 }
 
+// trashEntry is what the trash loop knows of one marker.
+type trashEntry struct {
+	first time.Time // when this process first saw it (monotonic)
+	// Logs: the data is deleted, the seals wait until sealsAfter (age of
+	// the marker; negative: never, the writer's AckFresh is unknown).
+	dataGone   bool
+	sealsAfter time.Duration
+}
+
 // trashBatch is how many trashed files one pass deletes between two
 // confirmations of ownership.
 const trashBatch = 500
 
 // deleteBatch physically deletes the trashed files of markers, then the
-// markers, while this owner's lease is fresh.
+// markers, while this owner's lease is fresh. A log's data goes first; its
+// seals and its marker only once no owner that could still write to it can
+// acknowledge a write any more (sealsAfter).
 func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) error {
 	var keys, done []string
+	now := time.Now()
 	for _, m := range markers {
 		if f.FenceError() != nil || !f.leaseFresh() {
 			break
@@ -727,10 +743,34 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 		}
 		if KindOf(name) != KindLog {
 			keys = append(keys, objectKey(name, epoch))
-		} else if err := f.deleteLog(ctx, name, epoch); err != nil {
+			done = append(done, m.Key)
+			continue
+		}
+		f.trashMu.Lock()
+		e := f.trashSeen[m.Key]
+		f.trashMu.Unlock()
+		if e == nil {
+			continue
+		}
+		if !e.dataGone {
+			after, err := f.sealsAfter(ctx, epoch)
+			if err != nil {
+				return err
+			}
+			f.trashMu.Lock()
+			e.sealsAfter = after
+			f.trashMu.Unlock()
+		}
+		seals := e.sealsAfter >= 0 && now.Sub(e.first) >= e.sealsAfter
+		if err := f.deleteLog(ctx, name, epoch, seals); err != nil {
 			return err
 		}
-		done = append(done, m.Key)
+		f.trashMu.Lock()
+		e.dataGone = true
+		f.trashMu.Unlock()
+		if seals {
+			done = append(done, m.Key)
+		}
 	}
 	if f.FenceError() != nil || !f.leaseFresh() {
 		return nil
@@ -749,11 +789,47 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 	return nil
 }
 
+// sealsAfter is how long after its trash marker a log version of epoch may
+// lose its seals: 3×AckFresh of that epoch's owner (which acknowledges no
+// write unless it confirmed its ownership within AckFresh), and never less
+// than the delete grace; negative (never) when its claim does not say.
+func (f *FS) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error) {
+	f.trashMu.Lock()
+	ack, ok := f.ackFresh[epoch]
+	f.trashMu.Unlock()
+	if !ok {
+		err := f.background().do(ctx, func(ctx context.Context) error {
+			b, _, err := f.get(ctx, epochKey(epoch), "", "trash")
+			if errors.Is(err, objstore.ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			var c epochClaim
+			if json.Unmarshal(b, &c) == nil {
+				ack = c.AckFresh
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		f.trashMu.Lock()
+		f.ackFresh[epoch] = ack
+		f.trashMu.Unlock()
+	}
+	if ack <= 0 {
+		return -1, nil
+	}
+	return max(f.cfg.DeleteGrace, 3*ack), nil
+}
+
 // deleteLog physically deletes one version of a log: its first segment
 // first (a version without it reads as deleted, never as a log with a
-// hole), then its folds and other data segments. Its seals stay, since
-// deleting one would reopen its slot to a stale owner.
-func (f *FS) deleteLog(ctx context.Context, name string, epoch uint64) error {
+// hole), then its folds and other data segments, and with seals its seals
+// too (deleting one reopens its slot: see sealsAfter).
+func (f *FS) deleteLog(ctx context.Context, name string, epoch uint64, seals bool) error {
 	objs, err := f.list(ctx, segmentPrefix(name, epoch), "trash")
 	if err != nil {
 		return err
@@ -762,8 +838,11 @@ func (f *FS) deleteLog(ctx context.Context, name string, epoch uint64) error {
 	for _, o := range objs {
 		_, _, first, last, ok := parseSegmentKey(o.Key)
 		switch {
-		case !ok || (o.Size == 0 && first == last):
-			// not ours, or a seal
+		case !ok:
+		case o.Size == 0 && first == last:
+			if seals {
+				rest = append(rest, o.Key)
+			}
 		case first == 1 && last == 1:
 			if err := f.del(ctx, o.Key, name, "trash"); err != nil {
 				return err
