@@ -137,7 +137,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	s.failures = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_secondary_catchup_failures_total", Help: "Catch-ups with the primary that failed (retried at the next interval)."})
 	s.lastCatchup = prometheus.NewGauge(prometheus.GaugeOpts{Name: "shale_secondary_last_catchup_timestamp_seconds", Help: "When the last successful catch-up finished (Unix time)."})
 	reg.MustRegister(s.catchups, s.failures, s.lastCatchup, engine.NewCollector(s.db))
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: u.String()}), reg, cfg.Limits, cfg.Logger)
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: u.String(), Guard: s.fs}), reg, cfg.Limits, cfg.Logger)
 	s.wg.Add(1)
 	go s.catchUpLoop()
 	cfg.Logger.Info("secondary serving", "db", u.String(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.ep.MetricsAddr())

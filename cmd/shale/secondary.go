@@ -50,9 +50,11 @@ func secondaryFlags(c *cobra.Command, cfg *secondary.Config) {
 	fs.StringVar(&st.CacheDir, "cache-dir", "", "local cache `directory`, never the primary's (default: one per --db and --listen under the user cache dir)")
 	fs.Var(newSize(&st.CacheBytes, 8<<30), "cache-size", "SST bytes kept in --cache-dir; tables that do not fit are read from the store (0: unbounded)")
 	fs.Var(newDuration(&cfg.CatchupInterval, time.Second), "catchup-interval", "how often to look for the primary's new writes in the store")
+	fs.StringVar(&st.ReaderID, "id", "", "name of this replica's lease in the store (default: host, pid and a random suffix; in Kubernetes, the Pod name)")
+	fs.Var(newDuration(&st.ReaderTTL, 30*time.Second), "lease-ttl", "the primary keeps the files this replica reads while it renewed its lease within this long; past it, the replica refuses reads until it catches up")
 	fs.Var(newDuration(&st.ReadTimeout, 10*time.Second), "read-timeout", "deadline of one foreground read from the store")
 	fs.Var(newSize(&cfg.Engine.BlockCacheBytes, cfg.Engine.BlockCacheBytes), "block-cache-size", "RocksDB block cache size")
 	fs.Var(newSize(&cfg.Limits.MaxKeyBytes, cfg.Limits.MaxKeyBytes), "max-key-size", "largest key accepted")
 	c.MarkFlagDirname("cache-dir")
-	noFileCompletion(c, "listen", "metrics-listen", "cache-size", "catchup-interval", "read-timeout", "block-cache-size", "max-key-size")
+	noFileCompletion(c, "listen", "metrics-listen", "cache-size", "catchup-interval", "id", "lease-ttl", "read-timeout", "block-cache-size", "max-key-size")
 }

@@ -66,6 +66,11 @@ type Config struct {
 	// background (default 256; negative: never). A takeover then reads a
 	// busy log in a few hundred objects, not one per synced write.
 	FoldSegments int
+	// ReaderID names a reader's lease (default: host, pid and a random
+	// suffix); ReaderTTL is how long the lease protects the files of the
+	// reader's view after its last renewal (default 30s).
+	ReaderID  string
+	ReaderTTL time.Duration
 	// Owner describes this process in its epoch object (host, pid, ...).
 	Owner  string
 	Logger *slog.Logger
@@ -96,6 +101,7 @@ func (c *Config) defaults() {
 	def(&c.IdleConfirmEvery, 30*time.Second)
 	def(&c.DeleteGrace, time.Hour)
 	def(&c.AckFresh, 10*time.Second)
+	def(&c.ReaderTTL, 30*time.Second)
 	def(&c.ReadTimeout, 10*time.Second)
 	def(&c.WriteTimeout, 60*time.Second)
 	def(&c.RetryFor, 5*time.Minute)
@@ -154,6 +160,11 @@ type FS struct {
 	refreshMu sync.Mutex
 	current   []byte
 	retired   map[string]retiredFile // tables gone from the listing that RocksDB may still read
+	// reader leases (readerlease.go): the reader's own, and the owner's
+	// view of everyone's (trash loop only)
+	leaseSum     string
+	leaseRenewed atomic.Int64
+	readerLeases map[string]*seenLease
 
 	// stopMu orders starting background folds against Stop.
 	stopMu  sync.Mutex
@@ -221,6 +232,12 @@ func (f *FS) setFenced(by uint64) error {
 // and it confirmed its ownership within the read lease. When the last
 // confirmation is too old it confirms again on the spot (one listing).
 func (f *FS) ReadAllowed() error {
+	if f.readOnly {
+		if !f.readerLeaseFresh() {
+			return fmt.Errorf("replica lease expired (not renewed within %s): files this replica reads may have been deleted; it serves again after its next catch-up", f.cfg.ReaderTTL)
+		}
+		return nil
+	}
 	if err := f.FenceError(); err != nil {
 		return err
 	}
@@ -951,6 +968,11 @@ func (f *FS) List() []string {
 // Stop stops the background work. It uploads nothing: RocksDB closed its
 // files before.
 func (f *FS) Stop() {
+	if f.readOnly {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		f.dropLease(ctx)
+		cancel()
+	}
 	f.stopMu.Lock()
 	f.stopped = true
 	f.stopMu.Unlock()

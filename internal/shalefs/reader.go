@@ -32,6 +32,9 @@ func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, base: time.Now()}
 	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
 	f.readOnly = true
+	if f.cfg.ReaderID == "" {
+		f.cfg.ReaderID = defaultReaderID()
+	}
 	f.epoch = math.MaxUint64 // sees every epoch as its past
 	var top []objstore.ObjectInfo
 	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
@@ -64,8 +67,9 @@ func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	return f, nil
 }
 
-// retiredFile is a table a reader's listing dropped, kept while RocksDB may
-// still read it.
+// retiredFile is a table a reader's listing dropped, kept (and named in the
+// reader's lease) for ReaderTTL: RocksDB reads it until its next catch-up,
+// and a scan that started before that may read it a little longer.
 type retiredFile struct {
 	file  *file
 	since time.Time
@@ -137,7 +141,7 @@ func (f *FS) Refresh(ctx context.Context) error {
 		}
 	}
 	for name, r := range f.retired {
-		if _, live := files[name]; live || now.Sub(r.since) > f.cfg.DeleteGrace {
+		if _, live := files[name]; live || now.Sub(r.since) > f.cfg.ReaderTTL {
 			delete(f.retired, name)
 		}
 	}
@@ -149,7 +153,9 @@ func (f *FS) Refresh(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	// Published before RocksDB catches up to the new view, so the owner
+	// never deletes a file that view uses.
+	return f.publishLease(ctx)
 }
 
 // writeCurrent replaces the local CURRENT with the one last read.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,4 +116,121 @@ func TestReaderFollowsPrimary(t *testing.T) {
 			t.Fatalf("create on a reader: %v, want ErrReadOnly", err)
 		}
 	})
+}
+
+// The primary compacts away tables a secondary still reads (from the store:
+// its cache holds none): while the secondary's lease names them they stay,
+// and reads keep working; once the secondary caught up and its lease moved
+// on, they go. A secondary that cannot renew its lease refuses reads.
+func TestReaderLeaseProtectsFiles(t *testing.T) {
+	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var trashPasses atomic.Int64
+	c1 := filepath.Join(t.TempDir(), "primary")
+	f1, err := Open(ctx, Config{Store: store, CacheDir: c1, Epoch: 1, Lease: 100 * time.Millisecond, DeleteGrace: 50 * time.Millisecond,
+		Observe: func(r Request) {
+			if r.Op == "list" && r.Activity == "trash" {
+				trashPasses.Add(1) // a pass with due files, consulting the leases
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f1.Stop()
+	d1 := openDB(t, f1, c1)
+	defer d1.Close()
+	want := map[string]string{}
+	for i := 0; i < 300; i++ {
+		// Overlapping tables, so the compaction rewrites them.
+		k, v := fmt.Sprintf("k%04d", i%100), fmt.Sprintf("v%d", i)
+		d1.Put([]byte(k), []byte(v), false)
+		want[k] = v
+		if i%100 == 99 {
+			if err := d1.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	old := map[string]bool{}
+	for _, n := range f1.List() {
+		if KindOf(n) == KindTable {
+			old[n] = true
+		}
+	}
+
+	c2 := filepath.Join(t.TempDir(), "secondary")
+	r, err := OpenReader(ctx, Config{Store: store, CacheDir: c2, CacheBytes: 1, ReaderTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	d2 := openSecondary(t, r, c2)
+	catchUp(t, r, d2, want)
+
+	// The primary compacts: the old tables are trashed and due at once.
+	if err := d1.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range f1.List() {
+		if old[n] {
+			t.Fatalf("the compaction kept %s; the test needs it rewritten", n)
+		}
+	}
+	// Wait for three trash passes that began after the tables were due.
+	due := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(due) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for start := trashPasses.Load(); trashPasses.Load() < start+3; {
+		time.Sleep(10 * time.Millisecond)
+		if err := r.publishLease(ctx); err != nil { // the reader stays alive
+			t.Fatal(err)
+		}
+	}
+	for n := range old {
+		if _, err := store.Stat(ctx, objectKey(n, 1)); err != nil {
+			t.Fatalf("%s was deleted while the secondary's lease named it: %v", n, err)
+		}
+	}
+	for k, v := range want {
+		got, ok, err := d2.Get([]byte(k))
+		if err != nil || !ok || string(got) != v {
+			t.Fatalf("%s on the secondary, not caught up: %q %v %v", k, got, ok, err)
+		}
+	}
+
+	// The secondary catches up and lets go of the old tables.
+	catchUp(t, r, d2, want)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left := 0
+		for n := range old {
+			if _, err := store.Stat(ctx, objectKey(n, 1)); err == nil {
+				left++
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d compacted tables still in the store a minute after the secondary moved on", left)
+		}
+		r.Refresh(ctx) // renews the lease, which drops retired tables after the TTL
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Without renewals, the lease runs out and the secondary stops reading.
+	for r.readerLeaseFresh() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := r.ReadAllowed(); err == nil {
+		t.Fatal("a secondary whose lease expired allowed a read")
+	}
+	catchUp(t, r, d2, want)
+	if err := r.ReadAllowed(); err != nil {
+		t.Fatalf("after catching up again: %v", err)
+	}
 }

@@ -47,7 +47,7 @@ type epochClaim struct {
 // RocksDB is then opened on cfg.CacheDir by the caller.
 func Open(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, base: time.Now()}
+	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}, base: time.Now()}
 	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
 	pol := f.background()
 
@@ -731,6 +731,10 @@ const trashBatch = 500
 // seals and its marker only once no owner that could still write to it can
 // acknowledge a write any more (sealsAfter).
 func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) error {
+	protected, err := f.protectedVersions(ctx)
+	if err != nil {
+		return err
+	}
 	var keys, done []string
 	now := time.Now()
 	for _, m := range markers {
@@ -738,8 +742,8 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 			break
 		}
 		name, epoch, ok := parseTrashKey(m.Key)
-		if !ok {
-			continue
+		if !ok || protected[versionRef{name, epoch}] {
+			continue // a live reader's view uses it: a later pass retries
 		}
 		if KindOf(name) != KindLog {
 			keys = append(keys, objectKey(name, epoch))

@@ -1,0 +1,147 @@
+package shalefs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shale-rocks/shale/internal/objstore"
+)
+
+// Reader leases (design §5; paper §7.1's first open challenge: files
+// deleted under a secondary). A reader publishes _shale/readers/<id>, the
+// file versions its view uses, and renews it at least every TTL/3; the
+// owner's trash loop deletes no version a live lease names. Liveness is
+// judged without comparing clocks: the owner notes, on its own monotonic
+// clock, when it last saw each lease object change (every renewal changes
+// it), and a lease that has not changed for its TTL no longer protects
+// anything. A reader that could not renew within its TTL refuses reads
+// (ReadAllowed) until it renews and catches up again: what it reads might
+// have been deleted, and it says so instead of failing silently.
+
+const readersPrefix = "_shale/readers/"
+
+// readerLease is the content of _shale/readers/<id>.
+type readerLease struct {
+	ID      string        `json:"id"`
+	TTL     time.Duration `json:"ttlNanos"`
+	Renewal string        `json:"renewal"` // changes at every renewal
+	Files   []versionRef  `json:"files"`
+}
+
+// leaseFiles is the reader's view: every file version RocksDB may read.
+func (f *FS) leaseFiles() []versionRef {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var refs []versionRef
+	add := func(name string, st *file) {
+		if st.kind == KindLog || st.kind == KindTable || st.kind == KindObject {
+			refs = append(refs, versionRef{Name: name, Epoch: st.epoch})
+		}
+	}
+	for name, st := range f.files {
+		add(name, st)
+	}
+	for name, r := range f.retired {
+		add(name, r.file)
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].Name != refs[j].Name {
+			return refs[i].Name < refs[j].Name
+		}
+		return refs[i].Epoch < refs[j].Epoch
+	})
+	return refs
+}
+
+// publishLease writes the reader's lease when its files changed or a third
+// of its TTL passed since the last renewal.
+func (f *FS) publishLease(ctx context.Context) error {
+	files := f.leaseFiles()
+	sum, _ := json.Marshal(files)
+	if string(sum) == f.leaseSum && time.Duration(f.mono()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL/3 {
+		return nil
+	}
+	start := f.mono()
+	b, _ := json.Marshal(readerLease{ID: f.cfg.ReaderID, TTL: f.cfg.ReaderTTL, Renewal: newNonce(), Files: files})
+	if _, err := f.put(ctx, readersPrefix+f.cfg.ReaderID, "", "lease", b, objstore.PutOptions{}); err != nil {
+		return fmt.Errorf("renew reader lease: %w", err)
+	}
+	f.leaseSum = string(sum)
+	f.leaseRenewed.Store(start)
+	return nil
+}
+
+// readerLeaseFresh: the reader renewed its lease within its TTL, so the
+// owner has deleted nothing its view uses.
+func (f *FS) readerLeaseFresh() bool {
+	return time.Duration(f.mono()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL
+}
+
+// dropLease removes the reader's lease when it stops for good.
+func (f *FS) dropLease(ctx context.Context) {
+	if f.readOnly && f.cfg.ReaderID != "" {
+		f.store.Delete(ctx, readersPrefix+f.cfg.ReaderID)
+	}
+}
+
+// seenLease is what the owner knows of one reader lease.
+type seenLease struct {
+	etag    string
+	changed time.Time // when this owner saw it change (monotonic)
+	lease   readerLease
+}
+
+// protectedVersions returns the file versions that live reader leases name,
+// listing the leases and reading those that changed since the last call.
+func (f *FS) protectedVersions(ctx context.Context) (map[versionRef]bool, error) {
+	objs, err := f.list(ctx, readersPrefix, "trash")
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	listed := map[string]bool{}
+	protected := map[versionRef]bool{}
+	for _, o := range objs {
+		listed[o.Key] = true
+		s := f.readerLeases[o.Key]
+		if s == nil || s.etag != o.ETag {
+			b, info, err := f.get(ctx, o.Key, "", "trash")
+			if errors.Is(err, objstore.ErrNotFound) {
+				continue // removed meanwhile: the reader stopped
+			}
+			if err != nil {
+				return nil, err
+			}
+			var l readerLease
+			if json.Unmarshal(b, &l) != nil || l.TTL <= 0 {
+				return nil, fmt.Errorf("reader lease %s is unreadable; refusing to delete anything until it is fixed or removed", o.Key)
+			}
+			s = &seenLease{etag: info.ETag, changed: now, lease: l}
+			f.readerLeases[o.Key] = s
+		}
+		if now.Sub(s.changed) < s.lease.TTL {
+			for _, r := range s.lease.Files {
+				protected[r] = true
+			}
+		}
+	}
+	for k := range f.readerLeases {
+		if !listed[k] {
+			delete(f.readerLeases, k)
+		}
+	}
+	return protected, nil
+}
+
+// defaultReaderID names a reader by its host and process.
+func defaultReaderID() string {
+	host, _ := os.Hostname()
+	host = strings.NewReplacer("/", "-", " ", "-").Replace(host)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), newNonce()[:6])
+}
