@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -299,10 +301,14 @@ func runBench(c *cobra.Command, cfg *benchConfig, format outputFormat) error {
 	if format == outputText {
 		report.printHeader(stdout)
 	}
-	errs := &benchErrors{w: stderr, tty: isTerminal(stderr)}
+	tty := isTerminal(stderr)
+	// The progress line, failed requests and warnings come from several
+	// goroutines.
+	stderr = &lockedWriter{w: stderr}
+	errs := &benchErrors{w: stderr, tty: tty}
 	values := newValuePool(cfg.valueSize, float64(cfg.compressionRatio), cfg.seed)
 	for _, name := range cfg.benchmarks {
-		r := runBenchmark(ctx, cfg, name, conns, values, metrics, errs, stderr)
+		r := runBenchmark(ctx, cfg, name, conns, values, metrics, errs, stderr, tty)
 		report.Benchmarks = append(report.Benchmarks, r)
 		if format == outputText {
 			report.printResult(stdout, r)
@@ -332,4 +338,16 @@ func runBench(c *cobra.Command, cfg *benchConfig, format outputFormat) error {
 		return fmt.Errorf("bench: %d of %d requests failed, the first: %s (--ignore-errors to exit 0 anyway)", n, total, errs.firstError())
 	}
 	return nil
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

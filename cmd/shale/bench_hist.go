@@ -81,13 +81,19 @@ func (h *latencyHist) merge(o *latencyHist) {
 
 // quantile is the value at or below which a fraction q of the recorded
 // values lie: the middle of the bucket holding the ceil(q*n)-th smallest
-// value, kept within the exact min and max.
+// value, kept within the exact min and max (which the smallest and the
+// largest are).
 func (h *latencyHist) quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
 	rank := uint64(math.Ceil(q * float64(h.n)))
-	rank = max(rank, 1)
+	switch {
+	case rank <= 1:
+		return h.min
+	case rank >= h.n:
+		return h.max
+	}
 	var seen uint64
 	for i, c := range h.counts {
 		seen += c

@@ -195,8 +195,7 @@ func fmtMicros(us float64) string {
 // startProgress shows how a benchmark is going on stderr: a line redrawn
 // four times a second on a terminal, otherwise a line every
 // --progress-interval. The returned function stops it and clears the line.
-func startProgress(w io.Writer, r *benchRun, start time.Time) func() {
-	tty := isTerminal(w)
+func startProgress(w io.Writer, tty bool, r *benchRun, start time.Time) func() {
 	every := r.cfg.progressEvery
 	if tty {
 		every = 250 * time.Millisecond

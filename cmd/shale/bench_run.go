@@ -301,7 +301,7 @@ func (r *benchRun) finish(t *benchThread, counts *benchCounts, start time.Time, 
 // runBenchmark runs one benchmark to its end (--num operations, --duration,
 // or an interrupt) and measures it.
 func runBenchmark(ctx context.Context, cfg *benchConfig, name string, conns []kvv1.KVClient, values *valuePool,
-	metrics *serverMetrics, errs *benchErrors, stderr io.Writer) *benchResult {
+	metrics *serverMetrics, errs *benchErrors, stderr io.Writer, tty bool) *benchResult {
 	r := &benchRun{ctx: ctx, cfg: cfg, name: name, w: benchWorkloads[name], values: values, errs: errs}
 	threads := make([]*benchThread, cfg.threads)
 	for i := range threads {
@@ -320,7 +320,7 @@ func runBenchmark(ctx context.Context, cfg *benchConfig, name string, conns []kv
 	cpuBefore := processCPU()
 	start := time.Now()
 	r.deadline = start.Add(cfg.duration)
-	stopProgress := startProgress(stderr, r, start)
+	stopProgress := startProgress(stderr, tty, r, start)
 
 	var writerDone sync.WaitGroup
 	if writer != nil {
