@@ -42,6 +42,10 @@ const (
 	benchDefaultNum = 100000
 	benchMaxValue   = 256 << 20
 	benchMaxBatch   = 100000
+	benchMaxThreads = 1024 // each has a fixed-size latency histogram
+	benchMaxKey     = 1 << 20
+	// keys of the requests in flight: threads x batch x key size
+	benchMaxKeyMemory = 1 << 30
 )
 
 func newBenchCmd() *cobra.Command {
@@ -139,6 +143,9 @@ func (cfg *benchConfig) validate(c *cobra.Command) error {
 	if fs.Changed("keys") && cfg.keys == 0 {
 		return usageErrorf("bench: --keys must be at least 1")
 	}
+	if cfg.threads > benchMaxThreads {
+		return usageErrorf("bench: --threads %d is too many: at most %d", cfg.threads, benchMaxThreads)
+	}
 	if cfg.batch > benchMaxBatch {
 		return usageErrorf("bench: --batch %d is too large: at most %d", cfg.batch, benchMaxBatch)
 	}
@@ -160,6 +167,14 @@ func (cfg *benchConfig) validate(c *cobra.Command) error {
 	if need := len(strconv.FormatUint(cfg.keys-1, 10)); cfg.keySize < need {
 		return usageErrorf("bench: --key-size %d is too small for %d keys (keys are zero-padded decimal numbers; they need %d bytes): raise --key-size or lower --keys/--num",
 			cfg.keySize, cfg.keys, need)
+	}
+	if cfg.keySize > benchMaxKey {
+		return usageErrorf("bench: --key-size %s is too large: at most %s", formatSize(uint64(cfg.keySize)), formatSize(benchMaxKey))
+	}
+	// Each thread keeps a batch of keys; values are slices of one shared pool.
+	if mem := cfg.threads * cfg.batch * uint64(cfg.keySize); mem > benchMaxKeyMemory {
+		return usageErrorf("bench: --threads %d x --batch %d x --key-size %s is %s of keys in flight, over %s: lower one of them",
+			cfg.threads, cfg.batch, formatSize(uint64(cfg.keySize)), formatSize(mem>>20<<20), formatSize(benchMaxKeyMemory))
 	}
 	if cfg.valueSize > benchMaxValue {
 		return usageErrorf("bench: --value-size %s is too large: at most %s", formatSize(uint64(cfg.valueSize)), formatSize(benchMaxValue))
