@@ -158,6 +158,7 @@ type benchJSON struct {
 	Addr       string
 	DB         string
 	Threads    int
+	Conns      int
 	Num        int
 	Keys       int
 	Batch      int
@@ -199,13 +200,13 @@ func TestBenchEndToEnd(t *testing.T) {
 	a := "--addr=" + p.addr
 
 	t.Run("json", func(t *testing.T) {
-		code, out, errOut := shale("bench", a, "--server-metrics", metrics, "-o", "json", "--num", "500", "--threads", "4", "--batch", "8",
+		code, out, errOut := shale("bench", a, "--server-metrics", metrics, "-o", "json", "--num", "500", "--threads", "4", "--conns", "2", "--batch", "8",
 			"--scan-length", "10", "--benchmarks", "fillseq,readrandom,multireadrandom,scan,readwhilewriting")
 		if code != 0 || errOut != "" {
 			t.Fatalf("exit %d\nstderr %s\nstdout %s", code, errOut, out)
 		}
 		r := parseBenchJSON(t, out)
-		if r.Addr != p.addr || !strings.HasSuffix(r.DB, "/db") || r.Threads != 4 || r.Num != 500 || r.Keys != 500 || r.Batch != 8 {
+		if r.Addr != p.addr || !strings.HasSuffix(r.DB, "/db") || r.Threads != 4 || r.Conns != 2 || r.Num != 500 || r.Keys != 500 || r.Batch != 8 {
 			t.Errorf("run: %+v", r)
 		}
 		var names []string
