@@ -388,11 +388,12 @@ func microsPerOp(seconds float64, ops uint64) float64 {
 // benchErrors counts failed requests over the whole run and prints the
 // first few.
 type benchErrors struct {
-	w     io.Writer
-	tty   bool
-	count atomic.Uint64
-	mu    sync.Mutex
-	first string
+	w       io.Writer
+	tty     bool
+	count   atomic.Uint64
+	mu      sync.Mutex
+	printed int
+	first   string
 }
 
 const benchPrintErrors = 5
@@ -405,6 +406,8 @@ func (e *benchErrors) add(name string, err error, timeout time.Duration) {
 	msg := describeBenchError(err, timeout)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// Counted again under the lock, so that the lines come in order.
+	e.printed++
 	if e.first == "" {
 		e.first = name + ": " + msg
 	}
@@ -412,7 +415,7 @@ func (e *benchErrors) add(name string, err error, timeout time.Duration) {
 	if e.tty {
 		clear = "\r\033[K" // over the progress line
 	}
-	if n <= benchPrintErrors {
+	if e.printed <= benchPrintErrors {
 		fmt.Fprintf(e.w, "%sshale: bench: %s: request failed: %s\n", clear, name, msg)
 	} else {
 		fmt.Fprintf(e.w, "%sshale: bench: more requests failed; they are counted, not printed\n", clear)
