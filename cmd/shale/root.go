@@ -46,6 +46,7 @@ safely from any machine.`,
 		newDevCmd(),
 		newKVCmd(),
 		newAdminCmd(),
+		newBenchCmd(),
 		newVersionCmd(),
 	)
 	// pflag prints deprecation warnings to a flag set's output, which cobra
