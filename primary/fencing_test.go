@@ -39,10 +39,11 @@ func startOwner(t *testing.T, db string, epoch uint64) (*owner, error) {
 
 // blindOwner never re-confirms its ownership in the background, so only the
 // object store's conditional writes can stop it: what fencing relies on.
-// Its deleted files go after a second, so long runs exercise physical
-// deletes too and the store does not pile up an hour of takeovers.
+// Its deleted files go after 100ms, shorter than a round, so long runs
+// exercise physical deletes (and seal deletes) under the race too, and the
+// store does not pile up every takeover.
 func blindOwner(epoch uint64) shalefs.Config {
-	return shalefs.Config{Epoch: epoch, Lease: 100 * time.Millisecond, ConfirmEvery: time.Hour, DeleteGrace: time.Second}
+	return shalefs.Config{Epoch: epoch, Lease: 100 * time.Millisecond, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour, DeleteGrace: 100 * time.Millisecond}
 }
 
 func startOwnerWith(t *testing.T, db string, sc shalefs.Config) (*owner, error) {
@@ -301,6 +302,9 @@ func testFencingRace(t *testing.T, be storetest.Location) {
 			}
 		}
 		cur = next
+		if round%100 == 0 {
+			t.Logf("round %d: %d acknowledged writes kept, %d fenced writes absent so far", round, len(acked), len(refused))
+		}
 	}
 	if fencedByStore != rounds {
 		t.Fatalf("only %d of %d deposed owners were stopped by the store", fencedByStore, rounds)
