@@ -39,11 +39,20 @@ func startOwner(t *testing.T, db string, epoch uint64) (*owner, error) {
 
 // blindOwner never re-confirms its ownership in the background, so only the
 // object store's conditional writes can stop it: what fencing relies on.
-// Its deleted files go after 100ms, shorter than a round, so long runs
-// exercise physical deletes (and seal deletes) under the race too, and the
-// store does not pile up every takeover.
+// Nor does its trash loop (nothing is due within an hour).
 func blindOwner(epoch uint64) shalefs.Config {
-	return shalefs.Config{Epoch: epoch, Lease: 100 * time.Millisecond, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour, DeleteGrace: 100 * time.Millisecond}
+	return shalefs.Config{Epoch: epoch, Lease: 100 * time.Millisecond, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour, DeleteGrace: time.Hour}
+}
+
+// raceOwner is a blind owner whose deleted files go after 100ms, shorter
+// than a round of TestFencingRace, so long runs exercise physical deletes
+// (and seal deletes) under the race too, and the store does not pile up
+// every takeover. Its trash passes confirm ownership, so it may notice a
+// fence that way too.
+func raceOwner(epoch uint64) shalefs.Config {
+	c := blindOwner(epoch)
+	c.DeleteGrace = 100 * time.Millisecond
+	return c
 }
 
 func startOwnerWith(t *testing.T, db string, sc shalefs.Config) (*owner, error) {
@@ -230,7 +239,7 @@ func testFencingRace(t *testing.T, be storetest.Location) {
 		rounds = n
 	}
 	db := be.NewURL(t)
-	cur, err := startOwnerWith(t, db, blindOwner(1))
+	cur, err := startOwnerWith(t, db, raceOwner(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +276,7 @@ func testFencingRace(t *testing.T, be storetest.Location) {
 			}(w)
 		}
 		time.Sleep(time.Duration(20+round%7*15) * time.Millisecond)
-		next, err := startOwnerWith(t, db, blindOwner(uint64(round+1)))
+		next, err := startOwnerWith(t, db, raceOwner(uint64(round+1)))
 		if err != nil {
 			t.Fatal(err)
 		}

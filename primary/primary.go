@@ -104,6 +104,8 @@ func Start(cfg Config) (_ *Server, err error) {
 	sc.Store = store
 	sc.Logger = cfg.Logger
 	sc.Observe = io.Observe
+	durable := kvserver.NewNotifier()
+	sc.OnDurable = durable.Notify
 	if sc.CacheDir == "" {
 		sc.CacheDir = DefaultCacheDir(u.String())
 	}
@@ -163,7 +165,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		s.ep.Fail(s.fs.FenceError())
 	}()
 	reg.MustRegister(engine.NewCollector(s.db))
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs}), reg, cfg.Limits, cfg.Logger)
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: durable}), reg, cfg.Limits, cfg.Logger)
 	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr())
 	return s, nil
 }

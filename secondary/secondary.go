@@ -16,9 +16,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/engine"
@@ -39,9 +42,14 @@ type Config struct {
 	// and Logger are set by Start; an empty CacheDir gets
 	// DefaultCacheDir(DB, Listen).
 	Storage shalefs.Config
-	// CatchupInterval is how often the secondary looks for new writes.
+	// CatchupInterval is how often the secondary looks for new writes when
+	// it has no notification stream from the primary (ten times less often
+	// while it has one).
 	CatchupInterval time.Duration
-	Logger          *slog.Logger
+	// Primary is the primary's gRPC address: its Watch stream announces
+	// new durable writes, so the secondary catches up at once ("": poll).
+	Primary string
+	Logger  *slog.Logger
 }
 
 // DefaultCacheDir is where a secondary keeps its cache when --cache-dir
@@ -65,9 +73,25 @@ type Server struct {
 	ep        *kvserver.Endpoint
 	stop      chan struct{}
 	wg        sync.WaitGroup
+	kick      chan struct{} // a notification: catch up now
+	watching  atomic.Bool   // the primary's stream is connected
+
+	// Lag: the primary's last announced sequence, and since when (unix
+	// nanoseconds; 0: caught up) an announced write waits to be applied.
+	primarySeq   atomic.Uint64
+	pendingSince atomic.Int64
 
 	catchups, failures prometheus.Counter
 	lastCatchup        prometheus.Gauge
+}
+
+// lag reports the primary's last announced sequence number and how long
+// the oldest announced write not yet applied has waited.
+func (s *Server) lag() (uint64, time.Duration) {
+	if p := s.pendingSince.Load(); p != 0 {
+		return s.primarySeq.Load(), time.Since(time.Unix(0, p))
+	}
+	return s.primarySeq.Load(), 0
 }
 
 // Start opens the database read-only and starts serving. On error nothing
@@ -92,7 +116,7 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("--db: %w", err)
 		}
 	}
-	s := &Server{cfg: cfg, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
 		return nil, err
 	}
@@ -136,10 +160,24 @@ func Start(cfg Config) (_ *Server, err error) {
 	s.catchups = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_secondary_catchups_total", Help: "Catch-ups with the primary that succeeded."})
 	s.failures = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_secondary_catchup_failures_total", Help: "Catch-ups with the primary that failed (retried at the next interval)."})
 	s.lastCatchup = prometheus.NewGauge(prometheus.GaugeOpts{Name: "shale_secondary_last_catchup_timestamp_seconds", Help: "When the last successful catch-up finished (Unix time)."})
-	reg.MustRegister(s.catchups, s.failures, s.lastCatchup, engine.NewCollector(s.db))
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: u.String(), Guard: s.fs}), reg, cfg.Limits, cfg.Logger)
+	lagSeq := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shale_secondary_lag_sequence", Help: "Sequence numbers the primary announced that this replica has not applied yet."},
+		func() float64 {
+			p, a := s.primarySeq.Load(), s.db.LatestSequence()
+			if p > a {
+				return float64(p - a)
+			}
+			return 0
+		})
+	lagSec := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shale_secondary_lag_seconds", Help: "How long the oldest write the primary announced has waited to be applied here (0: caught up)."},
+		func() float64 { _, l := s.lag(); return l.Seconds() })
+	reg.MustRegister(s.catchups, s.failures, s.lastCatchup, lagSeq, lagSec, engine.NewCollector(s.db))
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: u.String(), Guard: s.fs, Lag: s.lag}), reg, cfg.Limits, cfg.Logger)
 	s.wg.Add(1)
 	go s.catchUpLoop()
+	if cfg.Primary != "" {
+		s.wg.Add(1)
+		go s.watchPrimary()
+	}
 	cfg.Logger.Info("secondary serving", "db", u.String(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.ep.MetricsAddr())
 	return s, nil
 }
@@ -154,15 +192,21 @@ func (s *Server) CatchUp(ctx context.Context) error {
 
 func (s *Server) catchUpLoop() {
 	defer s.wg.Done()
-	tick := time.NewTicker(s.cfg.CatchupInterval)
-	defer tick.Stop()
 	failing := false
 	for {
+		interval := s.cfg.CatchupInterval
+		if s.watching.Load() {
+			interval *= 10 // notifications drive it; polling only backs them up
+		}
+		timer := time.NewTimer(interval)
 		select {
 		case <-s.stop:
+			timer.Stop()
 			return
-		case <-tick.C:
+		case <-s.kick:
+		case <-timer.C:
 		}
+		timer.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), max(10*s.cfg.CatchupInterval, 30*time.Second))
 		err := s.CatchUp(ctx)
 		cancel()
@@ -180,6 +224,60 @@ func (s *Server) catchUpLoop() {
 		failing = false
 		s.catchups.Inc()
 		s.lastCatchup.SetToCurrentTime()
+		if s.db.LatestSequence() >= s.primarySeq.Load() {
+			s.pendingSince.Store(0)
+		}
+	}
+}
+
+// watchPrimary follows the primary's Watch stream, reconnecting with
+// backoff; each announcement of a write this replica has not applied
+// triggers a catch-up.
+func (s *Server) watchPrimary() {
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-s.stop; cancel() }()
+	conn, err := grpc.NewClient(s.cfg.Primary, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		s.cfg.Logger.Error("--primary: cannot watch the primary; polling only", "addr", s.cfg.Primary, "err", err)
+		return
+	}
+	defer conn.Close()
+	kv := kvv1.NewKVClient(conn)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		stream, err := kv.Watch(ctx, &kvv1.WatchRequest{})
+		for err == nil {
+			var ev *kvv1.WatchEvent
+			if ev, err = stream.Recv(); err != nil {
+				break
+			}
+			if !s.watching.Swap(true) {
+				s.cfg.Logger.Info("following the primary's notifications", "primary", s.cfg.Primary)
+			}
+			backoff = 100 * time.Millisecond
+			s.primarySeq.Store(ev.LatestSequence)
+			if ev.LatestSequence > s.db.LatestSequence() {
+				s.pendingSince.CompareAndSwap(0, time.Now().UnixNano())
+				select {
+				case s.kick <- struct{}{}:
+				default:
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if s.watching.Swap(false) {
+			s.cfg.Logger.Warn("lost the primary's notifications; polling until they are back", "primary", s.cfg.Primary, "err", err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

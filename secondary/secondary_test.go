@@ -145,3 +145,57 @@ func TestSecondaryFollowsFailover(t *testing.T) {
 		waitVisible(t, skv, want)
 	})
 }
+
+// With the primary's notifications, writes are visible on the secondary
+// long before its polling interval (a minute here) would have found them,
+// and its status reports the primary's sequence number and no lag once
+// caught up.
+func TestSecondaryCatchesUpOnNotifications(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		db := loc.NewURL(t)
+		p := startPrimary(t, db, 1)
+		defer p.Stop(time.Second)
+		pkv := client(t, p.Addr())
+		if _, err := pkv.Put(context.Background(), &kvv1.PutRequest{Key: []byte("first"), Value: []byte("1"), Sync: true}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Start(Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
+			Storage: shalefs.Config{CacheDir: filepath.Join(t.TempDir(), "secondary")}, CatchupInterval: time.Minute, Primary: p.Addr()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop(time.Second)
+		skv := client(t, s.Addr())
+		for !s.watching.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		var lags []time.Duration
+		for i := 0; i < 20; i++ {
+			k := fmt.Sprintf("n%02d", i)
+			if _, err := pkv.Put(context.Background(), &kvv1.PutRequest{Key: []byte(k), Value: []byte("v"), Sync: true}); err != nil {
+				t.Fatal(err)
+			}
+			lag := waitVisible(t, skv, map[string]string{k: "v"})
+			if lag > 30*time.Second {
+				t.Fatalf("%s took %v to reach the secondary: notifications did not drive the catch-up", k, lag)
+			}
+			lags = append(lags, lag)
+		}
+		t.Logf("%s: visibility lag of 20 synced writes with notifications: %v", loc.Name, lags)
+		st, err := skv.Status(context.Background(), &kvv1.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.PrimarySequence == 0 || st.PrimarySequence > st.LatestSequence || st.LagSeconds != 0 {
+			t.Fatalf("caught-up secondary's status: primary sequence %d, applied %d, lag %vs", st.PrimarySequence, st.LatestSequence, st.LagSeconds)
+		}
+		// A secondary has no stream of its own to offer.
+		stream, err := skv.Watch(context.Background(), &kvv1.WatchRequest{})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.Unimplemented {
+			t.Fatalf("watch on a secondary: %v, want UNIMPLEMENTED", err)
+		}
+	})
+}

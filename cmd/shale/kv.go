@@ -363,6 +363,10 @@ func printStatus(w io.Writer, st *kvv1.StatusResponse) {
 	fmt.Fprintf(w, "role:                %s\n", map[kvv1.Role]string{kvv1.Role_ROLE_PRIMARY: "primary", kvv1.Role_ROLE_SECONDARY: "secondary"}[st.Role])
 	fmt.Fprintf(w, "epoch:               %d\n", st.Epoch)
 	fmt.Fprintf(w, "latest sequence:     %d\n", st.LatestSequence)
+	if st.Role == kvv1.Role_ROLE_SECONDARY {
+		fmt.Fprintf(w, "primary sequence:    %d (last announced; 0: no notifications)\n", st.PrimarySequence)
+		fmt.Fprintf(w, "lag:                 %.3fs\n", st.LagSeconds)
+	}
 	fmt.Fprintf(w, "database:            %s\n", st.Db)
 	fmt.Fprintf(w, "version:             shale %s, RocksDB %s\n", st.Version, st.RocksdbVersion)
 	fmt.Fprintf(w, "estimated keys:      %d\n", s.GetEstimatedKeys())

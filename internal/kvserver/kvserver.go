@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -57,6 +58,12 @@ type Info struct {
 	Role  kvv1.Role
 	Epoch uint64
 	DB    string // the --db URL
+	// Durable, on a primary, is notified when writes became durable in the
+	// store; Watch streams it to secondaries.
+	Durable *Notifier
+	// Lag, on a secondary, reports the primary's last announced sequence
+	// number and how long the oldest unapplied announced write has waited.
+	Lag func() (primarySeq uint64, lag time.Duration)
 	// Guard, when set, is asked before every request whether this server
 	// still owns the database (fencing); nil for a plain local database.
 	Guard Guard
@@ -213,7 +220,17 @@ func (s *Server) Put(ctx context.Context, r *kvv1.PutRequest) (*kvv1.PutResponse
 	if err := s.db.Put(r.Key, r.Value, r.Sync); err != nil {
 		return nil, s.writeError(ctx, err)
 	}
+	s.durable(r.Sync)
 	return &kvv1.PutResponse{Sequence: s.db.LatestSequence()}, nil
+}
+
+// durable announces a synced write to watchers once its sequence number is
+// visible (the FileSystem's own notification comes from inside the WAL
+// sync, before RocksDB publishes the sequence).
+func (s *Server) durable(synced bool) {
+	if synced && s.info.Durable != nil {
+		s.info.Durable.Notify()
+	}
 }
 
 // Get implements KV.
@@ -245,6 +262,7 @@ func (s *Server) Delete(ctx context.Context, r *kvv1.DeleteRequest) (*kvv1.Delet
 	if err := s.db.Delete(r.Key, r.Sync); err != nil {
 		return nil, s.writeError(ctx, err)
 	}
+	s.durable(r.Sync)
 	return &kvv1.DeleteResponse{Sequence: s.db.LatestSequence()}, nil
 }
 
@@ -286,6 +304,7 @@ func (s *Server) Write(ctx context.Context, r *kvv1.WriteRequest) (*kvv1.WriteRe
 	if err := s.db.Write(ms, r.Sync); err != nil {
 		return nil, s.writeError(ctx, err)
 	}
+	s.durable(r.Sync)
 	return &kvv1.WriteResponse{Sequence: s.db.LatestSequence()}, nil
 }
 
@@ -380,6 +399,7 @@ func (s *Server) Flush(ctx context.Context, _ *kvv1.FlushRequest) (*kvv1.FlushRe
 	if err := s.db.Flush(); err != nil {
 		return nil, s.writeError(ctx, err)
 	}
+	s.durable(true)
 	return &kvv1.FlushResponse{}, nil
 }
 
@@ -403,13 +423,20 @@ func (s *Server) Status(ctx context.Context, _ *kvv1.StatusRequest) (*kvv1.Statu
 	if err != nil {
 		return nil, dbError(ctx, err)
 	}
+	var primarySeq uint64
+	var lag time.Duration
+	if s.info.Lag != nil {
+		primarySeq, lag = s.info.Lag()
+	}
 	return &kvv1.StatusResponse{
-		Role:           s.info.Role,
-		Epoch:          s.info.Epoch,
-		LatestSequence: s.db.LatestSequence(),
-		Db:             s.info.DB,
-		Version:        version.Version,
-		RocksdbVersion: rocksshim.RocksDBVersion(),
+		Role:            s.info.Role,
+		Epoch:           s.info.Epoch,
+		PrimarySequence: primarySeq,
+		LagSeconds:      lag.Seconds(),
+		LatestSequence:  s.db.LatestSequence(),
+		Db:              s.info.DB,
+		Version:         version.Version,
+		RocksdbVersion:  rocksshim.RocksDBVersion(),
 		Stats: &kvv1.DBStats{
 			EstimatedKeys:          st.EstimatedKeys,
 			LiveSstBytes:           st.LiveSSTBytes,

@@ -74,6 +74,9 @@ type Config struct {
 	// Owner describes this process in its epoch object (host, pid, ...).
 	Owner  string
 	Logger *slog.Logger
+	// OnDurable, when set, is called after a sync stored new bytes of a log
+	// (a WAL write group or a MANIFEST edit is durable in the store).
+	OnDurable func()
 	// Observe, when set, is told about every object-store request.
 	Observe func(r Request)
 }
@@ -458,7 +461,11 @@ func (f *FS) Sync(name string, size int64, activity string) error {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	before := st.size
 	err := f.syncLocked(name, st, size, activity)
+	if err == nil && st.size > before && f.cfg.OnDurable != nil {
+		f.cfg.OnDurable()
+	}
 	if err != nil && !definitelyNotStored(err) {
 		// Bytes of this sync may be in the store (a reply lost, an upload
 		// that landed after we gave up, a first segment that raced a

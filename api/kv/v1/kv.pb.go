@@ -1015,6 +1015,96 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{18}
 }
 
+type WatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19}
+}
+
+type WatchEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Latest sequence number of the primary when the event was sent.
+	LatestSequence uint64 `protobuf:"varint,1,opt,name=latest_sequence,json=latestSequence,proto3" json:"latest_sequence,omitempty"`
+	// Epoch of the primary.
+	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEvent) Reset() {
+	*x = WatchEvent{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEvent) ProtoMessage() {}
+
+func (x *WatchEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
+func (*WatchEvent) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *WatchEvent) GetLatestSequence() uint64 {
+	if x != nil {
+		return x.LatestSequence
+	}
+	return 0
+}
+
+func (x *WatchEvent) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Role  Role                   `protobuf:"varint,1,opt,name=role,proto3,enum=shale.kv.v1.Role" json:"role,omitempty"`
@@ -1030,13 +1120,19 @@ type StatusResponse struct {
 	// RocksDB version the server is linked with.
 	RocksdbVersion string   `protobuf:"bytes,6,opt,name=rocksdb_version,json=rocksdbVersion,proto3" json:"rocksdb_version,omitempty"`
 	Stats          *DBStats `protobuf:"bytes,7,opt,name=stats,proto3" json:"stats,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Secondaries: the primary's latest sequence number last announced to
+	// this replica (0 when it has no notification stream), and how long the
+	// oldest write it announced but this replica has not applied yet has
+	// waited (0 when caught up).
+	PrimarySequence uint64  `protobuf:"varint,8,opt,name=primary_sequence,json=primarySequence,proto3" json:"primary_sequence,omitempty"`
+	LagSeconds      float64 `protobuf:"fixed64,9,opt,name=lag_seconds,json=lagSeconds,proto3" json:"lag_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1144,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1157,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatusResponse) GetRole() Role {
@@ -1113,6 +1209,20 @@ func (x *StatusResponse) GetStats() *DBStats {
 	return nil
 }
 
+func (x *StatusResponse) GetPrimarySequence() uint64 {
+	if x != nil {
+		return x.PrimarySequence
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLagSeconds() float64 {
+	if x != nil {
+		return x.LagSeconds
+	}
+	return 0
+}
+
 type DBStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	EstimatedKeys uint64                 `protobuf:"varint,1,opt,name=estimated_keys,json=estimatedKeys,proto3" json:"estimated_keys,omitempty"`
@@ -1132,7 +1242,7 @@ type DBStats struct {
 
 func (x *DBStats) Reset() {
 	*x = DBStats{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1254,7 @@ func (x *DBStats) String() string {
 func (*DBStats) ProtoMessage() {}
 
 func (x *DBStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1267,7 @@ func (x *DBStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DBStats.ProtoReflect.Descriptor instead.
 func (*DBStats) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{20}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DBStats) GetEstimatedKeys() uint64 {
@@ -1233,7 +1343,7 @@ type Mutation_Put struct {
 
 func (x *Mutation_Put) Reset() {
 	*x = Mutation_Put{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1355,7 @@ func (x *Mutation_Put) String() string {
 func (*Mutation_Put) ProtoMessage() {}
 
 func (x *Mutation_Put) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1394,7 @@ type Mutation_Delete struct {
 
 func (x *Mutation_Delete) Reset() {
 	*x = Mutation_Delete{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1406,7 @@ func (x *Mutation_Delete) String() string {
 func (*Mutation_Delete) ProtoMessage() {}
 
 func (x *Mutation_Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1440,7 @@ type MultiGetResponse_Result struct {
 
 func (x *MultiGetResponse_Result) Reset() {
 	*x = MultiGetResponse_Result{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1452,7 @@ func (x *MultiGetResponse_Result) String() string {
 func (*MultiGetResponse_Result) ProtoMessage() {}
 
 func (x *MultiGetResponse_Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1551,12 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\fR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\fR\x03end\"\x11\n" +
 	"\x0fCompactResponse\"\x0f\n" +
-	"\rStatusRequest\"\xf5\x01\n" +
+	"\rStatusRequest\"\x0e\n" +
+	"\fWatchRequest\"K\n" +
+	"\n" +
+	"WatchEvent\x12'\n" +
+	"\x0flatest_sequence\x18\x01 \x01(\x04R\x0elatestSequence\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xc1\x02\n" +
 	"\x0eStatusResponse\x12%\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x11.shale.kv.v1.RoleR\x04role\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12'\n" +
@@ -1449,7 +1564,10 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x02db\x18\x04 \x01(\tR\x02db\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12'\n" +
 	"\x0frocksdb_version\x18\x06 \x01(\tR\x0erocksdbVersion\x12*\n" +
-	"\x05stats\x18\a \x01(\v2\x14.shale.kv.v1.DBStatsR\x05stats\"\x83\x03\n" +
+	"\x05stats\x18\a \x01(\v2\x14.shale.kv.v1.DBStatsR\x05stats\x12)\n" +
+	"\x10primary_sequence\x18\b \x01(\x04R\x0fprimarySequence\x12\x1f\n" +
+	"\vlag_seconds\x18\t \x01(\x01R\n" +
+	"lagSeconds\"\x83\x03\n" +
 	"\aDBStats\x12%\n" +
 	"\x0eestimated_keys\x18\x01 \x01(\x04R\restimatedKeys\x12$\n" +
 	"\x0elive_sst_bytes\x18\x02 \x01(\x04R\fliveSstBytes\x12%\n" +
@@ -1463,7 +1581,7 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PRIMARY\x10\x01\x12\x12\n" +
-	"\x0eROLE_SECONDARY\x10\x022\xcc\x04\n" +
+	"\x0eROLE_SECONDARY\x10\x022\x8b\x05\n" +
 	"\x02KV\x128\n" +
 	"\x03Put\x12\x17.shale.kv.v1.PutRequest\x1a\x18.shale.kv.v1.PutResponse\x128\n" +
 	"\x03Get\x12\x17.shale.kv.v1.GetRequest\x1a\x18.shale.kv.v1.GetResponse\x12A\n" +
@@ -1473,7 +1591,8 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x04Scan\x12\x18.shale.kv.v1.ScanRequest\x1a\x19.shale.kv.v1.ScanResponse0\x01\x12>\n" +
 	"\x05Flush\x12\x19.shale.kv.v1.FlushRequest\x1a\x1a.shale.kv.v1.FlushResponse\x12D\n" +
 	"\aCompact\x12\x1b.shale.kv.v1.CompactRequest\x1a\x1c.shale.kv.v1.CompactResponse\x12A\n" +
-	"\x06Status\x12\x1a.shale.kv.v1.StatusRequest\x1a\x1b.shale.kv.v1.StatusResponseB-Z+github.com/shale-rocks/shale/api/kv/v1;kvv1b\x06proto3"
+	"\x06Status\x12\x1a.shale.kv.v1.StatusRequest\x1a\x1b.shale.kv.v1.StatusResponse\x12=\n" +
+	"\x05Watch\x12\x19.shale.kv.v1.WatchRequest\x1a\x17.shale.kv.v1.WatchEvent0\x01B-Z+github.com/shale-rocks/shale/api/kv/v1;kvv1b\x06proto3"
 
 var (
 	file_api_kv_v1_kv_proto_rawDescOnce sync.Once
@@ -1488,7 +1607,7 @@ func file_api_kv_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_api_kv_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_api_kv_v1_kv_proto_goTypes = []any{
 	(Role)(0),                       // 0: shale.kv.v1.Role
 	(*PutRequest)(nil),              // 1: shale.kv.v1.PutRequest
@@ -1510,20 +1629,22 @@ var file_api_kv_v1_kv_proto_goTypes = []any{
 	(*CompactRequest)(nil),          // 17: shale.kv.v1.CompactRequest
 	(*CompactResponse)(nil),         // 18: shale.kv.v1.CompactResponse
 	(*StatusRequest)(nil),           // 19: shale.kv.v1.StatusRequest
-	(*StatusResponse)(nil),          // 20: shale.kv.v1.StatusResponse
-	(*DBStats)(nil),                 // 21: shale.kv.v1.DBStats
-	(*Mutation_Put)(nil),            // 22: shale.kv.v1.Mutation.Put
-	(*Mutation_Delete)(nil),         // 23: shale.kv.v1.Mutation.Delete
-	(*MultiGetResponse_Result)(nil), // 24: shale.kv.v1.MultiGetResponse.Result
+	(*WatchRequest)(nil),            // 20: shale.kv.v1.WatchRequest
+	(*WatchEvent)(nil),              // 21: shale.kv.v1.WatchEvent
+	(*StatusResponse)(nil),          // 22: shale.kv.v1.StatusResponse
+	(*DBStats)(nil),                 // 23: shale.kv.v1.DBStats
+	(*Mutation_Put)(nil),            // 24: shale.kv.v1.Mutation.Put
+	(*Mutation_Delete)(nil),         // 25: shale.kv.v1.Mutation.Delete
+	(*MultiGetResponse_Result)(nil), // 26: shale.kv.v1.MultiGetResponse.Result
 }
 var file_api_kv_v1_kv_proto_depIdxs = []int32{
-	22, // 0: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
-	23, // 1: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
+	24, // 0: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
+	25, // 1: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
 	7,  // 2: shale.kv.v1.WriteRequest.mutations:type_name -> shale.kv.v1.Mutation
-	24, // 3: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
+	26, // 3: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
 	13, // 4: shale.kv.v1.ScanResponse.pairs:type_name -> shale.kv.v1.KeyValue
 	0,  // 5: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
-	21, // 6: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
+	23, // 6: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
 	1,  // 7: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
 	3,  // 8: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
 	5,  // 9: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
@@ -1533,17 +1654,19 @@ var file_api_kv_v1_kv_proto_depIdxs = []int32{
 	15, // 13: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
 	17, // 14: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
 	19, // 15: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
-	2,  // 16: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
-	4,  // 17: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
-	6,  // 18: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
-	9,  // 19: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
-	11, // 20: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
-	14, // 21: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
-	16, // 22: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
-	18, // 23: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
-	20, // 24: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
-	16, // [16:25] is the sub-list for method output_type
-	7,  // [7:16] is the sub-list for method input_type
+	20, // 16: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
+	2,  // 17: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
+	4,  // 18: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
+	6,  // 19: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
+	9,  // 20: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
+	11, // 21: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
+	14, // 22: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
+	16, // 23: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
+	18, // 24: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
+	22, // 25: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
+	21, // 26: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
+	17, // [17:27] is the sub-list for method output_type
+	7,  // [7:17] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1564,7 +1687,7 @@ func file_api_kv_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_kv_v1_kv_proto_rawDesc), len(file_api_kv_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	KV_Flush_FullMethodName    = "/shale.kv.v1.KV/Flush"
 	KV_Compact_FullMethodName  = "/shale.kv.v1.KV/Compact"
 	KV_Status_FullMethodName   = "/shale.kv.v1.KV/Status"
+	KV_Watch_FullMethodName    = "/shale.kv.v1.KV/Watch"
 )
 
 // KVClient is the client API for KV service.
@@ -58,6 +59,11 @@ type KVClient interface {
 	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error)
 	// Status reports the server's role, epoch and database statistics.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Watch streams, from a primary, an event each time writes became durable
+	// in the object store (coalesced), and a heartbeat every second: what a
+	// secondary catches up on instead of polling the store. A secondary
+	// answers UNIMPLEMENTED.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 }
 
 type kVClient struct {
@@ -167,6 +173,25 @@ func (c *kVClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *kVClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &KV_ServiceDesc.Streams[1], KV_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_WatchClient = grpc.ServerStreamingClient[WatchEvent]
+
 // KVServer is the server API for KV service.
 // All implementations must embed UnimplementedKVServer
 // for forward compatibility.
@@ -192,6 +217,11 @@ type KVServer interface {
 	Compact(context.Context, *CompactRequest) (*CompactResponse, error)
 	// Status reports the server's role, epoch and database statistics.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Watch streams, from a primary, an event each time writes became durable
+	// in the object store (coalesced), and a heartbeat every second: what a
+	// secondary catches up on instead of polling the store. A secondary
+	// answers UNIMPLEMENTED.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
 	mustEmbedUnimplementedKVServer()
 }
 
@@ -228,6 +258,9 @@ func (UnimplementedKVServer) Compact(context.Context, *CompactRequest) (*Compact
 }
 func (UnimplementedKVServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedKVServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
+	return status.Errorf(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedKVServer) mustEmbedUnimplementedKVServer() {}
 func (UnimplementedKVServer) testEmbeddedByValue()            {}
@@ -405,6 +438,17 @@ func _KV_Status_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KV_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(KVServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_WatchServer = grpc.ServerStreamingServer[WatchEvent]
+
 // KV_ServiceDesc is the grpc.ServiceDesc for KV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -449,6 +493,11 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Scan",
 			Handler:       _KV_Scan_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Watch",
+			Handler:       _KV_Watch_Handler,
 			ServerStreams: true,
 		},
 	},

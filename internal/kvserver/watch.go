@@ -1,0 +1,73 @@
+package kvserver
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+)
+
+// Notifier tells watchers that writes became durable in the store.
+type Notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// NewNotifier returns a Notifier with no watchers.
+func NewNotifier() *Notifier { return &Notifier{ch: make(chan struct{})} }
+
+// Notify wakes every watcher.
+func (n *Notifier) Notify() {
+	n.mu.Lock()
+	close(n.ch)
+	n.ch = make(chan struct{})
+	n.mu.Unlock()
+}
+
+func (n *Notifier) wait() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ch
+}
+
+// watchHeartbeat is how often Watch sends an event when nothing changed.
+const watchHeartbeat = time.Second
+
+// Watch implements KV: an event whenever writes became durable, and a
+// heartbeat every second, until the client goes away or the primary is
+// fenced.
+func (s *Server) Watch(_ *kvv1.WatchRequest, stream kvv1.KV_WatchServer) error {
+	if s.info.Durable == nil {
+		return status.Error(codes.Unimplemented, "watch is served by the primary, not by a "+roleName(s.info.Role))
+	}
+	hb := time.NewTicker(watchHeartbeat)
+	defer hb.Stop()
+	for {
+		if err := s.canWrite(); err != nil {
+			return err // fenced: the secondary falls back to polling
+		}
+		ch := s.info.Durable.wait()
+		if err := stream.Send(&kvv1.WatchEvent{LatestSequence: s.db.LatestSequence(), Epoch: s.info.Epoch}); err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-hb.C:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+func roleName(r kvv1.Role) string {
+	switch r {
+	case kvv1.Role_ROLE_SECONDARY:
+		return "secondary"
+	case kvv1.Role_ROLE_PRIMARY:
+		return "primary"
+	}
+	return "server without a store"
+}
