@@ -88,10 +88,11 @@ type Server struct {
 // lag reports the primary's last announced sequence number and how long
 // the oldest announced write not yet applied has waited.
 func (s *Server) lag() (uint64, time.Duration) {
-	if p := s.pendingSince.Load(); p != 0 {
-		return s.primarySeq.Load(), time.Since(time.Unix(0, p))
+	seq := s.primarySeq.Load()
+	if p := s.pendingSince.Load(); p != 0 && s.db.LatestSequence() < seq {
+		return seq, time.Since(time.Unix(0, p))
 	}
-	return s.primarySeq.Load(), 0
+	return seq, 0
 }
 
 // Start opens the database read-only and starts serving. On error nothing
