@@ -197,8 +197,11 @@ func (s *Server) catchUpLoop() {
 	for {
 		interval := s.cfg.CatchupInterval
 		if s.watching.Load() {
-			interval *= 10 // notifications drive it; polling only backs them up
+			// Notifications drive it; polling only backs them up, and
+			// renews the lease (each refresh does) well within its TTL.
+			interval = min(10*interval, s.fs.ReaderTTL()/4)
 		}
+		s.ep.SetServing(s.fs.ReaderLeaseFresh())
 		timer := time.NewTimer(interval)
 		select {
 		case <-s.stop:
@@ -211,6 +214,7 @@ func (s *Server) catchUpLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), max(10*s.cfg.CatchupInterval, 30*time.Second))
 		err := s.CatchUp(ctx)
 		cancel()
+		s.ep.SetServing(s.fs.ReaderLeaseFresh())
 		if err != nil {
 			s.failures.Inc()
 			if !failing {

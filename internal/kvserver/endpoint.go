@@ -97,6 +97,17 @@ func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Lim
 	}
 }
 
+// SetServing sets what the health service answers (readiness probes): a
+// replica that cannot serve reads says so.
+func (e *Endpoint) SetServing(ok bool) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if !ok {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	e.health.SetServingStatus("", st)
+	e.health.SetServingStatus(kvv1.KV_ServiceDesc.ServiceName, st)
+}
+
 // Addr is the gRPC address.
 func (e *Endpoint) Addr() string { return e.lis.Addr().String() }
 

@@ -83,6 +83,13 @@ func (f *FS) readerLeaseFresh() bool {
 	return time.Duration(f.mono()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL
 }
 
+// ReaderLeaseFresh reports whether a reader renewed its lease within its
+// TTL (it refuses reads otherwise), and ReaderTTL is that TTL.
+func (f *FS) ReaderLeaseFresh() bool { return f.readerLeaseFresh() }
+
+// ReaderTTL is how long a reader's lease protects its files.
+func (f *FS) ReaderTTL() time.Duration { return f.cfg.ReaderTTL }
+
 // dropLease removes the reader's lease when it stops for good.
 func (f *FS) dropLease(ctx context.Context) {
 	if f.readOnly && f.cfg.ReaderID != "" {
