@@ -22,4 +22,7 @@ const (
 	eventOrphanDeleted          = "OrphanDeleted"
 	eventOrphanDeleteFailed     = "OrphanDeleteFailed"
 	eventGCFailed               = "GarbageCollectionFailed"
+	eventSecondariesScaled      = "SecondariesScaled"
+	eventSecondariesUpdated     = "SecondariesUpdated"
+	eventDeploymentConflict     = "DeploymentConflict"
 )

@@ -3,8 +3,10 @@ package operator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,10 +26,11 @@ const podsGoneRecheck = 2 * time.Second
 // reconcileDelete applies the reclaim policy of a RocksDB being deleted,
 // then releases it:
 //
-//  1. delete its primary Pods and wait until the API server has none (so
-//     no primary writes into a directory being deleted; a Pod stuck
-//     terminating on a lost node holds the deletion until it is force
-//     deleted);
+//  1. delete its primary Pods and its secondaries' Deployment, and wait
+//     until the API server has none of their Pods (so no primary writes
+//     into a directory being deleted, and no secondary renews its reader
+//     lease there; a Pod stuck terminating on a lost node holds the
+//     deletion until it is force deleted);
 //  2. Delete: delete every object under the storage path, then the owner
 //     record. Retain: rewrite the owner record with Retain, so the garbage
 //     collector never deletes the directory;
@@ -39,20 +42,33 @@ func (r *rocksDBReconciler) reconcileDelete(ctx context.Context, db *shalev1.Roc
 		return ctrl.Result{}, nil
 	}
 	policy := db.EffectiveReclaimPolicy()
+	primaries, err := r.stopPrimaries(ctx, db)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	secondaries, err := r.stopSecondaries(ctx, db)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	msg := fmt.Sprintf("being deleted (reclaimPolicy %s)", policy)
+	var waiting []string
+	if primaries > 0 {
+		waiting = append(waiting, fmt.Sprintf("%d primary Pod(s)", primaries))
+	}
+	if secondaries > 0 {
+		waiting = append(waiting, "the secondaries")
+	}
+	if len(waiting) > 0 {
+		msg += ": waiting for " + strings.Join(waiting, " and ") + " to stop"
+	}
 	if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
 		cur.Status.Phase = shalev1.PhaseDeleting
-		setCondition(cur, metav1.Condition{Type: shalev1.ConditionReady, Status: metav1.ConditionFalse, Reason: shalev1.ReasonDeleting,
-			Message: fmt.Sprintf("being deleted (reclaimPolicy %s)", policy)})
+		setCondition(cur, metav1.Condition{Type: shalev1.ConditionReady, Status: metav1.ConditionFalse, Reason: shalev1.ReasonDeleting, Message: msg})
 		return nil
 	}); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-
-	remaining, err := r.stopPrimaries(ctx, db)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if remaining > 0 {
+	if len(waiting) > 0 {
 		return ctrl.Result{RequeueAfter: podsGoneRecheck}, nil
 	}
 
@@ -94,6 +110,45 @@ func (r *rocksDBReconciler) stopPrimaries(ctx context.Context, db *shalev1.Rocks
 	}
 	if n > 0 {
 		r.recorder.Eventf(db, corev1.EventTypeNormal, eventWaitingForPods, "waiting for %d primary Pod(s) to stop before applying reclaimPolicy %s", n, db.EffectiveReclaimPolicy())
+	}
+	return n, nil
+}
+
+// stopSecondaries deletes the secondaries' Deployment and returns how many
+// of it and its Pods the API server still has. The Deployment is deleted
+// in the foreground: the garbage collector removes it only after its
+// ReplicaSets and their Pods are gone, so once it is gone no ReplicaSet is
+// left to start another secondary.
+func (r *rocksDBReconciler) stopSecondaries(ctx context.Context, db *shalev1.RocksDB) (int, error) {
+	n := 0
+	dep := &appsv1.Deployment{}
+	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: db.SecondaryDeploymentName()}, dep)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return 0, err
+	case metav1.IsControlledBy(dep, db):
+		n++
+		if dep.DeletionTimestamp == nil {
+			uid := dep.UID
+			err := r.Delete(ctx, dep, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationForeground))
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return 0, err
+			}
+		}
+	}
+	// Pods left by a Deployment deleted in the background (replicas set
+	// to 0 just before the RocksDB was deleted).
+	var pods corev1.PodList
+	sel := db.SecondarySelector()
+	sel[shalev1.LabelAppManagedBy] = shalev1.ManagedBy
+	if err := r.apiReader.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels(sel)); err != nil {
+		return 0, err
+	}
+	n += len(pods.Items)
+	if n > 0 {
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventWaitingForPods, "waiting for the secondaries (Deployment %s and %d Pod(s)) to stop before applying reclaimPolicy %s",
+			db.SecondaryDeploymentName(), len(pods.Items), db.EffectiveReclaimPolicy())
 	}
 	return n, nil
 }

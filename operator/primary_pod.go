@@ -85,15 +85,6 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 		args = append(args, "--sst-storage-class", c)
 	}
 
-	env := []corev1.EnvVar{
-		{Name: objstore.EnvEndpoint, Value: store.Spec.Endpoint},
-		secretEnv(objstore.EnvAccessKeyID, store.Spec.Credentials.Name, shalev1.SecretKeyAccessKeyID),
-		secretEnv(objstore.EnvSecretAccessKey, store.Spec.Credentials.Name, shalev1.SecretKeySecretAccessKey),
-	}
-	if store.Spec.Region != "" {
-		env = append(env, corev1.EnvVar{Name: objstore.EnvRegion, Value: store.Spec.Region})
-	}
-
 	name := db.PrimaryPodName(epoch)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -106,19 +97,13 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 			TerminationGracePeriodSeconds: ptr.To[int64](terminationGrace),
 			EnableServiceLinks:            ptr.To(false),
 			AutomountServiceAccountToken:  ptr.To(false),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				RunAsUser:      ptr.To[int64](runAsUser),
-				RunAsGroup:     ptr.To[int64](runAsUser),
-				FSGroup:        ptr.To[int64](runAsUser),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
+			SecurityContext:               podSecurityContext(),
 			Containers: []corev1.Container{{
 				Name:            containerName,
 				Image:           image,
 				ImagePullPolicy: pull,
 				Args:            args,
-				Env:             env,
+				Env:             storeEnv(store),
 				Ports: []corev1.ContainerPort{
 					{Name: portNameKV, ContainerPort: portKV, Protocol: corev1.ProtocolTCP},
 					{Name: portNameMet, ContainerPort: portMetrics, Protocol: corev1.ProtocolTCP},
@@ -132,11 +117,8 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 					TimeoutSeconds:   1,
 					FailureThreshold: 3,
 				},
-				VolumeMounts: []corev1.VolumeMount{{Name: "cache", MountPath: cacheDir}},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
+				VolumeMounts:             []corev1.VolumeMount{{Name: "cache", MountPath: cacheDir}},
+				SecurityContext:          containerSecurityContext(),
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
 			Volumes: []corev1.Volume{{
@@ -144,6 +126,39 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
 			}},
 		},
+	}
+}
+
+// storeEnv is the environment that points `shale` at the ObjectStore:
+// endpoint and region as values, credentials as secretKeyRefs.
+func storeEnv(store *shalev1.ObjectStore) []corev1.EnvVar {
+	env := []corev1.EnvVar{
+		{Name: objstore.EnvEndpoint, Value: store.Spec.Endpoint},
+		secretEnv(objstore.EnvAccessKeyID, store.Spec.Credentials.Name, shalev1.SecretKeyAccessKeyID),
+		secretEnv(objstore.EnvSecretAccessKey, store.Spec.Credentials.Name, shalev1.SecretKeySecretAccessKey),
+	}
+	if store.Spec.Region != "" {
+		env = append(env, corev1.EnvVar{Name: objstore.EnvRegion, Value: store.Spec.Region})
+	}
+	return env
+}
+
+// podSecurityContext: Shale's non-root uid, the runtime's seccomp profile.
+func podSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](runAsUser),
+		RunAsGroup:     ptr.To[int64](runAsUser),
+		FSGroup:        ptr.To[int64](runAsUser),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// containerSecurityContext: no privilege escalation, no capabilities.
+func containerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -29,8 +30,9 @@ const indexObjectStoreRef = "spec.objectStoreRef.name"
 // storeTimeout bounds the store requests of one reconcile step.
 const storeTimeout = 30 * time.Second
 
-// rocksDBReconciler runs each RocksDB's primary: storage path, owner
-// record, primary Pod, NAME-rw Service, failover, and the reclaim policy on
+// rocksDBReconciler runs each RocksDB's primary and secondaries: storage
+// path, owner record, primary Pod, NAME-rw Service, failover, the
+// secondaries' Deployment and NAME-ro Service, and the reclaim policy on
 // deletion.
 type rocksDBReconciler struct {
 	client.Client
@@ -75,7 +77,7 @@ func (e *refusal) Error() string { return e.msg }
 // +kubebuilder:rbac:groups=shale.rocks,resources=rocksdbs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=shale.rocks,resources=rocksdbs/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
@@ -89,6 +91,7 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		For(&shalev1.RocksDB{}).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
+		Owns(&appsv1.Deployment{}).
 		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
 		Complete(r)
 }
@@ -114,6 +117,24 @@ type report struct {
 	// failoverCompleted is set by the final status write when it ends a
 	// failover.
 	failoverCompleted bool
+	// secondaries: the ready secondaries, when the reconcile looked.
+	secondaries *int32
+}
+
+// get returns the condition of a type the reconcile observed, or nil.
+func (rep *report) get(t string) *metav1.Condition {
+	for i := range rep.conds {
+		if rep.conds[i].Type == t {
+			return &rep.conds[i]
+		}
+	}
+	return nil
+}
+
+// setSecondaries records status.secondaries and SecondariesReady.
+func (rep *report) setSecondaries(ready int32, s metav1.ConditionStatus, reason, msg string) {
+	rep.secondaries = &ready
+	rep.set(shalev1.ConditionSecondariesReady, s, reason, msg)
 }
 
 func (rep *report) set(t string, s metav1.ConditionStatus, reason, msg string) {
@@ -183,6 +204,9 @@ func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB
 	}
 	res, err := r.reconcilePrimary(ctx, db, store, rep)
 	if serr := r.ensureService(ctx, db); serr != nil && err == nil {
+		err = serr
+	}
+	if serr := r.reconcileSecondaries(ctx, db, store, rep); serr != nil && err == nil {
 		err = serr
 	}
 	if store != nil && db.Status.Epoch > 0 {
@@ -257,6 +281,9 @@ func (r *rocksDBReconciler) writeStatus(ctx context.Context, db *shalev1.RocksDB
 			ready.Reason, ready.Message = shalev1.ReasonPrimaryStarting, "no primary yet"
 		}
 		meta.SetStatusCondition(&st.Conditions, ready)
+		if rep.secondaries != nil {
+			st.Secondaries = *rep.secondaries
+		}
 		st.Phase = phaseOf(st)
 		st.ObservedGeneration = generation
 		return nil

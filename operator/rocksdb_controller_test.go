@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,7 @@ func TestOperator(t *testing.T) {
 	t.Run("ReclaimRetain", func(t *testing.T) { testReclaimRetain(h.with(t)) })
 	t.Run("ReclaimDelete", func(t *testing.T) { testReclaimDelete(h.with(t)) })
 	t.Run("ObjectStoreProblems", func(t *testing.T) { testObjectStoreProblems(h.with(t)) })
+	t.Run("Secondaries", func(t *testing.T) { testSecondaries(h.with(t)) })
 	t.Run("GC", func(t *testing.T) { testGC(h.with(t)) })
 }
 
@@ -55,7 +57,8 @@ func testSamples(h *harness) {
 			condIs(db, shalev1.ConditionObjectStoreReachable, metav1.ConditionTrue, shalev1.ReasonReachable) &&
 			condIs(db, shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryStarting) &&
 			condIs(db, shalev1.ConditionReady, metav1.ConditionFalse, "") &&
-			condIs(db, shalev1.ConditionFailover, metav1.ConditionFalse, shalev1.ReasonNoFailover), "want epoch 1, Starting"
+			condIs(db, shalev1.ConditionFailover, metav1.ConditionFalse, shalev1.ReasonNoFailover) &&
+			condIs(db, shalev1.ConditionSecondariesReady, metav1.ConditionTrue, shalev1.ReasonNoSecondaries), "want epoch 1, Starting"
 	})
 	if !controllerutil.ContainsFinalizer(db, shalev1.FinalizerStorage) {
 		t.Errorf("finalizers %v lack %s", db.Finalizers, shalev1.FinalizerStorage)
@@ -116,6 +119,11 @@ func testSamples(h *harness) {
 	})
 	if !metav1.IsControlledBy(&svc, db) {
 		t.Errorf("Service not controlled by the RocksDB")
+	}
+	for name, o := range map[string]client.Object{"orders-ro": &corev1.Service{}, "orders-secondary": &appsv1.Deployment{}} {
+		if err := h.c.Get(h.ctx, types.NamespacedName{Namespace: ns, Name: name}, o); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s without secondaries: %v", o, name, err)
+		}
 	}
 
 	// The owner record, before any primary ran.

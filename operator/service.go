@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -18,9 +19,20 @@ import (
 // the primary of the current epoch, and of no other Pod (a deposed primary
 // that is still running must not get requests through it).
 func primaryService(db *shalev1.RocksDB, epoch int64) *corev1.Service {
+	return service(db, db.ServiceName(), db.PrimaryServiceSelector(epoch))
+}
+
+// readOnlyService is the NAME-ro Service: the secondaries' gRPC KV API
+// (reads) and metrics, on the same port numbers as NAME-rw (7070, 9090)
+// although the secondaries listen on 7071 and 9091.
+func readOnlyService(db *shalev1.RocksDB) *corev1.Service {
+	return service(db, db.ReadOnlyServiceName(), db.SecondarySelector())
+}
+
+func service(db *shalev1.RocksDB, name string, selector map[string]string) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      db.ServiceName(),
+			Name:      name,
 			Namespace: db.Namespace,
 			Labels: map[string]string{
 				shalev1.LabelRocksDB:      db.Name,
@@ -31,7 +43,8 @@ func primaryService(db *shalev1.RocksDB, epoch int64) *corev1.Service {
 		},
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
-			Selector: db.PrimaryServiceSelector(epoch),
+			Selector: selector,
+			// Named target ports: each role's container names its ports.
 			Ports: []corev1.ServicePort{
 				{Name: portNameKV, Port: portKV, TargetPort: intstr.FromString(portNameKV), Protocol: corev1.ProtocolTCP},
 				{Name: portNameMet, Port: portMetrics, TargetPort: intstr.FromString(portNameMet), Protocol: corev1.ProtocolTCP},
@@ -43,7 +56,13 @@ func primaryService(db *shalev1.RocksDB, epoch int64) *corev1.Service {
 // ensureService creates the NAME-rw Service, or points its selector at the
 // primary of the current epoch.
 func (r *rocksDBReconciler) ensureService(ctx context.Context, db *shalev1.RocksDB) error {
-	want := primaryService(db, db.Status.Epoch)
+	return r.ensureOwnedService(ctx, db, primaryService(db, db.Status.Epoch))
+}
+
+// ensureOwnedService creates a Service of the RocksDB, or sets its
+// selector to want's. A Service of that name the RocksDB does not own is
+// refused.
+func (r *rocksDBReconciler) ensureOwnedService(ctx context.Context, db *shalev1.RocksDB, want *corev1.Service) error {
 	if err := controllerutil.SetControllerReference(db, want, r.Scheme()); err != nil {
 		return err
 	}
@@ -68,4 +87,25 @@ func (r *rocksDBReconciler) ensureService(ctx context.Context, db *shalev1.Rocks
 	patch := client.MergeFrom(cur.DeepCopy())
 	cur.Spec.Selector = want.Spec.Selector
 	return r.Patch(ctx, &cur, patch)
+}
+
+// deleteOwnedService deletes a Service of the RocksDB if it exists and the
+// RocksDB owns it.
+func (r *rocksDBReconciler) deleteOwnedService(ctx context.Context, db *shalev1.RocksDB, name string) error {
+	var cur corev1.Service
+	err := r.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: name}, &cur)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(&cur, db) || cur.DeletionTimestamp != nil {
+		return nil
+	}
+	uid := cur.UID
+	if err := r.Delete(ctx, &cur, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
 }

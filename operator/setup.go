@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,7 +18,8 @@ import (
 
 // Options configure the operator (cmd/shale-operator's flags).
 type Options struct {
-	// ShaleImage is the image of primaries whose RocksDB names none.
+	// ShaleImage is the image of primaries and secondaries whose RocksDB
+	// names none.
 	ShaleImage string
 	// FailoverGrace is how long a primary that was ready may be not ready
 	// before it is replaced.
@@ -66,11 +68,14 @@ func (o Options) validate() error {
 	return nil
 }
 
-// CacheOptions restrict the manager's Pod cache to the Pods the operator
-// manages (so it does not hold every Pod of the cluster in memory).
+// CacheOptions restrict the manager's Pod and Deployment caches to the
+// ones the operator manages (so it does not hold every Pod and Deployment
+// of the cluster in memory).
 func CacheOptions() cache.Options {
+	ours := labels.SelectorFromSet(labels.Set{shalev1.LabelAppManagedBy: shalev1.ManagedBy})
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{shalev1.LabelAppManagedBy: shalev1.ManagedBy})},
+		&corev1.Pod{}:        {Label: ours},
+		&appsv1.Deployment{}: {Label: ours},
 	}}
 }
 

@@ -18,6 +18,9 @@ const (
 	// ConditionObjectStoreReachable (RocksDB): the ObjectStore's Reachable
 	// condition, copied.
 	ConditionObjectStoreReachable = "ObjectStoreReachable"
+	// ConditionSecondariesReady (RocksDB): every requested secondary runs
+	// the current spec and is ready (True with none requested).
+	ConditionSecondariesReady = "SecondariesReady"
 )
 
 // Reasons.
@@ -44,4 +47,11 @@ const (
 	ReasonFailoverCompleted  = "FailoverCompleted"
 	ReasonNoFailover         = "NoFailover"
 	ReasonDeleting           = "Deleting"
+
+	ReasonNoSecondaries       = "NoSecondaries"
+	ReasonSecondariesReady    = "SecondariesReady"
+	ReasonSecondariesNotReady = "SecondariesNotReady"
+	ReasonSecondariesUpdating = "SecondariesUpdating"
+	ReasonWaitingForPrimary   = "WaitingForPrimary"
+	ReasonSecondariesConflict = "DeploymentConflict"
 )

@@ -5,7 +5,8 @@ package v1alpha1
 const (
 	// LabelRocksDB is the name of the RocksDB a Pod or Service belongs to.
 	LabelRocksDB = "shale.rocks/rocksdb"
-	// LabelRole is the role of a Pod in its database: "primary" today.
+	// LabelRole is the role of a Pod in its database: "primary" or
+	// "secondary".
 	LabelRole = "shale.rocks/role"
 	// LabelEpoch is the fencing epoch a primary Pod runs with. The
 	// NAME-rw Service selects the Pod of the current epoch only.
@@ -19,10 +20,19 @@ const (
 
 	// RolePrimary is LabelRole's value on primary Pods.
 	RolePrimary = "primary"
+	// RoleSecondary is LabelRole's value on secondary Pods (and the
+	// component label of the secondaries' Deployment).
+	RoleSecondary = "secondary"
 	// AppName is LabelAppName's value.
 	AppName = "shale"
 	// ManagedBy is LabelAppManagedBy's value.
 	ManagedBy = "shale-operator"
+
+	// AnnotationSpecHash, on the secondaries' Deployment, is a hash of the
+	// Deployment spec the operator built (replicas aside). The operator
+	// rewrites the spec only when the hash it computes differs, so
+	// neither its restarts nor the API server's defaulting roll the Pods.
+	AnnotationSpecHash = "shale.rocks/spec-hash"
 
 	// FinalizerStorage holds a RocksDB until its reclaim policy has been
 	// applied to its storage directory.

@@ -26,6 +26,17 @@ func (db *RocksDB) ServiceName() string {
 	return db.Name + "-rw"
 }
 
+// ReadOnlyServiceName is the Service of the secondaries: NAME-ro.
+func (db *RocksDB) ReadOnlyServiceName() string {
+	return db.Name + "-ro"
+}
+
+// SecondaryDeploymentName is the Deployment of the secondaries:
+// NAME-secondary.
+func (db *RocksDB) SecondaryDeploymentName() string {
+	return db.Name + "-secondary"
+}
+
 // PrimaryPodName is the name of the primary Pod of an epoch:
 // NAME-primary-EPOCH. One name per epoch makes creating it idempotent.
 func (db *RocksDB) PrimaryPodName(epoch int64) string {
@@ -74,5 +85,26 @@ func (db *RocksDB) PrimaryServiceSelector(epoch int64) map[string]string {
 		LabelRocksDB: db.Name,
 		LabelRole:    RolePrimary,
 		LabelEpoch:   strconv.FormatInt(epoch, 10),
+	}
+}
+
+// SecondaryLabels are the labels of the secondaries' Deployment and Pods.
+func (db *RocksDB) SecondaryLabels() map[string]string {
+	return map[string]string{
+		LabelRocksDB:      db.Name,
+		LabelRole:         RoleSecondary,
+		LabelAppName:      AppName,
+		LabelAppInstance:  db.Name,
+		LabelAppComponent: RoleSecondary,
+		LabelAppManagedBy: ManagedBy,
+	}
+}
+
+// SecondarySelector selects the secondary Pods of the database (the
+// Deployment's selector, immutable, and the NAME-ro Service's).
+func (db *RocksDB) SecondarySelector() map[string]string {
+	return map[string]string{
+		LabelRocksDB: db.Name,
+		LabelRole:    RoleSecondary,
 	}
 }

@@ -19,8 +19,9 @@ const (
 	ReclaimDelete ReclaimPolicy = "Delete"
 )
 
-// RocksDBSpec is the desired state of one database. The primary has its
-// own section; secondaries, compaction and tiering get theirs beside it.
+// RocksDBSpec is the desired state of one database. The primary and the
+// secondaries have their own sections; compaction and tiering get theirs
+// beside them.
 type RocksDBSpec struct {
 	// ObjectStoreRef names the ObjectStore (in this namespace) the
 	// database lives in. Immutable.
@@ -37,6 +38,12 @@ type RocksDBSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Primary PrimarySpec `json:"primary,omitempty"`
+
+	// Secondaries configures the read replicas, served by the Service
+	// NAME-ro.
+	// +optional
+	// +kubebuilder:default={}
+	Secondaries SecondariesSpec `json:"secondaries,omitempty"`
 }
 
 // ObjectStoreReference names an ObjectStore in the same namespace.
@@ -137,6 +144,61 @@ type PrimarySpec struct {
 	MaxBatchSize *resource.Quantity `json:"maxBatchSize,omitempty"`
 }
 
+// SecondariesSpec configures the read replicas: a Deployment NAME-secondary
+// of Pods running `shale secondary`, which follow the primary through the
+// object store and the primary's notifications, and serve reads through the
+// Service NAME-ro. They use the primary's image, pull policy, readTimeout
+// and maxKeySize. Unset fields take `shale secondary`'s defaults.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.catchupInterval) || has(self.leaseTTL)) || !(has(self.catchupInterval) ? self.catchupInterval : '1s').matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || !(has(self.leaseTTL) ? self.leaseTTL : '30s').matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || duration(has(self.leaseTTL) ? self.leaseTTL : '30s').getMilliseconds() >= 20 * duration(has(self.catchupInterval) ? self.catchupInterval : '1s').getMilliseconds()",message="leaseTTL (default 30s) must be at least 20 times catchupInterval (default 1s): an idle secondary renews its lease only when it catches up, every 10 catchupIntervals while it follows the primary's notifications"
+type SecondariesSpec struct {
+	// Replicas is the number of secondaries (0, the default, runs none
+	// and removes the Deployment and the NAME-ro Service).
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// Resources of each secondary's container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// CacheSize is how many bytes of SST files each secondary's local
+	// cache keeps (--cache-size, default 8Gi; 0 means unbounded). The
+	// cache is an emptyDir volume: request ephemeral-storage in resources
+	// to match.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && !quantity(string(self)).isLessThan(quantity('0'))",message="cacheSize must be a non-negative size, such as 8Gi"
+	CacheSize *resource.Quantity `json:"cacheSize,omitempty"`
+
+	// BlockCacheSize is each secondary's RocksDB block cache
+	// (--block-cache-size, default 256Mi).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && !quantity(string(self)).isLessThan(quantity('0'))",message="blockCacheSize must be a non-negative size, such as 256Mi"
+	BlockCacheSize *resource.Quantity `json:"blockCacheSize,omitempty"`
+
+	// CatchupInterval is how often a secondary looks for new writes in
+	// the store when the primary's notifications do not reach it
+	// (--catchup-interval, default 1s; ten times less often while they
+	// do).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('10ms') && duration(self) <= duration('1m')",message="catchupInterval must be a duration from 10ms to 1m, such as 1s"
+	CatchupInterval *metav1.Duration `json:"catchupInterval,omitempty"`
+
+	// LeaseTTL is how long a secondary's reader lease protects the files
+	// it reads from the primary's deletions after its last renewal
+	// (--lease-ttl, default 30s). A secondary that could not renew for
+	// this long refuses reads until it catches up again.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="leaseTTL must be a duration from 1s to 1h, such as 30s"
+	LeaseTTL *metav1.Duration `json:"leaseTTL,omitempty"`
+}
+
 // RocksDBPhase is a one-word summary of the database's state.
 type RocksDBPhase string
 
@@ -173,7 +235,8 @@ type RocksDBStatus struct {
 	// +optional
 	Phase RocksDBPhase `json:"phase,omitempty"`
 
-	// Conditions: Ready, PrimaryAvailable, Failover, ObjectStoreReachable.
+	// Conditions: Ready, PrimaryAvailable, Failover, ObjectStoreReachable,
+	// SecondariesReady.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -203,10 +266,16 @@ type RocksDBStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Failovers int64 `json:"failovers,omitempty"`
+
+	// Secondaries is the number of ready secondaries (the readyReplicas
+	// of the Deployment NAME-secondary).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Secondaries int32 `json:"secondaries,omitempty"`
 }
 
 // RocksDB is one database, served by a primary the operator runs and
-// fails over.
+// fails over, and by read-only secondaries.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -214,6 +283,7 @@ type RocksDBStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.epoch`
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
+// +kubebuilder:printcolumn:name="Secondaries",type=integer,JSONPath=`.status.secondaries`,description="ready secondaries"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="a RocksDB name must be at most 50 lower-case letters, digits and '-', start with a letter and end with a letter or digit (it names the Service NAME-rw and the Pods NAME-primary-EPOCH)"
 type RocksDB struct {

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -171,6 +172,21 @@ func TestValidation(t *testing.T) {
 			{"max-key-zero", "", func(s *shalev1.RocksDBSpec) { v := q("0"); s.Primary.MaxKeySize = &v }, "maxKeySize must be a positive size"},
 			{"reclaim", "", func(s *shalev1.RocksDBSpec) { s.ReclaimPolicy = "Keep" }, `supported values: "Retain", "Delete"`},
 			{"no-store", "", func(s *shalev1.RocksDBSpec) { s.ObjectStoreRef.Name = "" }, "spec.objectStoreRef.name"},
+			{"secondaries-negative", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.Replicas = -1 }, "spec.secondaries.replicas in body should be greater than or equal to 0"},
+			{"secondaries-many", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.Replicas = 17 }, "spec.secondaries.replicas in body should be less than or equal to 16"},
+			{"secondaries-cache-negative", "", func(s *shalev1.RocksDBSpec) { v := q("-1"); s.Secondaries.CacheSize = &v }, "cacheSize must be a non-negative size"},
+			{"secondaries-block-cache-negative", "", func(s *shalev1.RocksDBSpec) { v := q("-64Mi"); s.Secondaries.BlockCacheSize = &v }, "blockCacheSize must be a non-negative size"},
+			{"catchup-short", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.CatchupInterval = d("1ms") }, "catchupInterval must be a duration from 10ms to 1m"},
+			{"catchup-long", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.CatchupInterval = d("2m") }, "catchupInterval must be a duration from 10ms to 1m"},
+			{"lease-ttl-short", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.LeaseTTL = d("500ms") }, "leaseTTL must be a duration from 1s to 1h"},
+			{"lease-ttl-long", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.LeaseTTL = d("2h") }, "leaseTTL must be a duration from 1s to 1h"},
+			// An idle secondary renews its lease every 10 catch-up
+			// intervals: 5s against the default 30s TTL lets it expire.
+			{"catchup-vs-default-ttl", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.CatchupInterval = d("5s") }, "leaseTTL (default 30s) must be at least 20 times catchupInterval"},
+			{"ttl-vs-default-catchup", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.LeaseTTL = d("10s") }, "must be at least 20 times catchupInterval (default 1s)"},
+			{"ttl-vs-catchup", "", func(s *shalev1.RocksDBSpec) {
+				s.Secondaries.CatchupInterval, s.Secondaries.LeaseTTL = d("100ms"), d("1999ms")
+			}, "must be at least 20 times catchupInterval"},
 		} {
 			o := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: tc.dbName, Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
 			if o.Name == "" {
@@ -182,16 +198,23 @@ func TestValidation(t *testing.T) {
 			wantInvalid(t, tc.name, c.Create(ctx, o), tc.msg)
 		}
 		// Strings the Go types cannot produce.
-		for _, tc := range []struct{ name, field, value, msg string }{
-			{"lease-no-unit", "lease", `"5"`, "lease must be a duration"},
-			{"lease-word", "lease", `"soon"`, "lease must be a duration"},
-			{"cache-word", "cacheSize", `"lots"`, "cacheSize"},
+		for _, tc := range []struct{ name, section, field, value, msg string }{
+			{"lease-no-unit", "primary", "lease", `"5"`, "lease must be a duration"},
+			{"lease-word", "primary", "lease", `"soon"`, "lease must be a duration"},
+			{"cache-word", "primary", "cacheSize", `"lots"`, "cacheSize"},
+			{"catchup-no-unit", "secondaries", "catchupInterval", `"1"`, "catchupInterval must be a duration"},
+			{"lease-ttl-word", "secondaries", "leaseTTL", `"long"`, "leaseTTL must be a duration"},
 		} {
 			raw := `{"apiVersion":"shale.rocks/v1alpha1","kind":"RocksDB","metadata":{"name":"raw-` + tc.name + `","namespace":"default"},` +
-				`"spec":{"objectStoreRef":{"name":"minio"},"primary":{"` + tc.field + `":` + tc.value + `}}}`
+				`"spec":{"objectStoreRef":{"name":"minio"},"` + tc.section + `":{"` + tc.field + `":` + tc.value + `}}}`
 			u := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: "raw-" + tc.name, Namespace: "default"}}
 			err := c.Patch(ctx, u, client.RawPatch("application/apply-patch+yaml", []byte(raw)), client.FieldOwner("test"), client.ForceOwnership)
 			wantInvalid(t, tc.name, err, tc.msg)
+			// A duration that does not parse is refused by its own rule
+			// only: the rule relating the two fields skips it.
+			if err != nil && strings.Contains(err.Error(), "20 times") {
+				t.Errorf("%s: %v: the cross-field rule evaluated a malformed duration", tc.name, err)
+			}
 		}
 		// Every field at a valid value is accepted.
 		full := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: "full", Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
@@ -206,8 +229,22 @@ func TestValidation(t *testing.T) {
 			*f.p = &v
 		}
 		full.Spec.ReclaimPolicy = shalev1.ReclaimDelete
+		sec := &full.Spec.Secondaries
+		sec.Replicas = 16
+		sec.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceEphemeralStorage: q("10Gi")}}
+		sec.CacheSize, sec.BlockCacheSize = ptrQ(q("0")), ptrQ(q("64Mi"))
+		// The smallest TTL the catch-up interval allows: exactly 20 times.
+		sec.CatchupInterval, sec.LeaseTTL = d("500ms"), d("10s")
 		if err := c.Create(ctx, full); err != nil {
 			t.Errorf("a RocksDB with every field valid: %v", err)
+		}
+		// Each secondaries duration alone, against the other's default.
+		for i, s := range []shalev1.SecondariesSpec{{Replicas: 1, CatchupInterval: d("1.5s")}, {LeaseTTL: d("20s")}, {CatchupInterval: d("10ms"), LeaseTTL: d("1s")}} {
+			o := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: "secondaries-" + strconv.Itoa(i), Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
+			o.Spec.Secondaries = s
+			if err := c.Create(ctx, o); err != nil {
+				t.Errorf("secondaries %+v: %v", s, err)
+			}
 		}
 	})
 
@@ -247,3 +284,5 @@ func TestValidation(t *testing.T) {
 		}
 	})
 }
+
+func ptrQ(q resource.Quantity) *resource.Quantity { return &q }

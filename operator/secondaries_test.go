@@ -1,0 +1,275 @@
+package operator
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
+)
+
+// testSecondaries: spec.secondaries.replicas 2 on the samples' RocksDB,
+// in its own namespace. envtest has no Deployment controller and no
+// garbage collector either: the test writes the Deployment's status, and
+// removes the foreground-deletion finalizer, itself.
+func testSecondaries(h *harness) {
+	t := h.t
+	ns := h.namespace("secondaries")
+	sec, store, db := h.samples(ns)
+	db.Spec.Secondaries.Replicas = 2
+	db.Spec.Secondaries.CatchupInterval = &metav1.Duration{Duration: 500 * time.Millisecond}
+	h.create(sec, store, db)
+
+	// NAME-ro at once; the Deployment only once the primary is available
+	// (before, the database may not exist and secondaries would crash).
+	svc := h.waitService(ns, "orders-ro")
+	wantSel := map[string]string{shalev1.LabelRocksDB: "orders", shalev1.LabelRole: shalev1.RoleSecondary}
+	if !maps.Equal(svc.Spec.Selector, wantSel) || svc.Spec.Ports[0].Port != portKV || svc.Spec.Ports[0].TargetPort.StrVal != portNameKV {
+		t.Errorf("orders-ro: selector %v ports %+v", svc.Spec.Selector, svc.Spec.Ports)
+	}
+	h.waitDB(ns, "orders", "secondaries wait for the primary", func(db *shalev1.RocksDB) (bool, string) {
+		return db.Status.Epoch == 1 && condIs(db, shalev1.ConditionSecondariesReady, metav1.ConditionFalse, shalev1.ReasonWaitingForPrimary), "want WaitingForPrimary"
+	})
+	if dep, err := h.deployment(ns, "orders-secondary"); !apierrors.IsNotFound(err) {
+		t.Errorf("Deployment %v (err %v) before the primary was available", dep.Name, err)
+	}
+	h.setPod(ns, "orders-primary-1", corev1.PodRunning, true, time.Now())
+
+	dep := h.waitDeployment(ns, "orders-secondary")
+	db = h.db(ns, "orders")
+	if !metav1.IsControlledBy(dep, db) || !metav1.IsControlledBy(svc, db) {
+		t.Errorf("owners: Deployment %v, Service %v; want the RocksDB", dep.OwnerReferences, svc.OwnerReferences)
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
+		t.Errorf("replicas %v, want 2", dep.Spec.Replicas)
+	}
+	if !maps.Equal(dep.Spec.Selector.MatchLabels, wantSel) || dep.Spec.Template.Labels[shalev1.LabelRole] != shalev1.RoleSecondary {
+		t.Errorf("selector %v, Pod labels %v", dep.Spec.Selector.MatchLabels, dep.Spec.Template.Labels)
+	}
+	ctr := dep.Spec.Template.Spec.Containers[0]
+	args := " " + strings.Join(ctr.Args, " ") + " "
+	for _, want := range []string{
+		" secondary ", " --db s3://shale/" + db.Status.StoragePath + " ", " --listen :7071 ", " --primary orders-rw.secondaries.svc:7070 ",
+		" --id $(POD_NAME) ", " --cache-dir /var/cache/shale ", " --catchup-interval 500ms ",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	if ctr.Image != "shale.local/shale:test" {
+		t.Errorf("image %q, want the operator's default", ctr.Image)
+	}
+	if p := ctr.ReadinessProbe; p == nil || p.GRPC == nil || p.GRPC.Port != 7071 {
+		t.Errorf("readiness probe %+v, want gRPC on 7071", p)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range ctr.Env {
+		env[e.Name] = e
+	}
+	if env[objstore.EnvEndpoint].Value != h.minio.Endpoint {
+		t.Errorf("%s = %q, want %q", objstore.EnvEndpoint, env[objstore.EnvEndpoint].Value, h.minio.Endpoint)
+	}
+	for name, key := range map[string]string{objstore.EnvAccessKeyID: shalev1.SecretKeyAccessKeyID, objstore.EnvSecretAccessKey: shalev1.SecretKeySecretAccessKey} {
+		e := env[name]
+		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != sec.Name || e.ValueFrom.SecretKeyRef.Key != key {
+			t.Errorf("%s = %+v, want a secretKeyRef to %s/%s", name, e, sec.Name, key)
+		}
+	}
+	if b, _ := json.Marshal(dep); strings.Contains(string(b), h.minio.SecretKey) || strings.Contains(string(b), h.minio.AccessKey) {
+		t.Errorf("the Deployment holds the credentials themselves")
+	}
+	h.waitEvent(ns, "orders", eventSecondariesScaled)
+
+	// Play the Deployment controller: both ready.
+	h.setDeploymentStatus(ns, "orders-secondary", 2)
+	db = h.waitDB(ns, "orders", "secondaries ready", func(db *shalev1.RocksDB) (bool, string) {
+		return db.Status.Secondaries == 2 && db.Status.Phase == shalev1.PhaseReady &&
+			condIs(db, shalev1.ConditionSecondariesReady, metav1.ConditionTrue, shalev1.ReasonSecondariesReady), fmt.Sprintf("want 2 ready, have %d", db.Status.Secondaries)
+	})
+
+	// Neither a reconcile for another reason nor a failover touches the
+	// Deployment (what an operator restart does too: compute the same
+	// spec and find its hash on the Deployment).
+	unchanged := func(when string) {
+		t.Helper()
+		cur := h.waitDeployment(ns, "orders-secondary")
+		if cur.Generation != dep.Generation || cur.Annotations[shalev1.AnnotationSpecHash] != dep.Annotations[shalev1.AnnotationSpecHash] {
+			t.Errorf("%s: Deployment generation %d hash %s, was %d %s", when, cur.Generation, cur.Annotations[shalev1.AnnotationSpecHash], dep.Generation, dep.Annotations[shalev1.AnnotationSpecHash])
+		}
+	}
+	h.updateDB(ns, "orders", func(db *shalev1.RocksDB) { db.Annotations = map[string]string{"touched": "1"} })
+	h.updateDB(ns, "orders", func(db *shalev1.RocksDB) { db.Spec.Primary.Lease = &metav1.Duration{Duration: 6 * time.Second} })
+	h.waitDB(ns, "orders", "new generation reconciled", func(db *shalev1.RocksDB) (bool, string) {
+		return db.Status.ObservedGeneration == db.Generation, "want observedGeneration current"
+	})
+	unchanged("after a spec change of the primary")
+	if err := h.c.Delete(h.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-primary-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitDB(ns, "orders", "failed over", func(db *shalev1.RocksDB) (bool, string) { return db.Status.Epoch == 2, "want epoch 2" })
+	h.setPod(ns, "orders-primary-2", corev1.PodRunning, true, time.Now())
+	h.waitDB(ns, "orders", "ready at epoch 2, secondaries still ready", func(db *shalev1.RocksDB) (bool, string) {
+		return db.Status.Phase == shalev1.PhaseReady && db.Status.Epoch == 2 && db.Status.Secondaries == 2 &&
+			condIs(db, shalev1.ConditionSecondariesReady, metav1.ConditionTrue, ""), "want Ready, 2 secondaries"
+	})
+	unchanged("after a failover")
+
+	// Scale to 3: replicas only, same spec hash.
+	h.updateDB(ns, "orders", func(db *shalev1.RocksDB) { db.Spec.Secondaries.Replicas = 3 })
+	eventually(t, "Deployment scaled to 3", func() (bool, string) {
+		cur, err := h.deployment(ns, "orders-secondary")
+		if err != nil {
+			return false, err.Error()
+		}
+		return *cur.Spec.Replicas == 3, fmt.Sprintf("replicas %d", *cur.Spec.Replicas)
+	})
+	if cur := h.waitDeployment(ns, "orders-secondary"); cur.Annotations[shalev1.AnnotationSpecHash] != dep.Annotations[shalev1.AnnotationSpecHash] ||
+		!slices.Equal(cur.Spec.Template.Spec.Containers[0].Args, ctr.Args) {
+		t.Errorf("scaling changed the Pod template")
+	}
+	h.waitDB(ns, "orders", "3 requested, 2 ready", func(db *shalev1.RocksDB) (bool, string) {
+		return condIs(db, shalev1.ConditionSecondariesReady, metav1.ConditionFalse, shalev1.ReasonSecondariesUpdating), "want SecondariesUpdating"
+	})
+
+	// A change of the secondaries' settings rewrites the template.
+	h.updateDB(ns, "orders", func(db *shalev1.RocksDB) {
+		db.Spec.Secondaries.CatchupInterval = &metav1.Duration{Duration: time.Second}
+	})
+	eventually(t, "template rewritten", func() (bool, string) {
+		cur, err := h.deployment(ns, "orders-secondary")
+		if err != nil {
+			return false, err.Error()
+		}
+		a := strings.Join(cur.Spec.Template.Spec.Containers[0].Args, " ")
+		return strings.Contains(a, "--catchup-interval 1s") && cur.Annotations[shalev1.AnnotationSpecHash] != dep.Annotations[shalev1.AnnotationSpecHash], a
+	})
+	h.waitEvent(ns, "orders", eventSecondariesUpdated)
+
+	// Replicas 0: the Deployment and NAME-ro go; SecondariesReady is True
+	// (nothing requested).
+	h.updateDB(ns, "orders", func(db *shalev1.RocksDB) { db.Spec.Secondaries.Replicas = 0 })
+	h.waitGoneObject(&appsv1.Deployment{}, ns, "orders-secondary")
+	h.waitGoneObject(&corev1.Service{}, ns, "orders-ro")
+	h.waitDB(ns, "orders", "no secondaries", func(db *shalev1.RocksDB) (bool, string) {
+		return db.Status.Secondaries == 0 && condIs(db, shalev1.ConditionSecondariesReady, metav1.ConditionTrue, shalev1.ReasonNoSecondaries), "want NoSecondaries"
+	})
+	if _, err := h.pod(ns, "orders-primary-2"); err != nil {
+		t.Errorf("primary after removing the secondaries: %v", err)
+	}
+
+	// Back to 1 (the primary is available: at once), then delete the
+	// RocksDB: it waits for the secondaries' Deployment, deleted in the
+	// foreground, to be gone.
+	h.updateDB(ns, "orders", func(db *shalev1.RocksDB) { db.Spec.Secondaries.Replicas = 1 })
+	h.waitDeployment(ns, "orders-secondary")
+	h.waitService(ns, "orders-ro")
+	if err := h.c.Delete(h.ctx, h.db(ns, "orders")); err != nil {
+		t.Fatal(err)
+	}
+	var terminating *appsv1.Deployment
+	eventually(t, "Deployment deleted in the foreground", func() (bool, string) {
+		cur, err := h.deployment(ns, "orders-secondary")
+		if err != nil {
+			return false, err.Error()
+		}
+		terminating = cur
+		return cur.DeletionTimestamp != nil && controllerutil.ContainsFinalizer(cur, metav1.FinalizerDeleteDependents), fmt.Sprintf("finalizers %v", cur.Finalizers)
+	})
+	h.waitEvent(ns, "orders", eventWaitingForPods)
+	// The primary is gone; the secondaries hold the deletion.
+	db = h.waitDB(ns, "orders", "waiting for the secondaries alone", func(db *shalev1.RocksDB) (bool, string) {
+		c := db.Condition(shalev1.ConditionReady)
+		return db.Status.Phase == shalev1.PhaseDeleting && c != nil && c.Reason == shalev1.ReasonDeleting &&
+			strings.HasSuffix(c.Message, ": waiting for the secondaries to stop"), "want Deleting, waiting for the secondaries"
+	})
+	if !controllerutil.ContainsFinalizer(db, shalev1.FinalizerStorage) {
+		t.Errorf("the RocksDB let go before its secondaries stopped")
+	}
+	// Play the garbage collector: the ReplicaSets and Pods are gone.
+	patch := client.MergeFrom(terminating.DeepCopy())
+	controllerutil.RemoveFinalizer(terminating, metav1.FinalizerDeleteDependents)
+	if err := h.c.Patch(h.ctx, terminating, patch); err != nil {
+		t.Fatal(err)
+	}
+	h.waitGone(ns, "orders")
+}
+
+func (h *harness) deployment(ns, name string) (*appsv1.Deployment, error) {
+	dep := &appsv1.Deployment{}
+	err := h.c.Get(h.ctx, types.NamespacedName{Namespace: ns, Name: name}, dep)
+	return dep, err
+}
+
+func (h *harness) waitDeployment(ns, name string) *appsv1.Deployment {
+	h.t.Helper()
+	var dep *appsv1.Deployment
+	eventually(h.t, "Deployment "+name, func() (bool, string) {
+		var err error
+		dep, err = h.deployment(ns, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	return dep
+}
+
+func (h *harness) waitService(ns, name string) *corev1.Service {
+	h.t.Helper()
+	svc := &corev1.Service{}
+	eventually(h.t, "Service "+name, func() (bool, string) {
+		if err := h.c.Get(h.ctx, types.NamespacedName{Namespace: ns, Name: name}, svc); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	return svc
+}
+
+func (h *harness) waitGoneObject(obj client.Object, ns, name string) {
+	h.t.Helper()
+	eventually(h.t, fmt.Sprintf("%T %s gone", obj, name), func() (bool, string) {
+		err := h.c.Get(h.ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)
+		if apierrors.IsNotFound(err) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("get: %v", err)
+	})
+}
+
+// setDeploymentStatus plays the Deployment controller: n Pods of the
+// current spec, all ready.
+func (h *harness) setDeploymentStatus(ns, name string, n int32) {
+	h.t.Helper()
+	dep := h.waitDeployment(ns, name)
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+	if err := h.c.Status().Update(h.ctx, dep); err != nil {
+		h.t.Fatalf("updating the status of Deployment %s: %v", name, err)
+	}
+}
+
+// updateDB changes a RocksDB's spec or metadata, retrying on conflicts
+// (the operator writes it too).
+func (h *harness) updateDB(ns, name string, mutate func(*shalev1.RocksDB)) {
+	h.t.Helper()
+	eventually(h.t, "update "+name, func() (bool, string) {
+		db := h.db(ns, name)
+		mutate(db)
+		if err := h.c.Update(h.ctx, db); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
