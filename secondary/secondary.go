@@ -197,10 +197,10 @@ func (s *Server) catchUpLoop() {
 	for {
 		interval := s.cfg.CatchupInterval
 		if s.watching.Load() {
-			// Notifications drive it; polling only backs them up, and
-			// renews the lease (each refresh does) well within its TTL.
-			interval = min(10*interval, s.fs.ReaderTTL()/4)
+			interval *= 10 // notifications drive it; polling backs them up
 		}
+		// Each refresh renews the lease: well within its TTL.
+		interval = min(interval, s.fs.ReaderTTL()/4)
 		s.ep.SetServing(s.fs.ReaderLeaseFresh())
 		timer := time.NewTimer(interval)
 		select {

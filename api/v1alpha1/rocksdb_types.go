@@ -149,8 +149,6 @@ type PrimarySpec struct {
 // object store and the primary's notifications, and serve reads through the
 // Service NAME-ro. They use the primary's image, pull policy, readTimeout
 // and maxKeySize. Unset fields take `shale secondary`'s defaults.
-//
-// +kubebuilder:validation:XValidation:rule="!(has(self.catchupInterval) || has(self.leaseTTL)) || !(has(self.catchupInterval) ? self.catchupInterval : '1s').matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || !(has(self.leaseTTL) ? self.leaseTTL : '30s').matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || duration(has(self.leaseTTL) ? self.leaseTTL : '30s').getMilliseconds() >= 20 * duration(has(self.catchupInterval) ? self.catchupInterval : '1s').getMilliseconds()",message="leaseTTL (default 30s) must be at least 20 times catchupInterval (default 1s): an idle secondary renews its lease only when it catches up, every 10 catchupIntervals while it follows the primary's notifications"
 type SecondariesSpec struct {
 	// Replicas is the number of secondaries (0, the default, runs none
 	// and removes the Deployment and the NAME-ro Service).

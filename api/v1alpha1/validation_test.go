@@ -180,13 +180,6 @@ func TestValidation(t *testing.T) {
 			{"catchup-long", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.CatchupInterval = d("2m") }, "catchupInterval must be a duration from 10ms to 1m"},
 			{"lease-ttl-short", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.LeaseTTL = d("500ms") }, "leaseTTL must be a duration from 1s to 1h"},
 			{"lease-ttl-long", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.LeaseTTL = d("2h") }, "leaseTTL must be a duration from 1s to 1h"},
-			// An idle secondary renews its lease every 10 catch-up
-			// intervals: 5s against the default 30s TTL lets it expire.
-			{"catchup-vs-default-ttl", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.CatchupInterval = d("5s") }, "leaseTTL (default 30s) must be at least 20 times catchupInterval"},
-			{"ttl-vs-default-catchup", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.LeaseTTL = d("10s") }, "must be at least 20 times catchupInterval (default 1s)"},
-			{"ttl-vs-catchup", "", func(s *shalev1.RocksDBSpec) {
-				s.Secondaries.CatchupInterval, s.Secondaries.LeaseTTL = d("100ms"), d("1999ms")
-			}, "must be at least 20 times catchupInterval"},
 		} {
 			o := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: tc.dbName, Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
 			if o.Name == "" {
@@ -210,11 +203,6 @@ func TestValidation(t *testing.T) {
 			u := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: "raw-" + tc.name, Namespace: "default"}}
 			err := c.Patch(ctx, u, client.RawPatch("application/apply-patch+yaml", []byte(raw)), client.FieldOwner("test"), client.ForceOwnership)
 			wantInvalid(t, tc.name, err, tc.msg)
-			// A duration that does not parse is refused by its own rule
-			// only: the rule relating the two fields skips it.
-			if err != nil && strings.Contains(err.Error(), "20 times") {
-				t.Errorf("%s: %v: the cross-field rule evaluated a malformed duration", tc.name, err)
-			}
 		}
 		// Every field at a valid value is accepted.
 		full := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: "full", Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
@@ -233,7 +221,6 @@ func TestValidation(t *testing.T) {
 		sec.Replicas = 16
 		sec.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceEphemeralStorage: q("10Gi")}}
 		sec.CacheSize, sec.BlockCacheSize = ptrQ(q("0")), ptrQ(q("64Mi"))
-		// The smallest TTL the catch-up interval allows: exactly 20 times.
 		sec.CatchupInterval, sec.LeaseTTL = d("500ms"), d("10s")
 		if err := c.Create(ctx, full); err != nil {
 			t.Errorf("a RocksDB with every field valid: %v", err)
