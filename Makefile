@@ -8,7 +8,8 @@ LDFLAGS    := -X github.com/shale-rocks/shale/internal/version.Version=$(VERSION
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 DEV_DATA   ?= $(CURDIR)/.shale-dev
 
-export PATH := $(BIN):$(PATH)
+# Go from its usual install location, for shells whose PATH lacks it.
+export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
 .PHONY: help deps build test stress bench-storage bench-idle dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
