@@ -10,7 +10,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help deps build test stress bench-storage dev generate lint clean
+.PHONY: help deps build test stress bench-storage bench-takeover dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 
 # Kubernetes tooling is built from Go modules into a cache outside the repo
@@ -42,6 +42,9 @@ stress: deps ## long fencing race: STRESS_ROUNDS rounds of takeover under concur
 
 bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on MinIO (NUM keys, default 1M)
 	hack/bench-storage.sh
+
+bench-takeover: deps ## takeover time to serve on MinIO after many SSTs, WAL segments, takeovers (TAKEOVER_SST, _SEGMENTS, _ROUNDS)
+	hack/bench-takeover.sh
 
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
 	$(BIN)/shale dev --data $(DEV_DATA)
