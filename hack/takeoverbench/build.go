@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
@@ -133,14 +134,14 @@ func (h *logCounter) WithGroup(name string) slog.Handler {
 }
 
 // openOwner takes the database over as the next epoch, as a primary does.
-func openOwner(storeURL, cache string, lease, grace time.Duration, log *logCounter) (*shalefs.FS, *engine.DB, error) {
+func openOwner(storeURL, cache string, lease, grace time.Duration, log *logCounter, observe func(shalefs.Request)) (*shalefs.FS, *engine.DB, error) {
 	store, err := objstore.Open(storeURL)
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	fs, err := shalefs.Open(ctx, shalefs.Config{Store: store, CacheDir: cache, Lease: lease, DeleteGrace: grace, Owner: fmt.Sprintf("takeoverbench builder pid %d", os.Getpid()), Logger: slog.New(log)})
+	fs, err := shalefs.Open(ctx, shalefs.Config{Store: store, CacheDir: cache, Lease: lease, DeleteGrace: grace, Owner: fmt.Sprintf("takeoverbench builder pid %d", os.Getpid()), Logger: slog.New(log), Observe: observe})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -164,7 +165,15 @@ func openOwner(storeURL, cache string, lease, grace time.Duration, log *logCount
 func runChild(a childArgs) (res childResult, err error) {
 	log := newLogCounter()
 	defer func() { res.Logged = log.n.snapshot() }()
-	fs, db, err := openOwner(a.Store, a.Cache, a.Lease, a.Grace, log)
+	// When this owner last deleted an object: its deferred deletes are
+	// done once none happened for a while.
+	var lastDelete atomic.Int64
+	observe := func(q shalefs.Request) {
+		if q.Op == "delete" {
+			lastDelete.Store(time.Now().UnixNano())
+		}
+	}
+	fs, db, err := openOwner(a.Store, a.Cache, a.Lease, a.Grace, log, observe)
 	if err != nil {
 		return res, err
 	}
@@ -181,7 +190,15 @@ func runChild(a childArgs) (res childResult, err error) {
 		return res, err
 	}
 	if a.Live > 0 {
+		// Stay up while deferred deletes run, so the store holds what a
+		// long-lived database would (within a bound).
 		time.Sleep(a.Live)
+		quiet := max(2*a.Grace, 200*time.Millisecond)
+		for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if time.Since(time.Unix(0, lastDelete.Load())) > quiet {
+				break
+			}
+		}
 	}
 	st, err := db.Stats()
 	if err != nil {

@@ -20,7 +20,12 @@
 // call the new owner makes to the store in that window is counted, and so
 // is every HTTP request the S3 client sends. After the write, sampled keys
 // of every owner are read back and the sequence number checked, so a
-// takeover that lost data fails instead of looking fast.
+// takeover that lost data fails instead of looking fast. A takeover that
+// fails is reported with the time and requests up to the failure.
+//
+// Times are reported as ratios to the baseline's, measured in the same run
+// on -baseline-runs fresh copies at the start and as many at the end (the
+// median of all): a shared machine's load changes during a long run.
 //
 // The bench knows object keys only as opaque strings to count and copy: it
 // runs unchanged whatever layout the FileSystem uses in the store.
@@ -65,6 +70,8 @@ type config struct {
 	timeout     time.Duration
 	jsonPath    string
 	baseRuns    int
+	// Timeouts of the measured owner (0: Shale's defaults).
+	readTimeout, writeTimeout, retryFor time.Duration
 }
 
 func main() {
@@ -80,12 +87,15 @@ func main() {
 	fl.IntVar(&c.rounds, "rounds", 200, "history: past takeovers")
 	fl.IntVar(&c.perSST, "keys-per-sst", 10, "sst: keys per flushed SST file")
 	fl.DurationVar(&c.lease, "lease", 5*time.Second, "read lease of the measured owner (Shale's default)")
-	fl.DurationVar(&c.buildLease, "build-lease", 100*time.Millisecond, "read lease of the owners that build the scenarios")
+	fl.DurationVar(&c.buildLease, "build-lease", 500*time.Millisecond, "read lease of the owners that build the scenarios")
 	fl.DurationVar(&c.grace, "grace", 200*time.Millisecond, "delete grace of the owners that build the scenarios")
 	fl.IntVar(&c.copyWorkers, "copy-workers", 16, "parallel puts when copying a database to the S3 store")
 	fl.DurationVar(&c.timeout, "timeout", 20*time.Minute, "limit of one measured takeover")
 	fl.StringVar(&c.jsonPath, "json", "", "also write one JSON object per scenario to this file")
-	fl.IntVar(&c.baseRuns, "baseline-runs", 3, "takeovers of copies of the baseline database; the median is the reference (the first also warms up)")
+	fl.IntVar(&c.baseRuns, "baseline-runs", 3, "takeovers of fresh copies of the baseline database, at the start and again at the end; the median of all is the reference")
+	fl.DurationVar(&c.readTimeout, "read-timeout", 0, "--read-timeout of the measured owner (0: Shale's default)")
+	fl.DurationVar(&c.writeTimeout, "write-timeout", 0, "--write-timeout of the measured owner: also bounds one attempt of each fetch while RocksDB opens (0: Shale's default)")
+	fl.DurationVar(&c.retryFor, "retry-for", 0, "--retry-for of the measured owner (0: Shale's default)")
 	child.register(fl)
 	flag.Parse()
 	if child.Mode != "" {
@@ -188,24 +198,48 @@ func run(c config) error {
 	}
 	logf("databases are built on file:// under %s, copied to %s with %d parallel puts, and taken over there (empty cache dir, lease %s)", c.work, c.s3, c.copyWorkers, c.lease)
 	var results []*result
+	var base *result
+	var baseDB *prepared
+	var baseRuns []result
 	for _, s := range c.scenarios {
 		desc, _ := describe(c, s)
 		r := &result{Scenario: s, Desc: desc}
 		logf("== %s", desc)
-		if err := scenario(c, exe, r); err != nil {
+		runs := 1
+		if s == "baseline" {
+			runs = max(c.baseRuns, 1)
+		}
+		p, err := prepare(c, exe, r)
+		if err == nil {
+			var done []result
+			done, err = measure(c, p, r, 1, runs)
+			*r = median(done)
+			if s == "baseline" {
+				base, baseDB, baseRuns = r, p, done
+			}
+		}
+		if err != nil {
 			r.Error = err.Error()
 			logf("%s FAILED: %v", s, err)
 		}
 		results = append(results, r)
 	}
-	var base *result
-	for _, r := range results {
-		if r.Scenario == "baseline" && r.Error == "" {
-			base = r
+	if base != nil && base.Error == "" && len(results) > 1 {
+		// The load of a shared machine changes over a long run: take the
+		// baseline again at the end; the reference is the median of all.
+		logf("== %s, again", base.Desc)
+		done, err := measure(c, baseDB, base, len(baseRuns)+1, len(baseRuns))
+		*base = median(append(baseRuns, done...))
+		if err != nil {
+			base.Error = err.Error()
+			logf("baseline FAILED: %v", err)
 		}
 	}
+	if base != nil && len(base.RunsServeMs) > 1 {
+		logf("baseline: time to serve of every run %v ms; the median is the reference", base.RunsServeMs)
+	}
 	for _, r := range results {
-		if base != nil && r.Error == "" && base.ServeMs > 0 {
+		if base != nil && base.Error == "" && r.Error == "" && base.ServeMs > 0 {
 			r.Ratio = r.ServeMs / base.ServeMs
 		}
 		if jsonOut != nil {
@@ -232,15 +266,21 @@ func countFailed(rs []*result) int {
 	return n
 }
 
-// scenario builds, copies and takes over one database (the baseline
-// several times, each time a fresh copy; r becomes the median run).
-func scenario(c config, exe string, r *result) error {
+// prepared is a scenario's database, built on a file:// store.
+type prepared struct {
+	from objstore.Store
+	dir  string
+	b    *built
+}
+
+// prepare builds a scenario's database.
+func prepare(c config, exe string, r *result) (*prepared, error) {
 	dir := filepath.Join(c.work, r.Scenario)
 	if err := os.RemoveAll(dir); err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	src := "file://" + filepath.Join(dir, "store")
 	start := time.Now()
@@ -250,42 +290,48 @@ func scenario(c config, exe string, r *result) error {
 		logf("  builders logged %d x %s", r.BuildLogged[k], k)
 	}
 	if err != nil {
-		return fmt.Errorf("build: %w", err)
+		return nil, fmt.Errorf("build: %w", err)
 	}
 	r.Owners = b.owners
 	r.BuildSec = time.Since(start).Seconds()
 	logf("built in %.1fs: %d owners, the last crashed at sequence %d with %d SST files", r.BuildSec, b.owners, b.last.LastSeq, b.last.SSTFiles)
 	from, err := objstore.Open(src)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	runs := 1
-	if r.Scenario == "baseline" {
-		runs = max(c.baseRuns, 1)
-	}
-	var done []result
-	for i := 1; i <= runs; i++ {
-		ri := *r
+	return &prepared{from: from, dir: dir, b: b}, nil
+}
+
+// measure takes over runs fresh copies of p (numbered from first when
+// there are several) and returns every run; r is a template for them.
+func measure(c config, p *prepared, r *result, first, runs int) ([]result, error) {
+	var out []result
+	for i := first; i < first+runs; i++ {
+		ri := result{Scenario: r.Scenario, Desc: r.Desc, Owners: r.Owners, BuildSec: r.BuildSec, BuildLogged: r.BuildLogged}
 		name := r.Scenario
-		if runs > 1 {
+		if runs > 1 || first > 1 {
 			name = fmt.Sprintf("%s-%d", r.Scenario, i)
 		}
-		if err := copyAndTakeOver(c, from, name, filepath.Join(dir, "cache-"+name), b, &ri); err != nil {
-			*r = ri
-			return err
+		err := copyAndTakeOver(c, p.from, name, filepath.Join(p.dir, "cache-"+name), p.b, &ri)
+		out = append(out, ri)
+		if err != nil {
+			return out, err
 		}
-		done = append(done, ri)
 	}
-	sort.Slice(done, func(i, j int) bool { return done[i].ServeMs < done[j].ServeMs })
-	*r = done[len(done)/2]
-	r.RunsServeMs = nil
-	for _, d := range done {
-		r.RunsServeMs = append(r.RunsServeMs, d.ServeMs)
+	return out, nil
+}
+
+// median returns the run with the median time to serve (the upper one of
+// an even count), with every run's time to serve in RunsServeMs.
+func median(runs []result) result {
+	sorted := append([]result(nil), runs...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ServeMs < sorted[j].ServeMs })
+	m := sorted[len(sorted)/2]
+	m.RunsServeMs = nil
+	for _, r := range runs {
+		m.RunsServeMs = append(m.RunsServeMs, r.ServeMs)
 	}
-	if runs > 1 {
-		logf("%s: time to serve of %d runs %v ms; the median is the reference", r.Scenario, runs, r.RunsServeMs)
-	}
-	return nil
+	return m
 }
 
 // copyAndTakeOver copies the built database to the S3 store under name and
@@ -472,8 +518,9 @@ func copyAll(ctx context.Context, from, to objstore.Store, workers int) (int, in
 	return len(objs), total.Load(), firstErr
 }
 
-// takeover measures one more owner taking the database at url over.
-func takeover(c config, url, cache string, b *built, r *result) error {
+// takeover measures one more owner taking the database at url over. A
+// failed takeover still reports how long it ran and what it requested.
+func takeover(c config, url, cache string, b *built, r *result) (err error) {
 	tr := &countingTransport{}
 	s3, err := openS3(url, tr)
 	if err != nil {
@@ -488,46 +535,74 @@ func takeover(c config, url, cache string, b *built, r *result) error {
 	store.reset()
 	tr.reqs.snapshot()
 
+	var fs *shalefs.FS
+	var fsDone, dbDone time.Time
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	t0 := time.Now()
-	fs, err := shalefs.Open(ctx, shalefs.Config{Store: store, CacheDir: cache, Lease: c.lease, Owner: "takeoverbench measured owner", Logger: slog.New(log), Observe: observe})
-	if err != nil {
-		return fmt.Errorf("takeover after %.0f ms: %w", msSince(t0), err)
+	// measured records the window [t0, now): times by phase and requests.
+	measured := func() {
+		end := time.Now()
+		r.Calls, r.HTTP, r.Observed, r.TakeoverLogged = store.calls.snapshot(), tr.reqs.snapshot(), observed.snapshot(), log.n.snapshot()
+		r.PutBytes, r.GetBytes = store.putBytes.Load(), store.getBytes.Load()
+		var wait time.Duration
+		if fs != nil {
+			wait = fs.LeaseWaited()
+			r.Epoch = fs.Epoch()
+		}
+		r.LeaseWaitMs = ms(wait)
+		r.TotalMs = ms(end.Sub(t0))
+		r.ServeMs = ms(end.Sub(t0) - wait)
+		switch {
+		case fsDone.IsZero():
+			r.FSOpenMs = ms(end.Sub(t0) - wait)
+		case dbDone.IsZero():
+			r.FSOpenMs, r.EngineMs = ms(fsDone.Sub(t0)-wait), ms(end.Sub(fsDone))
+		default:
+			r.FSOpenMs, r.EngineMs, r.FirstPutMs = ms(fsDone.Sub(t0)-wait), ms(dbDone.Sub(fsDone)), ms(end.Sub(dbDone))
+		}
+		verb := "took over in"
+		if err != nil {
+			verb = "FAILED after"
+		}
+		logf("%s %.0f ms (+ %.0f ms lease wait): FileSystem %.0f ms, RocksDB open %.0f ms, first synced write %.0f ms", verb, r.ServeMs, r.LeaseWaitMs, r.FSOpenMs, r.EngineMs, r.FirstPutMs)
+		for _, k := range sortedKeys(r.Observed) {
+			logf("  requests %-40s %d", k, r.Observed[k])
+		}
+		for _, k := range sortedKeys(r.TakeoverLogged) {
+			logf("  logged %d x %s", r.TakeoverLogged[k], k)
+		}
 	}
-	fsDone := time.Now()
+
+	fs, err = shalefs.Open(ctx, shalefs.Config{Store: store, CacheDir: cache, Lease: c.lease,
+		ReadTimeout: c.readTimeout, WriteTimeout: c.writeTimeout, RetryFor: c.retryFor,
+		Owner: "takeoverbench measured owner", Logger: slog.New(log), Observe: observe})
+	if err != nil {
+		fs = nil
+		err = fmt.Errorf("takeover: %w", err)
+		measured()
+		return err
+	}
+	fsDone = time.Now()
 	o := engine.DefaultOptions()
 	o.FileSystem = fs
 	db, err := engine.Open(cache, o)
 	if err != nil {
+		err = fmt.Errorf("open RocksDB: %w", err)
+		measured()
 		fs.Stop()
-		return fmt.Errorf("open RocksDB after %.0f ms: %w", msSince(t0), err)
+		return err
 	}
 	fs.Serving()
-	dbDone := time.Now()
+	dbDone = time.Now()
 	probe := "takeover-probe"
-	if err := db.Put([]byte(probe), value(probe), true); err != nil {
+	if err = db.Put([]byte(probe), value(probe), true); err != nil {
+		err = fmt.Errorf("first synced write: %w", err)
+	}
+	measured()
+	if err != nil {
 		db.Close()
 		fs.Stop()
-		return fmt.Errorf("first synced write: %w", err)
-	}
-	end := time.Now()
-
-	r.Calls, r.HTTP, r.Observed, r.TakeoverLogged = store.calls.snapshot(), tr.reqs.snapshot(), observed.snapshot(), log.n.snapshot()
-	r.PutBytes, r.GetBytes = store.putBytes.Load(), store.getBytes.Load()
-	wait := fs.LeaseWaited()
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	r.LeaseWaitMs = ms(wait)
-	r.TotalMs = ms(end.Sub(t0))
-	r.ServeMs = ms(end.Sub(t0) - wait)
-	r.FSOpenMs = ms(fsDone.Sub(t0) - wait)
-	r.EngineMs = ms(dbDone.Sub(fsDone))
-	r.FirstPutMs = ms(end.Sub(dbDone))
-	r.Epoch = fs.Epoch()
-	logf("took over in %.0f ms (+ %.0f ms lease wait): FileSystem %.0f ms, RocksDB open %.0f ms, first synced write %.0f ms", r.ServeMs, r.LeaseWaitMs, r.FSOpenMs, r.EngineMs, r.FirstPutMs)
-	for _, k := range sortedKeys(r.Observed) {
-		logf("  requests %-40s %d", k, r.Observed[k])
-	}
-	for _, k := range sortedKeys(r.TakeoverLogged) {
-		logf("  logged %d x %s", r.TakeoverLogged[k], k)
+		return err
 	}
 
 	verr := verify(db, fs, b.owners, b.last, b.samples, r)
@@ -550,7 +625,7 @@ func verify(db *engine.DB, fs *shalefs.FS, owners int, last childResult, samples
 	if seq := db.LatestSequence(); seq <= last.LastSeq {
 		return fmt.Errorf("sequence %d after the first write, but the previous owner had acknowledged up to %d: writes were lost", seq, last.LastSeq)
 	}
-	for _, k := range append(samples, "takeover-probe") {
+	for _, k := range append(append([]string(nil), samples...), "takeover-probe") {
 		v, ok, err := db.Get([]byte(k))
 		if err != nil {
 			return fmt.Errorf("read %s: %w", k, err)
@@ -579,17 +654,22 @@ func verify(db *engine.DB, fs *shalefs.FS, owners int, last childResult, samples
 }
 
 func printTable(rs []*result) {
+	var failed []*result
 	fmt.Printf("\nTakeover on MinIO (loopback) of databases built on file:// and copied; time to serve = shalefs.Open + RocksDB open + first synced write, minus the lease wait\n")
 	fmt.Printf("%-28s %8s %9s %10s %7s %9s | %8s %8s %8s | %6s %7s %6s %6s %6s %7s\n",
 		"scenario", "objects", "MiB", "serve ms", "ratio", "lease ms", "fs ms", "rocks ms", "put ms", "put", "get", "list", "delete", "other", "http")
 	for _, r := range rs {
-		if r.Error != "" {
-			fmt.Printf("%-28s %8d %9.1f FAILED: %s\n", r.Desc, r.Objects, float64(r.Bytes)/(1<<20), r.Error)
-			continue
-		}
 		ratio := "-"
 		if r.Ratio > 0 {
 			ratio = fmt.Sprintf("%.2f", r.Ratio)
+		}
+		if r.Error != "" {
+			if r.TotalMs == 0 {
+				fmt.Printf("%-28s %8d %9.1f FAILED: %s\n", r.Desc, r.Objects, float64(r.Bytes)/(1<<20), r.Error)
+				continue
+			}
+			ratio = "FAILED"
+			failed = append(failed, r)
 		}
 		c := r.Calls
 		fmt.Printf("%-28s %8d %9.1f %10.0f %7s %9.0f | %8.0f %8.0f %8.0f | %6d %7d %6d %6d %6d %7d\n",
@@ -597,4 +677,7 @@ func printTable(rs []*result) {
 			c["put"], c["get"], c["list"]+c["listdir"], c["delete"]+c["deletemany"], c["stat"]+c["copy"], r.httpTotal())
 	}
 	fmt.Println("(put/get/list/delete/other: store calls during the takeover, list = List+ListDir, other = Stat+Copy; http: HTTP requests, a listing is one per 1000 keys)")
+	for _, r := range failed {
+		fmt.Printf("%s: FAILED after %.0f ms (times are up to the failure): %s\n", r.Scenario, r.ServeMs, r.Error)
+	}
 }
