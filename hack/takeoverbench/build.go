@@ -69,6 +69,7 @@ type childResult struct {
 	LastSeq  uint64   `json:"lastSeq"`  // sequence of its last acknowledged write
 	SSTFiles uint64   `json:"sstFiles"` // live SST files when it stopped
 	Flushes  int      `json:"flushes,omitempty"`
+	Deletes  int64    `json:"deletes"` // objects it deleted (deferred deletes)
 	Samples  []string `json:"samples"` // keys it wrote (values follow from keys)
 	// Warnings and errors it logged, by message.
 	Logged map[string]int64 `json:"logged,omitempty"`
@@ -167,10 +168,11 @@ func runChild(a childArgs) (res childResult, err error) {
 	defer func() { res.Logged = log.n.snapshot() }()
 	// When this owner last deleted an object: its deferred deletes are
 	// done once none happened for a while.
-	var lastDelete atomic.Int64
+	var lastDelete, deletes atomic.Int64
 	observe := func(q shalefs.Request) {
 		if q.Op == "delete" {
 			lastDelete.Store(time.Now().UnixNano())
+			deletes.Add(1)
 		}
 	}
 	fs, db, err := openOwner(a.Store, a.Cache, a.Lease, a.Grace, log, observe)
@@ -191,15 +193,26 @@ func runChild(a childArgs) (res childResult, err error) {
 	}
 	if a.Live > 0 {
 		// Stay up while deferred deletes run, so the store holds what a
-		// long-lived database would (within a bound).
+		// long-lived database would. Every owner has some (the MANIFEST
+		// it replaced at open, WALs after a flush), and the first may come
+		// late: the old MANIFEST of a large database is listed before its
+		// segments are deleted. So: wait for a first delete, then until
+		// none happened for a while.
 		time.Sleep(a.Live)
 		quiet := max(2*a.Grace, 200*time.Millisecond)
-		for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if time.Since(time.Unix(0, lastDelete.Load())) > quiet {
+		first := time.Now().Add(30 * time.Second)
+		for limit := time.Now().Add(10 * time.Minute); time.Now().Before(limit); time.Sleep(50 * time.Millisecond) {
+			last := lastDelete.Load()
+			if last == 0 && time.Now().After(first) {
+				fmt.Fprintln(os.Stderr, "#   an owner deleted nothing in 30s; stopping it anyway")
+				break
+			}
+			if last != 0 && time.Since(time.Unix(0, last)) > quiet {
 				break
 			}
 		}
 	}
+	res.Deletes = deletes.Load()
 	st, err := db.Stats()
 	if err != nil {
 		return res, err
