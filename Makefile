@@ -11,7 +11,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 # Go from its usual install location, for shells whose PATH lacks it.
 export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
-.PHONY: help deps build test stress bench-storage bench-idle dev generate lint clean
+.PHONY: help deps build test stress bench-storage bench-idle bench-takeover dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 
 # Kubernetes tooling is built from Go modules into a cache outside the repo
@@ -46,6 +46,9 @@ bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on M
 
 bench-idle: deps build ## object-store requests of an idle primary (IDLE_SECONDS, default 300) and per 1,000 synced writes, priced (docs/cost.md)
 	hack/idle-cost.sh
+
+bench-takeover: deps ## takeover time to serve on MinIO after many SSTs, WAL segments, takeovers (TAKEOVER_SST, _SEGMENTS, _ROUNDS)
+	hack/bench-takeover.sh
 
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
 	$(BIN)/shale dev --data $(DEV_DATA)
