@@ -126,6 +126,13 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	// recovery reads whole, so its size must follow the live files, not
 	// every edit since the database was created.
 	d.opts.SetMaxManifestFileSize(64 << 20)
+	// A finite table cache: with max_open_files = -1 (RocksDB's default)
+	// DB::Open opens every table first, and on the Shale FileSystem each
+	// open of a table not in the cache is a fetch from the store; 10,000
+	// tables made a takeover take tens of seconds. With a finite one RocksDB
+	// opens 16 at open and the rest when first read. (A secondary sets -1
+	// below: RocksDB requires it there.)
+	d.opts.SetMaxOpenFiles(maxOpenFiles)
 	d.bbto = grocksdb.NewDefaultBlockBasedTableOptions()
 	d.cache = grocksdb.NewLRUCache(o.BlockCacheBytes)
 	d.bbto.SetBlockCache(d.cache)
@@ -494,6 +501,11 @@ func (d *DB) LatestSequence() uint64 {
 	defer d.leave()
 	return d.db.GetLatestSequenceNumber()
 }
+
+// maxOpenFiles bounds the table readers RocksDB keeps open (and the file
+// descriptors of cached tables); far above what a primary's working set
+// needs, finite so that opening a database does not open every table.
+const maxOpenFiles = 65536
 
 // TryCatchUp makes a secondary apply what the primary wrote since the last
 // call (new MANIFEST edits and WAL records visible in the directory).
