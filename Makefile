@@ -38,8 +38,8 @@ test: deps envtest-assets ## install dependencies and envtest binaries, then run
 	KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS) go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /internal/shalefs -e /internal/objstore)
 	go test -race $(GO_TEST_FLAGS) $(RACE_PKGS)
 
-stress: deps ## long fencing race on MinIO: STRESS_ROUNDS (2000) takeovers under concurrent synced writes (STRESS_BACKEND=file for file://)
-	SHALE_STRESS_ROUNDS=$${STRESS_ROUNDS:-2000} go test -count=1 -timeout 120m -run "TestFencingRace/$${STRESS_BACKEND:-minio}" -v ./primary/ 2>&1 | grep --line-buffered -vE 'level=|INFO|ERROR this owner'
+stress: deps ## long fencing race on MinIO: STRESS_ROUNDS (1000) takeovers under concurrent synced writes (STRESS_BACKEND=file for file://)
+	SHALE_STRESS_ROUNDS=$${STRESS_ROUNDS:-1000} go test -count=1 -timeout 120m -run "TestFencingRace/$${STRESS_BACKEND:-minio}" -v ./primary/ 2>&1 | grep --line-buffered -vE 'level=|INFO|ERROR this owner'
 
 bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on MinIO (NUM keys, default 1M)
 	hack/bench-storage.sh
