@@ -177,8 +177,6 @@ func (r *result) httpTotal() int64 {
 	return n
 }
 
-func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
-
 func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, "# "+format+"\n", args...) }
 
 func run(c config) error {
