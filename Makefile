@@ -46,19 +46,22 @@ bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on M
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
 	$(BIN)/shale dev --data $(DEV_DATA)
 
-generate: ## regenerate protobuf/gRPC code (committed)
+generate: ## regenerate protobuf/gRPC code, deepcopy, CRDs and RBAC (all committed)
 	protoc --proto_path=. \
 	  --plugin=protoc-gen-go=$(BIN)/protoc-gen-go \
 	  --plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
 	  --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
 	  api/kv/v1/kv.proto
+	$(BIN)/controller-gen object paths=./api/v1alpha1/...
+	$(BIN)/controller-gen crd paths=./api/v1alpha1/... output:crd:dir=config/crd/bases
 
 lint: ## gofmt, go vet, and a check that generated code is up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	$(MAKE) --no-print-directory generate
-	git diff --exit-code -- api/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	git diff --exit-code -- api/ config/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@out=$$(git status --porcelain --untracked-files=all -- api/ config/); if [ -n "$$out" ]; then echo "generated files not committed:"; echo "$$out"; exit 1; fi
 
 docker: ## make sure a dockerd that can run privileged containers is up (installs docker.io)
 	hack/docker.sh

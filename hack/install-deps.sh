@@ -3,7 +3,7 @@
 # Idempotent: a second run only checks. Run as root (or with sudo available).
 #
 #   apt:  RocksDB 7.8.3 headers/library/tools, protoc, compilers, compression libs
-#   Go:   pinned protoc plugins into bin/
+#   Go:   pinned protoc plugins and controller-gen into bin/
 #   MinIO: the pinned server built from its Go module, cached under
 #          ${SHALE_CACHE:-~/.cache/shale} and linked to bin/minio
 set -euo pipefail
@@ -66,6 +66,7 @@ install_tool() { # name module@version
 }
 install_tool protoc-gen-go "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION"
 install_tool protoc-gen-go-grpc "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION"
+install_tool controller-gen "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION"
 
 # --- MinIO (built once per pin; ~4 min on 2 cores the first time) ------------
 minio_cached="$cache/minio/$MINIO_VERSION/minio"

@@ -8,7 +8,10 @@
 package testenv
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +20,8 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -135,4 +140,42 @@ func Start(t testing.TB, opts ...Option) *Env {
 		t.Fatalf("testenv: client: %v", err)
 	}
 	return &Env{Config: cfg, Client: c, Scheme: scheme, env: env}
+}
+
+// Objects decodes the Kubernetes objects in YAML files (several documents
+// per file allowed) with the env's scheme, failing t on any error: a test
+// that applies the repository's samples reads them with it.
+func (e *Env) Objects(t testing.TB, paths ...string) []client.Object {
+	t.Helper()
+	decoder := serializer.NewCodecFactory(e.Scheme).UniversalDeserializer()
+	var objs []client.Object
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+		for i := 0; ; i++ {
+			doc, err := r.Read()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("testenv: %s: document %d: %v", p, i, err)
+			}
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			obj, _, err := decoder.Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("testenv: %s: document %d: %v", p, i, err)
+			}
+			co, ok := obj.(client.Object)
+			if !ok {
+				t.Fatalf("testenv: %s: document %d: %T is not an object", p, i, obj)
+			}
+			objs = append(objs, co)
+		}
+	}
+	return objs
 }

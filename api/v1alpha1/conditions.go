@@ -1,0 +1,47 @@
+package v1alpha1
+
+// Condition types and reasons of ObjectStore and RocksDB status. Reasons
+// are CamelCase words that also name the Events the operator records.
+const (
+	// ConditionReachable (ObjectStore): the store can be listed and honours
+	// create-only writes.
+	ConditionReachable = "Reachable"
+
+	// ConditionReady (RocksDB): the database serves reads and writes.
+	ConditionReady = "Ready"
+	// ConditionPrimaryAvailable (RocksDB): the primary Pod of the current
+	// epoch is ready.
+	ConditionPrimaryAvailable = "PrimaryAvailable"
+	// ConditionFailover (RocksDB): True while a failover is in progress
+	// (from the decision until the new primary is ready).
+	ConditionFailover = "Failover"
+	// ConditionObjectStoreReachable (RocksDB): the ObjectStore's Reachable
+	// condition, copied.
+	ConditionObjectStoreReachable = "ObjectStoreReachable"
+)
+
+// Reasons.
+const (
+	ReasonReachable             = "Reachable"
+	ReasonSecretMissing         = "SecretMissing"
+	ReasonSecretInvalid         = "SecretInvalid"
+	ReasonInvalidConfig         = "InvalidConfig"
+	ReasonListFailed            = "ListFailed"
+	ReasonConditionalWriteFails = "ConditionalWriteFailed"
+	ReasonNoConditionalWrites   = "ConditionalWritesNotHonoured"
+	ReasonColdTierUnreachable   = "ColdTierUnreachable"
+	ReasonNotChecked            = "NotCheckedYet"
+
+	ReasonObjectStoreMissing = "ObjectStoreMissing"
+	ReasonPrimaryReady       = "PrimaryReady"
+	ReasonPrimaryStarting    = "PrimaryStarting"
+	ReasonPrimaryNotReady    = "PrimaryNotReady"
+	ReasonPrimaryGone        = "PrimaryGone"
+	ReasonPrimaryDeleted     = "PrimaryDeleted"
+	ReasonPrimaryFailed      = "PrimaryFailed"
+	ReasonPrimaryExited      = "PrimaryExited"
+	ReasonStartTimeout       = "PrimaryStartTimeout"
+	ReasonFailoverCompleted  = "FailoverCompleted"
+	ReasonNoFailover         = "NoFailover"
+	ReasonDeleting           = "Deleting"
+)

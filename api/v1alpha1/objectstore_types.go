@@ -1,0 +1,149 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ObjectStoreSpec says how to reach an S3-compatible object store and where
+// in it databases live.
+type ObjectStoreSpec struct {
+	// Endpoint is the URL of the S3 API. Its scheme chooses transport
+	// security: http:// talks plain HTTP (no TLS, for a MinIO inside the
+	// cluster), https:// uses TLS verified against the system roots.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#@ ]+/?$')",message="endpoint must be http://HOST[:PORT] (plain HTTP, no TLS) or https://HOST[:PORT] (TLS), with no path, user or query: the bucket goes in hot.bucket"
+	Endpoint string `json:"endpoint"`
+
+	// Region requests are signed for; empty means us-east-1.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-z0-9-]*$`
+	Region string `json:"region,omitempty"`
+
+	// Credentials names a Secret in the ObjectStore's namespace with the
+	// keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Primaries receive
+	// them as environment variables taken from the Secret by the kubelet;
+	// the operator reads them only to check the store and collect garbage.
+	Credentials SecretReference `json:"credentials"`
+
+	// Hot is the bucket and prefix databases live under: each database in
+	// HOT.PREFIX/NAMESPACE/NAME-UID. Immutable, because databases stay
+	// where they were created.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="hot is immutable: databases live under hot.bucket and hot.prefix; create another ObjectStore to use another location"
+	Hot BucketLocation `json:"hot"`
+
+	// Cold is the optional second tier (HDD-class storage) that tiered SST
+	// placement moves cold files to. Today the operator only checks that it
+	// is reachable; primaries do not use it yet.
+	// +optional
+	Cold *ColdTier `json:"cold,omitempty"`
+
+	// StorageClasses are the S3 storage classes primaries write with, per
+	// file type. Empty means the store's default.
+	// +optional
+	StorageClasses StorageClasses `json:"storageClasses,omitempty"`
+}
+
+// SecretReference names a Secret in the same namespace.
+type SecretReference struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// BucketLocation is a bucket and a key prefix in it.
+type BucketLocation struct {
+	// Bucket name (S3 rules: 3 to 63 lower-case letters, digits, '.' and
+	// '-', starting and ending with a letter or digit).
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9][a-z0-9.-]*[a-z0-9]$') && !self.contains('..')",message="bucket must be 3 to 63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit"
+	Bucket string `json:"bucket"`
+
+	// Prefix is a key prefix inside the bucket ("shale/prod"): segments
+	// separated by '/', none empty, '.' or '..', no leading or trailing
+	// '/'. Empty means the bucket's root.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self == '' || (self.matches('^[^/]+(/[^/]+)*$') && !self.split('/').exists(s, s == '.' || s == '..'))",message="prefix must be segments separated by '/' (no leading or trailing '/', no empty, '.' or '..' segments), e.g. shale/prod"
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// ColdTier is a bucket for cold SST files, on the hot tier's endpoint or
+// its own (with the same credentials).
+type ColdTier struct {
+	// Endpoint of the cold tier; empty means the hot tier's endpoint.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^https?://[^/?#@ ]+/?$')",message="cold.endpoint must be http://HOST[:PORT] or https://HOST[:PORT], with no path"
+	Endpoint string `json:"endpoint,omitempty"`
+
+	BucketLocation `json:",inline"`
+}
+
+// StorageClasses are S3 storage classes per file type.
+type StorageClasses struct {
+	// WAL is the class of write-ahead log and MANIFEST segments and other
+	// small files (primary flag --wal-storage-class).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Z][A-Z0-9_]*)?$')",message="storageClasses.wal must be an S3 storage class such as STANDARD or EXPRESS_ONEZONE"
+	WAL string `json:"wal,omitempty"`
+
+	// SST is the class of table files (primary flag --sst-storage-class).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Z][A-Z0-9_]*)?$')",message="storageClasses.sst must be an S3 storage class such as STANDARD or STANDARD_IA"
+	SST string `json:"sst,omitempty"`
+}
+
+// ObjectStoreStatus is what the operator last found out about the store.
+type ObjectStoreStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Reachable is True when the operator could list the
+	// store and the store refused a second create-only write of the same
+	// key (fencing depends on it).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// LastCheckTime is when the store was last checked.
+	// +optional
+	LastCheckTime *metav1.Time `json:"lastCheckTime,omitempty"`
+}
+
+// ObjectStore is an S3-compatible store that databases live in.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=shale
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint`
+// +kubebuilder:printcolumn:name="Bucket",type=string,JSONPath=`.spec.hot.bucket`
+// +kubebuilder:printcolumn:name="Reachable",type=string,JSONPath=`.status.conditions[?(@.type=="Reachable")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ObjectStore struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ObjectStoreSpec   `json:"spec"`
+	Status ObjectStoreStatus `json:"status,omitempty"`
+}
+
+// ObjectStoreList is a list of ObjectStores.
+//
+// +kubebuilder:object:root=true
+type ObjectStoreList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ObjectStore `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ObjectStore{}, &ObjectStoreList{})
+}

@@ -1,0 +1,235 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ReclaimPolicy says what happens to a database's storage directory when
+// its RocksDB object is deleted.
+// +kubebuilder:validation:Enum=Retain;Delete
+type ReclaimPolicy string
+
+const (
+	// ReclaimRetain keeps the directory (the default). The garbage
+	// collector never deletes it either.
+	ReclaimRetain ReclaimPolicy = "Retain"
+	// ReclaimDelete deletes every object in the directory.
+	ReclaimDelete ReclaimPolicy = "Delete"
+)
+
+// RocksDBSpec is the desired state of one database. The primary has its
+// own section; secondaries, compaction and tiering get theirs beside it.
+type RocksDBSpec struct {
+	// ObjectStoreRef names the ObjectStore (in this namespace) the
+	// database lives in. Immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="objectStoreRef is immutable: the database stays in the object store it was created in"
+	ObjectStoreRef ObjectStoreReference `json:"objectStoreRef"`
+
+	// ReclaimPolicy: Retain (default) keeps the storage directory when the
+	// RocksDB is deleted; Delete removes it.
+	// +optional
+	// +kubebuilder:default=Retain
+	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy,omitempty"`
+
+	// Primary configures the read-write server.
+	// +optional
+	// +kubebuilder:default={}
+	Primary PrimarySpec `json:"primary,omitempty"`
+}
+
+// ObjectStoreReference names an ObjectStore in the same namespace.
+type ObjectStoreReference struct {
+	// Name of the ObjectStore.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// PrimarySpec configures the primary Pod and the `shale primary` flags it
+// runs with. Unset fields take `shale primary`'s defaults.
+type PrimarySpec struct {
+	// Image of the shale binary; empty means the operator's default
+	// (its --shale-image flag).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Image string `json:"image,omitempty"`
+
+	// ImagePullPolicy of the primary's container; empty means
+	// IfNotPresent.
+	// +optional
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// Resources of the primary's container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Lease is the read lease (--lease, default 5s): the primary serves
+	// reads only while it confirmed ownership this recently, and a new
+	// owner waits this long before serving.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('100ms') && duration(self) <= duration('10m')",message="lease must be a duration from 100ms to 10m, such as 5s"
+	Lease *metav1.Duration `json:"lease,omitempty"`
+
+	// DeleteGrace is how long deleted files stay in the store
+	// (--delete-grace, default 1h).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="deleteGrace must be a positive duration, such as 30m or 1h"
+	DeleteGrace *metav1.Duration `json:"deleteGrace,omitempty"`
+
+	// ReadTimeout bounds one foreground read from the store
+	// (--read-timeout, default 10s).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="readTimeout must be a positive duration, such as 10s"
+	ReadTimeout *metav1.Duration `json:"readTimeout,omitempty"`
+
+	// WriteTimeout bounds one upload attempt (--write-timeout, default 1m).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="writeTimeout must be a positive duration, such as 1m"
+	WriteTimeout *metav1.Duration `json:"writeTimeout,omitempty"`
+
+	// RetryFor is how long a failed background upload is retried
+	// (--retry-for, default 5m).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="retryFor must be a positive duration, such as 5m"
+	RetryFor *metav1.Duration `json:"retryFor,omitempty"`
+
+	// CacheSize is how many bytes of SST files the local cache keeps
+	// (--cache-size, default 8Gi; 0 means unbounded). The cache is an
+	// emptyDir volume: request ephemeral-storage in resources to match.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && !quantity(string(self)).isLessThan(quantity('0'))",message="cacheSize must be a non-negative size, such as 8Gi"
+	CacheSize *resource.Quantity `json:"cacheSize,omitempty"`
+
+	// BlockCacheSize is RocksDB's block cache (--block-cache-size,
+	// default 256Mi).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && !quantity(string(self)).isLessThan(quantity('0'))",message="blockCacheSize must be a non-negative size, such as 256Mi"
+	BlockCacheSize *resource.Quantity `json:"blockCacheSize,omitempty"`
+
+	// MaxKeySize is the largest key accepted (--max-key-size, default 64Ki).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))",message="maxKeySize must be a positive size, such as 64Ki"
+	MaxKeySize *resource.Quantity `json:"maxKeySize,omitempty"`
+
+	// MaxValueSize is the largest value accepted (--max-value-size,
+	// default 32Mi).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))",message="maxValueSize must be a positive size, such as 32Mi"
+	MaxValueSize *resource.Quantity `json:"maxValueSize,omitempty"`
+
+	// MaxBatchSize is the largest total of keys and values in one Write
+	// (--max-batch-size, default 64Mi).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))",message="maxBatchSize must be a positive size, such as 64Mi"
+	MaxBatchSize *resource.Quantity `json:"maxBatchSize,omitempty"`
+}
+
+// RocksDBPhase is a one-word summary of the database's state.
+type RocksDBPhase string
+
+const (
+	// PhasePending: waiting for something the primary needs (the
+	// ObjectStore, its Secret, a reachable store); conditions say what.
+	PhasePending RocksDBPhase = "Pending"
+	// PhaseStarting: the first primary was created and is not ready yet.
+	PhaseStarting RocksDBPhase = "Starting"
+	// PhaseReady: the primary is ready.
+	PhaseReady RocksDBPhase = "Ready"
+	// PhaseFailingOver: a new primary with a higher epoch replaces a lost
+	// one and is not ready yet.
+	PhaseFailingOver RocksDBPhase = "FailingOver"
+	// PhaseDeleting: the RocksDB is being deleted (its reclaim policy is
+	// being applied).
+	PhaseDeleting RocksDBPhase = "Deleting"
+)
+
+// RocksDBStatus is the observed state of a database.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.storagePath) || (has(self.storagePath) && self.storagePath == oldSelf.storagePath)",message="status.storagePath is immutable once set: the database lives there"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.epoch) || (has(self.epoch) && self.epoch >= oldSelf.epoch)",message="status.epoch never decreases: the store refuses an owner whose epoch is not above every epoch taken"
+type RocksDBStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase summarises the state: Pending, Starting, Ready, FailingOver or
+	// Deleting.
+	// +optional
+	Phase RocksDBPhase `json:"phase,omitempty"`
+
+	// Conditions: Ready, PrimaryAvailable, Failover, ObjectStoreReachable.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Epoch is the highest fencing epoch handed to a primary; the current
+	// primary runs with it. Raised (never lowered) before every new
+	// primary is created.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Epoch int64 `json:"epoch,omitempty"`
+
+	// CurrentPrimary is the name of the primary Pod created for Epoch.
+	// +optional
+	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
+	// StoragePath is the database's directory in the hot tier's bucket:
+	// PREFIX/NAMESPACE/NAME-UID. Set once.
+	// +optional
+	StoragePath string `json:"storagePath,omitempty"`
+
+	// LastFailoverTime is when the last failover was decided.
+	// +optional
+	LastFailoverTime *metav1.Time `json:"lastFailoverTime,omitempty"`
+
+	// Failovers counts the failovers of this database.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Failovers int64 `json:"failovers,omitempty"`
+}
+
+// RocksDB is one database, served by a primary the operator runs and
+// fails over.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rdb,categories=shale
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.epoch`
+// +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="a RocksDB name must be at most 50 lower-case letters, digits and '-', start with a letter and end with a letter or digit (it names the Service NAME-rw and the Pods NAME-primary-EPOCH)"
+type RocksDB struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   RocksDBSpec   `json:"spec"`
+	Status RocksDBStatus `json:"status,omitempty"`
+}
+
+// RocksDBList is a list of RocksDBs.
+//
+// +kubebuilder:object:root=true
+type RocksDBList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RocksDB `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RocksDB{}, &RocksDBList{})
+}

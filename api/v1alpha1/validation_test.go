@@ -1,0 +1,249 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/testenv"
+)
+
+// The CRDs as generated (config/crd/bases) and the samples as shipped
+// (config/samples), against a real kube-apiserver: the CEL rules accept
+// the samples and refuse bad specs with their own messages.
+
+const (
+	crdDir     = "../../config/crd/bases"
+	samplesDir = "../../config/samples/"
+)
+
+func start(t *testing.T) (*testenv.Env, context.Context) {
+	t.Helper()
+	env := testenv.Start(t, testenv.WithCRDDirs(crdDir), testenv.WithScheme(shalev1.AddToScheme))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return env, ctx
+}
+
+func samples(t *testing.T, env *testenv.Env) (*corev1.Secret, *shalev1.ObjectStore, *shalev1.RocksDB) {
+	t.Helper()
+	var (
+		sec *corev1.Secret
+		os  *shalev1.ObjectStore
+		db  *shalev1.RocksDB
+	)
+	for _, o := range env.Objects(t, samplesDir+"objectstore-secret.yaml", samplesDir+"shale_v1alpha1_objectstore.yaml", samplesDir+"shale_v1alpha1_rocksdb.yaml") {
+		switch o := o.(type) {
+		case *corev1.Secret:
+			sec = o
+		case *shalev1.ObjectStore:
+			os = o
+		case *shalev1.RocksDB:
+			db = o
+		}
+	}
+	if sec == nil || os == nil || db == nil {
+		t.Fatalf("samples: want a Secret, an ObjectStore and a RocksDB")
+	}
+	return sec, os, db
+}
+
+// wantInvalid checks that err is the API server's Invalid answer and
+// carries msg.
+func wantInvalid(t *testing.T, what string, err error, msg string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: accepted, want refused with %q", what, msg)
+		return
+	}
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), msg) {
+		t.Errorf("%s: got %v, want Invalid with %q", what, err, msg)
+		return
+	}
+	t.Logf("%s: %v", what, err)
+}
+
+func TestValidation(t *testing.T) {
+	env, ctx := start(t)
+	c := env.Client
+	sec, store, db := samples(t, env)
+	for _, o := range []client.Object{sec, store, db} {
+		o.SetNamespace("default")
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("sample %s %s refused: %v", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
+		}
+	}
+	got := &shalev1.RocksDB{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.ReclaimPolicy != shalev1.ReclaimRetain {
+		t.Errorf("reclaimPolicy = %q, want the sample's Retain", got.Spec.ReclaimPolicy)
+	}
+
+	t.Run("ObjectStoreCreate", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			mutate func(*shalev1.ObjectStoreSpec)
+			msg    string
+		}{
+			{"endpoint-no-scheme", func(s *shalev1.ObjectStoreSpec) { s.Endpoint = "minio:9000" }, "endpoint must be http://HOST[:PORT]"},
+			{"endpoint-path", func(s *shalev1.ObjectStoreSpec) { s.Endpoint = "http://minio:9000/shale" }, "the bucket goes in hot.bucket"},
+			{"endpoint-user", func(s *shalev1.ObjectStoreSpec) { s.Endpoint = "https://key:secret@s3.example.com" }, "endpoint must be"},
+			{"bucket-upper", func(s *shalev1.ObjectStoreSpec) { s.Hot.Bucket = "Shale_Data" }, "bucket must be 3 to 63 lower-case letters"},
+			{"bucket-dots", func(s *shalev1.ObjectStoreSpec) { s.Hot.Bucket = "a..b" }, "bucket must be"},
+			{"prefix-leading-slash", func(s *shalev1.ObjectStoreSpec) { s.Hot.Prefix = "/dbs" }, "prefix must be segments separated by '/'"},
+			{"prefix-dotdot", func(s *shalev1.ObjectStoreSpec) { s.Hot.Prefix = "dbs/../other" }, "prefix must be segments"},
+			{"prefix-empty-segment", func(s *shalev1.ObjectStoreSpec) { s.Hot.Prefix = "dbs//x" }, "prefix must be segments"},
+			{"cold-endpoint", func(s *shalev1.ObjectStoreSpec) {
+				s.Cold = &shalev1.ColdTier{Endpoint: "ftp://cold", BucketLocation: shalev1.BucketLocation{Bucket: "cold"}}
+			}, "cold.endpoint must be"},
+			{"storage-class", func(s *shalev1.ObjectStoreSpec) { s.StorageClasses.SST = "standard-ia" }, "storageClasses.sst must be an S3 storage class"},
+			{"no-credentials", func(s *shalev1.ObjectStoreSpec) { s.Credentials.Name = "" }, "spec.credentials.name"},
+		} {
+			o := &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Name: "bad-" + tc.name, Namespace: "default"}, Spec: *store.Spec.DeepCopy()}
+			tc.mutate(&o.Spec)
+			wantInvalid(t, tc.name, c.Create(ctx, o), tc.msg)
+		}
+	})
+
+	t.Run("ObjectStoreUpdate", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			mutate func(*shalev1.ObjectStoreSpec)
+			msg    string
+		}{
+			{"bucket", func(s *shalev1.ObjectStoreSpec) { s.Hot.Bucket = "elsewhere" }, "hot is immutable"},
+			{"prefix", func(s *shalev1.ObjectStoreSpec) { s.Hot.Prefix = "other" }, "hot is immutable"},
+		} {
+			cur := &shalev1.ObjectStore{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(store), cur); err != nil {
+				t.Fatal(err)
+			}
+			tc.mutate(&cur.Spec)
+			wantInvalid(t, tc.name, c.Update(ctx, cur), tc.msg)
+		}
+		// The endpoint and credentials may change (a moved service, a
+		// rotated key).
+		cur := &shalev1.ObjectStore{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(store), cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.Endpoint = "https://s3.example.com"
+		cur.Spec.Credentials.Name = "rotated"
+		if err := c.Update(ctx, cur); err != nil {
+			t.Errorf("changing endpoint and credentials: %v", err)
+		}
+	})
+
+	t.Run("RocksDBCreate", func(t *testing.T) {
+		q := resource.MustParse
+		d := func(s string) *metav1.Duration {
+			// Durations the Go type cannot hold are sent as raw JSON below.
+			v, err := time.ParseDuration(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &metav1.Duration{Duration: v}
+		}
+		for _, tc := range []struct {
+			name   string
+			dbName string
+			mutate func(*shalev1.RocksDBSpec)
+			msg    string
+		}{
+			{"name-digit", "1orders", nil, "a RocksDB name must be at most 50"},
+			{"name-dot", "orders.v2", nil, "start with a letter"},
+			{"name-long", strings.Repeat("a", 51), nil, "at most 50"},
+			{"lease-zero", "", func(s *shalev1.RocksDBSpec) { s.Primary.Lease = d("0s") }, "lease must be a duration from 100ms to 10m"},
+			{"lease-long", "", func(s *shalev1.RocksDBSpec) { s.Primary.Lease = d("1h") }, "lease must be a duration from 100ms to 10m"},
+			{"delete-grace-negative", "", func(s *shalev1.RocksDBSpec) { s.Primary.DeleteGrace = d("-1h") }, "deleteGrace must be a positive duration"},
+			{"read-timeout-zero", "", func(s *shalev1.RocksDBSpec) { s.Primary.ReadTimeout = d("0s") }, "readTimeout must be a positive duration"},
+			{"cache-negative", "", func(s *shalev1.RocksDBSpec) { v := q("-1Gi"); s.Primary.CacheSize = &v }, "cacheSize must be a non-negative size"},
+			{"max-key-zero", "", func(s *shalev1.RocksDBSpec) { v := q("0"); s.Primary.MaxKeySize = &v }, "maxKeySize must be a positive size"},
+			{"reclaim", "", func(s *shalev1.RocksDBSpec) { s.ReclaimPolicy = "Keep" }, `supported values: "Retain", "Delete"`},
+			{"no-store", "", func(s *shalev1.RocksDBSpec) { s.ObjectStoreRef.Name = "" }, "spec.objectStoreRef.name"},
+		} {
+			o := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: tc.dbName, Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
+			if o.Name == "" {
+				o.Name = "bad-" + tc.name
+			}
+			if tc.mutate != nil {
+				tc.mutate(&o.Spec)
+			}
+			wantInvalid(t, tc.name, c.Create(ctx, o), tc.msg)
+		}
+		// Strings the Go types cannot produce.
+		for _, tc := range []struct{ name, field, value, msg string }{
+			{"lease-no-unit", "lease", `"5"`, "lease must be a duration"},
+			{"lease-word", "lease", `"soon"`, "lease must be a duration"},
+			{"cache-word", "cacheSize", `"lots"`, "cacheSize"},
+		} {
+			raw := `{"apiVersion":"shale.rocks/v1alpha1","kind":"RocksDB","metadata":{"name":"raw-` + tc.name + `","namespace":"default"},` +
+				`"spec":{"objectStoreRef":{"name":"minio"},"primary":{"` + tc.field + `":` + tc.value + `}}}`
+			u := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: "raw-" + tc.name, Namespace: "default"}}
+			err := c.Patch(ctx, u, client.RawPatch("application/apply-patch+yaml", []byte(raw)), client.FieldOwner("test"), client.ForceOwnership)
+			wantInvalid(t, tc.name, err, tc.msg)
+		}
+		// Every field at a valid value is accepted.
+		full := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: "full", Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
+		p := &full.Spec.Primary
+		p.Image, p.ImagePullPolicy = "shale.local/shale:dev", corev1.PullNever
+		p.Lease, p.DeleteGrace, p.ReadTimeout, p.WriteTimeout, p.RetryFor = d("1.5s"), d("30m"), d("10s"), d("1m"), d("5m")
+		for _, f := range []struct {
+			p **resource.Quantity
+			v string
+		}{{&p.CacheSize, "0"}, {&p.BlockCacheSize, "64Mi"}, {&p.MaxKeySize, "1Ki"}, {&p.MaxValueSize, "1M"}, {&p.MaxBatchSize, "2Mi"}} {
+			v := q(f.v)
+			*f.p = &v
+		}
+		full.Spec.ReclaimPolicy = shalev1.ReclaimDelete
+		if err := c.Create(ctx, full); err != nil {
+			t.Errorf("a RocksDB with every field valid: %v", err)
+		}
+	})
+
+	t.Run("RocksDBUpdate", func(t *testing.T) {
+		cur := &shalev1.RocksDB{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(db), cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.ObjectStoreRef.Name = "another"
+		wantInvalid(t, "objectStoreRef", c.Update(ctx, cur), "objectStoreRef is immutable")
+
+		// The reclaim policy may change.
+		if err := c.Get(ctx, client.ObjectKeyFromObject(db), cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.ReclaimPolicy = shalev1.ReclaimDelete
+		if err := c.Update(ctx, cur); err != nil {
+			t.Errorf("changing reclaimPolicy: %v", err)
+		}
+
+		// Status: the storage path is set once, the epoch never goes down.
+		cur.Status.StoragePath = "dbs/default/orders-" + string(cur.UID)
+		cur.Status.Epoch = 3
+		if err := c.Status().Update(ctx, cur); err != nil {
+			t.Fatalf("first status: %v", err)
+		}
+		moved := cur.DeepCopy()
+		moved.Status.StoragePath = "dbs/default/elsewhere"
+		wantInvalid(t, "storagePath", c.Status().Update(ctx, moved), "status.storagePath is immutable once set")
+		lower := cur.DeepCopy()
+		lower.Status.Epoch = 2
+		wantInvalid(t, "epoch", c.Status().Update(ctx, lower), "status.epoch never decreases")
+		higher := cur.DeepCopy()
+		higher.Status.Epoch = 4
+		if err := c.Status().Update(ctx, higher); err != nil {
+			t.Errorf("raising the epoch: %v", err)
+		}
+	})
+}

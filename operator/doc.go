@@ -1,0 +1,20 @@
+// Package operator is Shale's Kubernetes operator: controllers for
+// ObjectStore (is the store reachable and does it honour conditional
+// writes) and RocksDB (storage path, primary Pod, Service, failover by
+// epoch, reclaim policy), and a garbage collector of orphaned database
+// directories. docs/operator.md describes the design and its safety
+// arguments.
+//
+// One file per concern: rocksdb_controller.go (the reconcile loop),
+// primary.go (creating and watching the primary), failover.go (the pure
+// decisions: when to fail over, which epoch), primary_pod.go (the Pod),
+// service.go, finalizer.go (reclaim policy), objectstore_controller.go,
+// probe.go (the reachability check), gc.go (the pure orphan rule),
+// gc_runner.go (the periodic pass), layout.go (where things live in the
+// bucket), owner_record.go, stores.go (store clients from ObjectStores and
+// their Secrets), status.go (the one status-patch helper), events.go,
+// metrics.go, setup.go.
+//
+// The operator is pure Go (CGO_ENABLED=0): it uses internal/objstore, never
+// the storage engine.
+package operator

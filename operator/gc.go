@@ -1,0 +1,93 @@
+package operator
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+)
+
+// The orphan rule of the garbage collector (paper §6.4), a pure function.
+// The runner (gc_runner.go) gathers its inputs in an order that matters;
+// docs/operator.md has the argument.
+
+// dirObservation is what one GC pass found about one database directory
+// (NAMESPACE/NAME-UID/) or, when the directory is empty, its owner record.
+type dirObservation struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+	// Objects and Bytes count the directory's objects.
+	Objects int
+	Bytes   int64
+	// Newest is the latest modification time among the directory's
+	// objects and its owner record.
+	Newest time.Time
+	// Record is the owner record, nil if there is none; RecordErr is set
+	// when it exists but cannot be read or parsed.
+	Record    *ownerRecord
+	RecordErr error
+}
+
+// verdict is the GC's judgement of a directory.
+type verdict int
+
+const (
+	// keepLive: a RocksDB object with the directory's UID exists.
+	keepLive verdict = iota
+	// keepUnclaimed: no readable owner record from this cluster with this
+	// UID: the operator did not create it, or cannot prove it did.
+	keepUnclaimed
+	// keepRetained: its RocksDB said reclaimPolicy Retain.
+	keepRetained
+	// keepYoung: something in it changed within the grace period.
+	keepYoung
+	// orphan: delete it.
+	orphan
+)
+
+func (v verdict) String() string {
+	return [...]string{"live", "unclaimed", "retained", "young", "orphan"}[v]
+}
+
+// classifyDir decides whether a directory is an orphan. live holds the UIDs
+// of every RocksDB in the cluster, read from the API server (not a cache)
+// after the directory was listed; cluster is this cluster's ID.
+//
+// A directory is an orphan only if all of these hold:
+//
+//  1. no live RocksDB has its UID. A RocksDB being deleted is still live:
+//     its finalizer applies the reclaim policy. A directory can only exist
+//     after its RocksDB was created (the operator creates the primary that
+//     writes it after reading the RocksDB), so a list of RocksDBs read
+//     after the directory listing contains every RocksDB whose directory
+//     was listed, unless that RocksDB has since been deleted;
+//  2. its owner record was written by this cluster's operator for this
+//     very UID (so nothing created by hand, by another cluster sharing
+//     the prefix, or mangled, is ever deleted);
+//  3. the record says reclaimPolicy Delete (Retain means keep, even after
+//     the RocksDB is gone);
+//  4. nothing in it, record included, changed for grace (a zombie primary
+//     still writing, or a directory the checks above misjudge for a
+//     reason not thought of, is kept until it has been quiet that long).
+func classifyDir(d dirObservation, live map[types.UID]bool, cluster string, now time.Time, grace time.Duration) (verdict, string) {
+	switch {
+	case live[d.UID]:
+		return keepLive, "a RocksDB with this UID exists"
+	case d.RecordErr != nil:
+		return keepUnclaimed, fmt.Sprintf("its owner record is unreadable: %v", d.RecordErr)
+	case d.Record == nil:
+		return keepUnclaimed, "it has no owner record"
+	case d.Record.Cluster != cluster:
+		return keepUnclaimed, fmt.Sprintf("its owner record names another cluster (%s)", d.Record.Cluster)
+	case d.Record.UID != d.UID || d.Record.Namespace != d.Namespace || d.Record.Name != d.Name:
+		return keepUnclaimed, fmt.Sprintf("its owner record is for %s/%s %s", d.Record.Namespace, d.Record.Name, d.Record.UID)
+	case d.Record.ReclaimPolicy != shalev1.ReclaimDelete:
+		return keepRetained, fmt.Sprintf("its RocksDB had reclaimPolicy %s", d.Record.ReclaimPolicy)
+	case d.Newest.IsZero() || now.Sub(d.Newest) < grace:
+		return keepYoung, fmt.Sprintf("it changed %s ago, less than the grace period %s", now.Sub(d.Newest).Round(time.Second), grace)
+	}
+	return orphan, fmt.Sprintf("no RocksDB has UID %s and nothing changed for %s", d.UID, now.Sub(d.Newest).Round(time.Second))
+}

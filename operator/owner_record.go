@@ -1,0 +1,68 @@
+package operator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
+)
+
+// ownerRecord is the operator's note beside a database directory
+// (NAMESPACE/NAME-UID.owner.json), written before the first primary is
+// created and rewritten when the reclaim policy changes. The garbage
+// collector deletes a directory only if its record says this cluster
+// created it with reclaimPolicy Delete: a directory without one (created
+// by hand, by an older operator, or by another cluster sharing the prefix)
+// is never deleted, and neither is one whose RocksDB said Retain, even
+// after the RocksDB object is gone (deleted, or its finalizer removed by
+// hand).
+type ownerRecord struct {
+	// Cluster is the UID of the kube-system Namespace of the cluster
+	// whose operator wrote the record.
+	Cluster       string                `json:"cluster"`
+	Namespace     string                `json:"namespace"`
+	Name          string                `json:"name"`
+	UID           types.UID             `json:"uid"`
+	ReclaimPolicy shalev1.ReclaimPolicy `json:"reclaimPolicy"`
+	Updated       time.Time             `json:"updated"`
+}
+
+// maxOwnerRecord bounds what is read of a record.
+const maxOwnerRecord = 64 << 10
+
+func putOwnerRecord(ctx context.Context, store objstore.Store, key string, rec ownerRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = store.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{})
+	return err
+}
+
+// readOwnerRecord returns the record at key; nil, nil if there is none.
+func readOwnerRecord(ctx context.Context, store objstore.Store, key string) (*ownerRecord, objstore.ObjectInfo, error) {
+	r, info, err := store.Get(ctx, key, 0, maxOwnerRecord)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, objstore.ObjectInfo{}, nil
+		}
+		return nil, info, err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, info, err
+	}
+	var rec ownerRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, info, fmt.Errorf("owner record %s: %w", key, err)
+	}
+	return &rec, info, nil
+}
