@@ -55,6 +55,7 @@ generate: ## regenerate protobuf/gRPC code, deepcopy, CRDs and RBAC (all committ
 	  api/kv/v1/kv.proto
 	$(BIN)/controller-gen object paths=./api/v1alpha1/...
 	$(BIN)/controller-gen crd paths=./api/v1alpha1/... output:crd:dir=config/crd/bases
+	$(BIN)/controller-gen rbac:roleName=shale-operator paths=./operator/... output:rbac:dir=config/rbac
 
 lint: ## gofmt, go vet, and a check that generated code is up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

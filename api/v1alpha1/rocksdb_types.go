@@ -148,6 +148,9 @@ const (
 	PhaseStarting RocksDBPhase = "Starting"
 	// PhaseReady: the primary is ready.
 	PhaseReady RocksDBPhase = "Ready"
+	// PhaseDegraded: the primary was ready and is not; it is replaced if
+	// it stays so for the operator's failover grace.
+	PhaseDegraded RocksDBPhase = "Degraded"
 	// PhaseFailingOver: a new primary with a higher epoch replaces a lost
 	// one and is not ready yet.
 	PhaseFailingOver RocksDBPhase = "FailingOver"
@@ -165,8 +168,8 @@ type RocksDBStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Phase summarises the state: Pending, Starting, Ready, FailingOver or
-	// Deleting.
+	// Phase summarises the state: Pending, Starting, Ready, Degraded,
+	// FailingOver or Deleting.
 	// +optional
 	Phase RocksDBPhase `json:"phase,omitempty"`
 

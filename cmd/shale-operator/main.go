@@ -1,30 +1,127 @@
 // Command shale-operator is the Kubernetes operator that runs Shale
-// databases. It is a pure-Go binary (CGO_ENABLED=0).
+// databases: it reconciles ObjectStore and RocksDB resources (group
+// shale.rocks), runs each database's primary as a Pod it fails over by
+// epoch, and collects orphaned database directories. It is a pure-Go
+// binary (CGO_ENABLED=0). The kubeconfig comes from --kubeconfig, the
+// KUBECONFIG variable, the in-cluster service account or ~/.kube/config,
+// in that order.
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/version"
+	"github.com/shale-rocks/shale/operator"
 )
 
 func main() {
-	fs := flag.NewFlagSet("shale-operator", flag.ContinueOnError)
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			os.Exit(0)
-		}
-		os.Exit(2)
+	os.Exit(run())
+}
+
+func run() int {
+	opts := operator.DefaultOptions()
+	var (
+		showVersion   bool
+		leaderElect   bool
+		leaderElectNS string
+		metricsAddr   string
+		probeAddr     string
+		defaultImage  = "shale.local/shale:" + version.Version
+		leaseDuration = 15 * time.Second
+		renewDeadline = 10 * time.Second
+		retryPeriod   = 2 * time.Second
+		zapOpts       = zap.Options{}
+	)
+	fs := flag.CommandLine
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	fs.BoolVar(&leaderElect, "leader-elect", false, "elect a leader among operator replicas (a Lease object); only the leader reconciles")
+	fs.StringVar(&leaderElectNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own namespace in a cluster; required outside one)")
+	fs.DurationVar(&leaseDuration, "leader-elect-lease-duration", leaseDuration, "how long a leader's lease lasts without renewal")
+	fs.DurationVar(&renewDeadline, "leader-elect-renew-deadline", renewDeadline, "how long the leader keeps trying to renew before giving up leadership")
+	fs.DurationVar(&retryPeriod, "leader-elect-retry-period", retryPeriod, "how often candidates try to acquire or renew the lease")
+	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (\"0\" turns it off)")
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" turns them off)")
+	fs.StringVar(&opts.ShaleImage, "shale-image", defaultImage, "image of primaries whose RocksDB sets no spec.primary.image")
+	fs.DurationVar(&opts.FailoverGrace, "failover-grace", opts.FailoverGrace, "replace a primary that was ready once it has been not ready this long (a deleted, failed or vanished primary is replaced at once)")
+	fs.DurationVar(&opts.StartupGrace, "startup-grace", opts.StartupGrace, "replace a new primary that has not become ready in this long (must exceed the longest takeover: lease wait plus log replay)")
+	fs.DurationVar(&opts.ObjectStoreCheckInterval, "objectstore-check-interval", opts.ObjectStoreCheckInterval, "how often each ObjectStore is checked (one LIST, two PUTs and a DELETE)")
+	fs.DurationVar(&opts.GCInterval, "gc-interval", opts.GCInterval, "time between garbage-collection passes over each ObjectStore (0: no garbage collection)")
+	fs.DurationVar(&opts.GCGrace, "gc-grace", opts.GCGrace, "delete an orphaned database directory only when nothing in it changed for this long")
+	fs.BoolVar(&opts.GCDryRun, "gc-dry-run", false, "report orphaned database directories (events, metrics, log) without deleting them")
+	zapOpts.BindFlags(fs)
+	// --kubeconfig is registered by controller-runtime's config package.
+	flag.Parse()
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "shale-operator: unexpected arguments %q\n", fs.Args())
+		return 2
 	}
-	if *showVersion {
+	if showVersion {
 		fmt.Printf("shale-operator %s\n", version.Version)
-		return
+		return 0
 	}
-	// The controllers (RocksDB, CompactorPool, GC) arrive with the operator
-	// issue; until then refuse to pretend to manage anything.
-	fmt.Fprintln(os.Stderr, "shale-operator: this build has no controllers yet; run `shale dev` or `shale primary` to serve a database")
-	os.Exit(1)
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, shalev1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			log.Error(err, "building the scheme")
+			return 1
+		}
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		log.Error(err, "no Kubernetes configuration (set --kubeconfig or KUBECONFIG, or run in a cluster)")
+		return 1
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "shale-operator.shale.rocks",
+		LeaderElectionNamespace: leaderElectNS,
+		LeaseDuration:           &leaseDuration,
+		RenewDeadline:           &renewDeadline,
+		RetryPeriod:             &retryPeriod,
+		// The operator exits when it loses leadership; a new process
+		// starts from the API server's state, never from memory.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         operator.CacheOptions(),
+	})
+	if err != nil {
+		log.Error(err, "creating the manager")
+		return 1
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := operator.Setup(ctx, mgr, opts); err != nil {
+		log.Error(err, "setting up the controllers")
+		return 1
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "health check")
+		return 1
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "readiness check")
+		return 1
+	}
+	log.Info("starting", "version", version.Version, "shaleImage", opts.ShaleImage, "failoverGrace", opts.FailoverGrace,
+		"gcInterval", opts.GCInterval, "gcGrace", opts.GCGrace, "gcDryRun", opts.GCDryRun, "leaderElect", leaderElect)
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "manager stopped")
+		return 1
+	}
+	return 0
 }

@@ -128,6 +128,11 @@ func Start(t testing.TB, opts ...Option) *Env {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// Start may fail after starting the processes (a CRD the API
+		// server refuses): stop them rather than leak them.
+		if serr := env.Stop(); serr != nil {
+			t.Logf("testenv: stopping the control plane after a failed start: %v", serr)
+		}
 		t.Fatalf("testenv: starting kube-apiserver and etcd from %s: %v", dir, err)
 	}
 	t.Cleanup(func() {

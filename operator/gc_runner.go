@@ -1,0 +1,296 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
+)
+
+// gcPassTimeout bounds one pass over one ObjectStore.
+const gcPassTimeout = 30 * time.Minute
+
+// gc is the garbage collector of orphaned database directories, a
+// leader-elected Runnable: every interval it passes over each ObjectStore's
+// hot tier. One pass:
+//
+//  1. lists NAMESPACE/ directories, then in each the NAME-UID/
+//     directories and NAME-UID.owner.json records;
+//  2. then, and only then, reads every RocksDB of the cluster from the API
+//     server (a quorum read, never the informer cache): any RocksDB whose
+//     directory was listed in step 1 existed before that listing, so it is
+//     in this read unless it has been deleted since;
+//  3. for each directory or record whose UID is not live, lists the
+//     directory (object count, bytes, newest modification), reads the
+//     record, and applies classifyDir;
+//  4. deletes each orphan (unless dry run): checks once more that no
+//     RocksDB with its name and UID exists, deletes exactly the objects
+//     listed in step 3 (all quiet for the grace period), and the owner
+//     record once the directory is empty.
+type gc struct {
+	apiReader client.Reader
+	recorder  record.EventRecorder
+	stores    *stores
+	clusterID string
+	interval  time.Duration
+	grace     time.Duration
+	dryRun    bool
+	now       func() time.Time
+	log       logr.Logger
+
+	// testHookBeforeDirList runs before a namespace directory is listed.
+	testHookBeforeDirList func(ctx context.Context, namespace string)
+}
+
+// NeedLeaderElection: only the leader collects.
+func (g *gc) NeedLeaderElection() bool { return true }
+
+// Start runs a pass at once and then every interval, until ctx ends.
+func (g *gc) Start(ctx context.Context) error {
+	t := time.NewTicker(g.interval)
+	defer t.Stop()
+	for {
+		g.runOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// runOnce passes over every ObjectStore (once per distinct location).
+func (g *gc) runOnce(ctx context.Context) {
+	var stores shalev1.ObjectStoreList
+	if err := g.apiReader.List(ctx, &stores); err != nil {
+		g.log.Error(err, "listing ObjectStores")
+		return
+	}
+	seen := map[string]bool{}
+	for i := range stores.Items {
+		os := &stores.Items[i]
+		loc := os.Spec.Endpoint + " " + os.Spec.Hot.URL()
+		if seen[loc] || os.DeletionTimestamp != nil {
+			continue
+		}
+		seen[loc] = true
+		if _, err := g.pass(ctx, os); err != nil {
+			g.log.Error(err, "garbage collection", "objectstore", client.ObjectKeyFromObject(os).String())
+		}
+	}
+}
+
+// gcReport is what one pass over one ObjectStore found and did.
+type gcReport struct {
+	// Verdicts, by directory (NAMESPACE/NAME-UID), of everything listed.
+	Verdicts map[string]verdict
+	// Deleted directories, and the bytes their objects held.
+	Deleted []string
+	Bytes   int64
+}
+
+// candidate is a directory or owner record found by the listing.
+type candidate struct {
+	namespace, name string
+	uid             types.UID
+	dir, record     bool
+}
+
+func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, err error) {
+	label := client.ObjectKeyFromObject(os).String()
+	defer func() {
+		result := "ok"
+		if err != nil {
+			result = "error"
+			g.recorder.Eventf(os, corev1.EventTypeWarning, eventGCFailed, "garbage collection of %s: %v", os.Spec.Hot.URL(), err)
+		}
+		gcPasses.WithLabelValues(label, result).Inc()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, gcPassTimeout)
+	defer cancel()
+	hot, err := g.stores.hot(ctx, os)
+	if err != nil {
+		return rep, err
+	}
+
+	// 1. List.
+	cands := map[string]*candidate{}
+	var namespaces []string
+	if err := hot.ListDir(ctx, "", func(o objstore.ObjectInfo) error {
+		if ns, ok := isNamespaceDir(o.Key); ok {
+			namespaces = append(namespaces, ns)
+		}
+		return nil
+	}); err != nil {
+		return rep, fmt.Errorf("listing %s: %w", hot.URL(), err)
+	}
+	for _, ns := range namespaces {
+		if g.testHookBeforeDirList != nil {
+			g.testHookBeforeDirList(ctx, ns)
+		}
+		if err := hot.ListDir(ctx, ns+"/", func(o objstore.ObjectInfo) error {
+			base := path.Base(o.Key)
+			isDir := strings.HasSuffix(o.Key, "/")
+			isRecord := !isDir && strings.HasSuffix(base, ownerRecordSuffix)
+			if isRecord {
+				base = strings.TrimSuffix(base, ownerRecordSuffix)
+			}
+			name, uid, ok := parseDirName(base)
+			if !ok || !isDir && !isRecord {
+				return nil
+			}
+			c := cands[ns+"/"+base]
+			if c == nil {
+				c = &candidate{namespace: ns, name: name, uid: uid}
+				cands[ns+"/"+base] = c
+			}
+			c.dir = c.dir || isDir
+			c.record = c.record || isRecord
+			return nil
+		}); err != nil {
+			return rep, fmt.Errorf("listing %s/%s/: %w", hot.URL(), ns, err)
+		}
+	}
+
+	// 2. Live RocksDBs, read from the API server after the listing.
+	var dbs shalev1.RocksDBList
+	if err := g.apiReader.List(ctx, &dbs); err != nil {
+		return rep, fmt.Errorf("listing RocksDBs: %w", err)
+	}
+	live := make(map[types.UID]bool, len(dbs.Items))
+	for _, db := range dbs.Items {
+		live[db.UID] = true
+	}
+
+	// 3. Judge, 4. delete.
+	rep.Verdicts = make(map[string]verdict, len(cands))
+	keys := make([]string, 0, len(cands))
+	for k := range cands {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	now := g.now()
+	for _, k := range keys {
+		c := cands[k]
+		if live[c.uid] {
+			rep.Verdicts[k] = keepLive
+			continue
+		}
+		obs, objects, err := g.observe(ctx, hot, c)
+		if err != nil {
+			return rep, err
+		}
+		v, why := classifyDir(obs, live, g.clusterID, now, g.grace)
+		rep.Verdicts[k] = v
+		g.log.V(1).Info("directory", "objectstore", label, "dir", k, "verdict", v.String(), "why", why)
+		if v != orphan {
+			continue
+		}
+		gcOrphansFound.WithLabelValues(label).Inc()
+		url := os.Spec.Hot.URL() + "/" + k
+		if g.dryRun {
+			g.recorder.Eventf(os, corev1.EventTypeNormal, eventOrphanFound, "dry run: would delete %s (%d objects, %d bytes): %s", url, obs.Objects, obs.Bytes, why)
+			continue
+		}
+		deleted, err := g.deleteOrphan(ctx, hot, c, objects)
+		if err != nil {
+			g.recorder.Eventf(os, corev1.EventTypeWarning, eventOrphanDeleteFailed, "deleting %s: %v", url, err)
+			return rep, err
+		}
+		if !deleted {
+			continue
+		}
+		rep.Deleted = append(rep.Deleted, k)
+		rep.Bytes += obs.Bytes
+		gcDirsDeleted.WithLabelValues(label).Inc()
+		gcBytesReclaimed.WithLabelValues(label).Add(float64(obs.Bytes))
+		g.recorder.Eventf(os, corev1.EventTypeNormal, eventOrphanDeleted, "deleted %s (%d objects, %d bytes): %s", url, obs.Objects, obs.Bytes, why)
+		g.log.Info("deleted an orphaned database directory", "objectstore", label, "dir", k, "objects", obs.Objects, "bytes", obs.Bytes)
+	}
+	return rep, nil
+}
+
+// observe lists a candidate's directory and reads its owner record.
+func (g *gc) observe(ctx context.Context, hot objstore.Store, c *candidate) (dirObservation, []string, error) {
+	obs := dirObservation{Namespace: c.namespace, Name: c.name, UID: c.uid}
+	dirName := c.name + "-" + string(c.uid)
+	var objects []string
+	if c.dir {
+		if err := hot.List(ctx, dbDirKey(c.namespace, dirName), func(o objstore.ObjectInfo) error {
+			objects = append(objects, o.Key)
+			obs.Objects++
+			obs.Bytes += o.Size
+			if o.ModTime.After(obs.Newest) {
+				obs.Newest = o.ModTime
+			}
+			return nil
+		}); err != nil {
+			return obs, nil, fmt.Errorf("listing %s: %w", dbDirKey(c.namespace, dirName), err)
+		}
+	}
+	if c.record {
+		rec, info, err := readOwnerRecord(ctx, hot, ownerRecordKey(c.namespace, dirName))
+		switch {
+		case err != nil && objstore.IsRetryable(err):
+			return obs, nil, err
+		case err != nil:
+			obs.RecordErr = err
+		default:
+			obs.Record = rec
+		}
+		if info.ModTime.After(obs.Newest) {
+			obs.Newest = info.ModTime
+		}
+	}
+	return obs, objects, nil
+}
+
+// deleteOrphan deletes the objects observed in an orphaned directory, and
+// its owner record once nothing is left. It reports false when it found
+// the directory's RocksDB after all.
+func (g *gc) deleteOrphan(ctx context.Context, hot objstore.Store, c *candidate, objects []string) (bool, error) {
+	var db shalev1.RocksDB
+	err := g.apiReader.Get(ctx, types.NamespacedName{Namespace: c.namespace, Name: c.name}, &db)
+	switch {
+	case err == nil && db.UID == c.uid:
+		return false, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return false, err
+	}
+	for len(objects) > 0 {
+		n := min(len(objects), 1000)
+		if err := hot.DeleteMany(ctx, objects[:n]); err != nil {
+			return false, err
+		}
+		objects = objects[n:]
+	}
+	dirName := c.name + "-" + string(c.uid)
+	left := false
+	if err := hot.List(ctx, dbDirKey(c.namespace, dirName), func(objstore.ObjectInfo) error {
+		left = true
+		return errStopListing
+	}); err != nil && !errors.Is(err, errStopListing) {
+		return false, err
+	}
+	if left {
+		// Written after the listing: the next pass finds it young.
+		return true, nil
+	}
+	if err := hot.Delete(ctx, ownerRecordKey(c.namespace, dirName)); err != nil {
+		return false, err
+	}
+	return true, nil
+}

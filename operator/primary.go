@@ -1,0 +1,346 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+)
+
+// The primary's life cycle. status.epoch is the highest epoch handed out;
+// status.currentPrimary names the Pod created for it once that Pod exists.
+//
+//	epoch 0                         allocate the first epoch, create its Pod
+//	currentPrimary != Pod of epoch  (re)create the Pod of epoch (idempotent:
+//	                                one name per epoch), then record it
+//	otherwise                       watch the Pod; fail over when
+//	                                decideFailover says so
+//
+// A failover raises status.epoch with an optimistic-lock patch that
+// requires the epoch it observed, so of two racing reconciles (or two
+// operators, should leader election ever fail) one bumps and the other
+// finds its precondition gone. Then it creates the new Pod and deletes the
+// old one. Nothing depends on the old Pod stopping: the new primary's epoch
+// fences it in the store.
+
+// reconcilePrimary drives the primary of a database towards running and
+// reports PrimaryAvailable (and Failover when it fails over).
+func (r *rocksDBReconciler) reconcilePrimary(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, rep *report) (ctrl.Result, error) {
+	epoch := db.Status.Epoch
+	switch {
+	case epoch == 0:
+		return r.startFirstPrimary(ctx, db, store, rep)
+	case db.Status.CurrentPrimary != db.PrimaryPodName(epoch):
+		// The cache may predate the status write that recorded the Pod
+		// (which may since have been deleted): creating it again would
+		// start a primary with an epoch already taken. Decide from the
+		// API server's copy.
+		fresh := &shalev1.RocksDB{}
+		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(db), fresh); err != nil {
+			return ctrl.Result{}, err
+		}
+		if fresh.Status.Epoch != epoch || fresh.Status.CurrentPrimary != db.Status.CurrentPrimary {
+			*db = *fresh
+			return r.reconcilePrimary(ctx, db, store, rep)
+		}
+		if store == nil {
+			rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonObjectStoreMissing, "cannot create the primary: its ObjectStore does not exist")
+			return ctrl.Result{}, &refusal{eventObjectStoreMissing, fmt.Sprintf("cannot create the primary of epoch %d: ObjectStore %s does not exist", epoch, db.Spec.ObjectStoreRef.Name)}
+		}
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, "creating the primary Pod "+db.PrimaryPodName(epoch))
+		return ctrl.Result{}, r.createPrimary(ctx, db, store, epoch)
+	}
+
+	pod, err := r.primaryPod(ctx, db, epoch, false)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	now := r.now()
+	d := decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable)), now, r.opts.FailoverGrace, r.opts.StartupGrace)
+	if d.Action == actionFailover {
+		// Never fail over on the cache's word: read the Pod from the API
+		// server and decide again.
+		if pod, err = r.primaryPod(ctx, db, epoch, true); err != nil {
+			return ctrl.Result{}, err
+		}
+		d = decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable)), now, r.opts.FailoverGrace, r.opts.StartupGrace)
+	}
+	switch d.Action {
+	case actionFailover:
+		return r.failover(ctx, db, store, pod, d, rep)
+	case actionWait:
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryNotReady, d.Message)
+		return ctrl.Result{RequeueAfter: d.RecheckAfter}, nil
+	}
+	if d.Reason == shalev1.ReasonPrimaryReady {
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionTrue, shalev1.ReasonPrimaryReady, fmt.Sprintf("primary %s (epoch %d) is ready", pod.Name, epoch))
+		r.deleteStalePrimaries(ctx, db, epoch)
+		return ctrl.Result{}, nil
+	}
+	rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, fmt.Sprintf("primary %s (epoch %d) is starting", pod.Name, epoch))
+	return ctrl.Result{RequeueAfter: d.RecheckAfter}, nil
+}
+
+// primaryPod returns the Pod of an epoch, nil if it does not exist. A Pod
+// missing from the cache is looked up on the API server too (the cache
+// lags the operator's own creates); fresh forces that read.
+func (r *rocksDBReconciler) primaryPod(ctx context.Context, db *shalev1.RocksDB, epoch int64, fresh bool) (*corev1.Pod, error) {
+	key := types.NamespacedName{Namespace: db.Namespace, Name: db.PrimaryPodName(epoch)}
+	pod := &corev1.Pod{}
+	if !fresh {
+		err := r.Get(ctx, key, pod)
+		if err == nil {
+			return pod, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	if err := r.apiReader.Get(ctx, key, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return pod, nil
+}
+
+// startFirstPrimary allocates the first epoch and creates its Pod, once the
+// ObjectStore is known to be reachable and the owner record is written.
+func (r *rocksDBReconciler) startFirstPrimary(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, rep *report) (ctrl.Result, error) {
+	switch {
+	case store == nil:
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonObjectStoreMissing, "waiting for the ObjectStore")
+		return ctrl.Result{}, &refusal{eventObjectStoreMissing, fmt.Sprintf("not starting a primary: ObjectStore %s does not exist", db.Spec.ObjectStoreRef.Name)}
+	case !store.IsReachable() && !objectStoreChecked(store):
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonNotChecked, "waiting for the ObjectStore's first check")
+		return ctrl.Result{}, nil
+	case !store.IsReachable():
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, eventObjectStoreUnreachable, "waiting for the ObjectStore to be reachable")
+		// The ObjectStore's status changes wake this up.
+		return ctrl.Result{}, &refusal{eventObjectStoreUnreachable, fmt.Sprintf("not starting a primary: ObjectStore %s is not reachable (see its Reachable condition)", store.Name)}
+	}
+	if err := r.ensureOwnerRecord(ctx, db, store); err != nil {
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, eventOwnerRecordFailed, err.Error())
+		r.recorder.Event(db, corev1.EventTypeWarning, eventOwnerRecordFailed, err.Error())
+		return ctrl.Result{}, err
+	}
+	highest, known := r.storageEpoch(ctx, db, store)
+	next, err := nextEpoch(0, highest, known)
+	if err != nil {
+		return ctrl.Result{}, &refusal{eventEpochExhausted, err.Error()}
+	}
+	starting := metav1.Condition{Type: shalev1.ConditionPrimaryAvailable, Status: metav1.ConditionFalse, Reason: shalev1.ReasonPrimaryStarting,
+		Message: "creating the primary Pod " + db.PrimaryPodName(next)}
+	err = patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		if cur.Status.Epoch != 0 {
+			return errNoChange
+		}
+		cur.Status.Epoch = next
+		setCondition(cur, starting)
+		return nil
+	})
+	if errors.Is(err, errNoChange) {
+		return ctrl.Result{Requeue: true}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	rep.set(starting.Type, starting.Status, starting.Reason, starting.Message)
+	return ctrl.Result{}, r.createPrimary(ctx, db, store, next)
+}
+
+// createPrimary creates the Pod of an epoch (if it does not exist) and
+// records it as the current primary.
+func (r *rocksDBReconciler) createPrimary(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64) error {
+	if err := r.ensureOwnerRecord(ctx, db, store); err != nil {
+		// Not fatal once the first primary exists: it was written then.
+		log.FromContext(ctx).Error(err, "updating the owner record")
+	}
+	pod := primaryPod(db, store, epoch, r.opts.ShaleImage)
+	if err := controllerutil.SetControllerReference(db, pod, r.Scheme()); err != nil {
+		return err
+	}
+	err := r.Create(ctx, pod)
+	switch {
+	case err == nil:
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventPrimaryCreated, "created primary %s with epoch %d", pod.Name, epoch)
+	case apierrors.IsAlreadyExists(err):
+		existing, gerr := r.primaryPod(ctx, db, epoch, true)
+		if gerr != nil {
+			return gerr
+		}
+		if existing != nil && !metav1.IsControlledBy(existing, db) {
+			return &refusal{"PodConflict", fmt.Sprintf("Pod %s exists and is not owned by this RocksDB; delete it or rename the RocksDB", pod.Name)}
+		}
+	default:
+		return err
+	}
+	return patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		if cur.Status.Epoch != epoch {
+			return errNoChange
+		}
+		cur.Status.CurrentPrimary = pod.Name
+		return nil
+	})
+}
+
+// failover replaces the primary of the observed epoch with one of a higher
+// epoch.
+func (r *rocksDBReconciler) failover(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, old *corev1.Pod, d failoverDecision, rep *report) (ctrl.Result, error) {
+	observed := db.Status.Epoch
+	if store == nil {
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, d.Reason, d.Message)
+		return ctrl.Result{}, &refusal{eventFailoverRefused, fmt.Sprintf("%s, but ObjectStore %s does not exist: cannot start a new primary", d.Message, db.Spec.ObjectStoreRef.Name)}
+	}
+	highest, known := r.storageEpoch(ctx, db, store)
+	next, err := nextEpoch(observed, highest, known)
+	if err != nil {
+		return ctrl.Result{}, &refusal{eventEpochExhausted, err.Error()}
+	}
+	now := r.now()
+	oldName := db.PrimaryPodName(observed)
+	failing := metav1.Condition{Type: shalev1.ConditionFailover, Status: metav1.ConditionTrue, Reason: d.Reason,
+		Message: fmt.Sprintf("%s (%s, epoch %d); replacing it with %s, epoch %d", d.Message, oldName, observed, db.PrimaryPodName(next), next)}
+	starting := metav1.Condition{Type: shalev1.ConditionPrimaryAvailable, Status: metav1.ConditionFalse, Reason: shalev1.ReasonPrimaryStarting,
+		Message: "creating the primary Pod " + db.PrimaryPodName(next)}
+	err = patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		if cur.Status.Epoch != observed || cur.Status.CurrentPrimary != oldName {
+			return errNoChange
+		}
+		cur.Status.Epoch = next
+		cur.Status.Failovers++
+		cur.Status.LastFailoverTime = &metav1.Time{Time: now}
+		setCondition(cur, failing)
+		setCondition(cur, starting)
+		cur.Status.Phase = shalev1.PhaseFailingOver
+		return nil
+	})
+	if errors.Is(err, errNoChange) {
+		// Someone else moved the epoch on; look again.
+		return ctrl.Result{Requeue: true}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	failoversTotal.WithLabelValues(d.Reason).Inc()
+	r.mu.Lock()
+	r.failoverStarted[client.ObjectKeyFromObject(db)] = failoverStart{uid: db.UID, epoch: next, at: now}
+	r.mu.Unlock()
+	r.recorder.Event(db, corev1.EventTypeWarning, eventFailover, failing.Message)
+	log.FromContext(ctx).Info("failover", "reason", d.Reason, "from", observed, "to", next)
+	rep.set(failing.Type, failing.Status, failing.Reason, failing.Message)
+	rep.set(starting.Type, starting.Status, starting.Reason, starting.Message)
+
+	if err := r.createPrimary(ctx, db, store, next); err != nil {
+		return ctrl.Result{}, err
+	}
+	if old != nil && old.DeletionTimestamp == nil {
+		// Best effort: the new epoch fences the old primary whether or not
+		// its Pod goes away.
+		uid := old.UID
+		if err := r.Delete(ctx, old, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			log.FromContext(ctx).Error(err, "deleting the old primary", "pod", old.Name)
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// deleteStalePrimaries deletes the Pods of older epochs once the current
+// primary is ready (Failed ones stay until then, for their logs).
+func (r *rocksDBReconciler) deleteStalePrimaries(ctx context.Context, db *shalev1.RocksDB, epoch int64) {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels{shalev1.LabelRocksDB: db.Name, shalev1.LabelRole: shalev1.RolePrimary}); err != nil {
+		log.FromContext(ctx).Error(err, "listing old primaries")
+		return
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		e, err := strconv.ParseInt(p.Labels[shalev1.LabelEpoch], 10, 64)
+		if err != nil || e >= epoch || p.DeletionTimestamp != nil || !metav1.IsControlledBy(p, db) {
+			continue
+		}
+		uid := p.UID
+		if err := r.Delete(ctx, p, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			log.FromContext(ctx).Error(err, "deleting an old primary", "pod", p.Name)
+		}
+	}
+}
+
+// storageEpoch reads the highest epoch taken in the database's directory;
+// known is false when the store could not be listed.
+func (r *rocksDBReconciler) storageEpoch(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) (uint64, bool) {
+	if db.Status.StoragePath == "" {
+		return 0, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	st, err := r.stores.database(ctx, store, db.Status.StoragePath)
+	if err == nil {
+		var highest uint64
+		if highest, err = highestEpoch(ctx, st); err == nil {
+			return highest, true
+		}
+	}
+	log.FromContext(ctx).Info("cannot read the epochs in storage; choosing from status alone", "error", err.Error())
+	return 0, false
+}
+
+// ensureOwnerRecord writes the database's owner record unless this process
+// already wrote it with the current reclaim policy.
+func (r *rocksDBReconciler) ensureOwnerRecord(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) error {
+	key := client.ObjectKeyFromObject(db)
+	want := recordState{uid: db.UID, policy: db.EffectiveReclaimPolicy()}
+	r.mu.Lock()
+	have, ok := r.records[key]
+	r.mu.Unlock()
+	if ok && have == want {
+		return nil
+	}
+	if err := r.writeOwnerRecord(ctx, db, store, want.policy); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.records[key] = want
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *rocksDBReconciler) writeOwnerRecord(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, policy shalev1.ReclaimPolicy) error {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	hot, err := r.stores.hot(ctx, store)
+	if err != nil {
+		return fmt.Errorf("writing the owner record: %w", err)
+	}
+	rec := ownerRecord{Cluster: r.clusterID, Namespace: db.Namespace, Name: db.Name, UID: db.UID, ReclaimPolicy: policy, Updated: r.now().UTC()}
+	if err := putOwnerRecord(ctx, hot, ownerRecordKey(db.Namespace, db.DirName()), rec); err != nil {
+		return fmt.Errorf("writing the owner record: %w", err)
+	}
+	return nil
+}
+
+// setCondition sets a condition with the object's generation.
+func setCondition(db *shalev1.RocksDB, c metav1.Condition) {
+	c.ObservedGeneration = db.Generation
+	meta.SetStatusCondition(&db.Status.Conditions, c)
+}
+
+// objectStoreChecked reports whether the ObjectStore's current spec has
+// been checked.
+func objectStoreChecked(store *shalev1.ObjectStore) bool {
+	c := meta.FindStatusCondition(store.Status.Conditions, shalev1.ConditionReachable)
+	return c != nil && c.ObservedGeneration == store.Generation
+}

@@ -1,0 +1,155 @@
+package operator
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
+)
+
+// Ports and paths of the primary container.
+const (
+	portKV        = 7070
+	portMetrics   = 9090
+	portNameKV    = "grpc"
+	portNameMet   = "metrics"
+	cacheDir      = "/var/cache/shale"
+	containerName = "shale"
+	// terminationGrace: a primary stops gracefully within 10 s (requests
+	// in flight finish) and records a clean release.
+	terminationGrace = 15
+	// runAsUser is the uid of Shale's images.
+	runAsUser = 65532
+)
+
+// primaryPod is the Pod of the primary with an epoch: `shale primary` on
+// the database's directory, started with --epoch so that the store fences
+// every older owner (and refuses this one if a higher epoch was taken).
+//
+// RestartPolicy is Never. If the process exits (crash, OOM kill, fenced),
+// the Pod becomes Failed and the operator fails over with a new epoch. A
+// restarted container would run again with the epoch its first run already
+// claimed in the store, be refused (ErrStaleEpoch), and crash-loop; the
+// epoch must change on every start, and only the operator hands them out.
+//
+// Credentials reach the container as environment variables taken by the
+// kubelet from the ObjectStore's Secret (secretKeyRef): the operator never
+// copies them into the Pod spec, a ConfigMap or a log.
+func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, defaultImage string) *corev1.Pod {
+	p := db.Spec.Primary
+	image := p.Image
+	if image == "" {
+		image = defaultImage
+	}
+	pull := p.ImagePullPolicy
+	if pull == "" {
+		pull = corev1.PullIfNotPresent
+	}
+	args := []string{
+		"primary",
+		"--db", store.DatabaseURL(db.Status.StoragePath),
+		"--epoch", strconv.FormatInt(epoch, 10),
+		"--listen", ":" + strconv.Itoa(portKV),
+		"--metrics-listen", ":" + strconv.Itoa(portMetrics),
+		"--cache-dir", cacheDir,
+	}
+	dur := func(flag string, d *metav1.Duration) {
+		if d != nil {
+			args = append(args, flag, d.Duration.String())
+		}
+	}
+	size := func(flag string, q *resource.Quantity) {
+		if q != nil {
+			args = append(args, flag, strconv.FormatInt(q.Value(), 10))
+		}
+	}
+	size("--cache-size", p.CacheSize)
+	size("--block-cache-size", p.BlockCacheSize)
+	size("--max-key-size", p.MaxKeySize)
+	size("--max-value-size", p.MaxValueSize)
+	size("--max-batch-size", p.MaxBatchSize)
+	dur("--lease", p.Lease)
+	dur("--delete-grace", p.DeleteGrace)
+	dur("--read-timeout", p.ReadTimeout)
+	dur("--write-timeout", p.WriteTimeout)
+	dur("--retry-for", p.RetryFor)
+	if c := store.Spec.StorageClasses.WAL; c != "" {
+		args = append(args, "--wal-storage-class", c)
+	}
+	if c := store.Spec.StorageClasses.SST; c != "" {
+		args = append(args, "--sst-storage-class", c)
+	}
+
+	env := []corev1.EnvVar{
+		{Name: objstore.EnvEndpoint, Value: store.Spec.Endpoint},
+		secretEnv(objstore.EnvAccessKeyID, store.Spec.Credentials.Name, shalev1.SecretKeyAccessKeyID),
+		secretEnv(objstore.EnvSecretAccessKey, store.Spec.Credentials.Name, shalev1.SecretKeySecretAccessKey),
+	}
+	if store.Spec.Region != "" {
+		env = append(env, corev1.EnvVar{Name: objstore.EnvRegion, Value: store.Spec.Region})
+	}
+
+	name := db.PrimaryPodName(epoch)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: db.Namespace,
+			Labels:    db.PrimaryLabels(epoch),
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](terminationGrace),
+			EnableServiceLinks:            ptr.To(false),
+			AutomountServiceAccountToken:  ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](runAsUser),
+				RunAsGroup:     ptr.To[int64](runAsUser),
+				FSGroup:        ptr.To[int64](runAsUser),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            containerName,
+				Image:           image,
+				ImagePullPolicy: pull,
+				Args:            args,
+				Env:             env,
+				Ports: []corev1.ContainerPort{
+					{Name: portNameKV, ContainerPort: portKV, Protocol: corev1.ProtocolTCP},
+					{Name: portNameMet, ContainerPort: portMetrics, Protocol: corev1.ProtocolTCP},
+				},
+				Resources: *p.Resources.DeepCopy(),
+				// SERVING only once the takeover is done and the database
+				// is open.
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:     corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: portKV}},
+					PeriodSeconds:    1,
+					TimeoutSeconds:   1,
+					FailureThreshold: 3,
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "cache", MountPath: cacheDir}},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
+			Volumes: []corev1.Volume{{
+				Name:         "cache",
+				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+			}},
+		},
+	}
+}
+
+func secretEnv(name, secret, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret},
+		Key:                  key,
+	}}}
+}

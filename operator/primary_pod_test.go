@@ -1,0 +1,85 @@
+package operator
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+)
+
+// Every spec.primary field reaches `shale primary` as its flag, in a form
+// the flag parses (sizes as plain bytes, durations as Go durations).
+func TestPrimaryPodFlags(t *testing.T) {
+	q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
+	d := func(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
+	db := &shalev1.RocksDB{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "prod", UID: "0a1b2c3d-0000-4000-8000-00000000abcd"},
+		Spec: shalev1.RocksDBSpec{Primary: shalev1.PrimarySpec{
+			Image: "registry.example/shale:1", ImagePullPolicy: corev1.PullAlways,
+			Lease: d(1500 * time.Millisecond), DeleteGrace: d(30 * time.Minute), ReadTimeout: d(10 * time.Second),
+			WriteTimeout: d(time.Minute), RetryFor: d(5 * time.Minute),
+			CacheSize: q("2Gi"), BlockCacheSize: q("64Mi"), MaxKeySize: q("1Ki"), MaxValueSize: q("1M"), MaxBatchSize: q("2Mi"),
+		}},
+		Status: shalev1.RocksDBStatus{StoragePath: "dbs/prod/orders-0a1b2c3d-0000-4000-8000-00000000abcd"},
+	}
+	store := &shalev1.ObjectStore{Spec: shalev1.ObjectStoreSpec{
+		Endpoint: "https://s3.example.com", Region: "eu-west-1",
+		Credentials:    shalev1.SecretReference{Name: "creds"},
+		Hot:            shalev1.BucketLocation{Bucket: "data", Prefix: "dbs"},
+		StorageClasses: shalev1.StorageClasses{WAL: "EXPRESS_ONEZONE", SST: "STANDARD_IA"},
+	}}
+	pod := primaryPod(db, store, 7, "default:image")
+	c := pod.Spec.Containers[0]
+	args := " " + strings.Join(c.Args, " ") + " "
+	for _, want := range []string{
+		" primary ", " --db s3://data/dbs/prod/orders-0a1b2c3d-0000-4000-8000-00000000abcd ", " --epoch 7 ",
+		" --cache-size 2147483648 ", " --block-cache-size 67108864 ", " --max-key-size 1024 ", " --max-value-size 1000000 ",
+		" --max-batch-size 2097152 ", " --lease 1.5s ", " --delete-grace 30m0s ", " --read-timeout 10s ", " --write-timeout 1m0s ",
+		" --retry-for 5m0s ", " --wal-storage-class EXPRESS_ONEZONE ", " --sst-storage-class STANDARD_IA ",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	if c.Image != "registry.example/shale:1" || c.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("image %s %s", c.Image, c.ImagePullPolicy)
+	}
+	names := []string{}
+	for _, e := range c.Env {
+		names = append(names, e.Name)
+		if e.Name == "AWS_REGION" && e.Value != "eu-west-1" {
+			t.Errorf("AWS_REGION = %q", e.Value)
+		}
+	}
+	for _, want := range []string{"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("env %v lacks %s", names, want)
+		}
+	}
+	if pod.Name != "orders-primary-7" || pod.Labels[shalev1.LabelEpoch] != "7" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("pod %s labels %v restart %s", pod.Name, pod.Labels, pod.Spec.RestartPolicy)
+	}
+
+	// Unset fields are left to shale primary's defaults.
+	bare := primaryPod(&shalev1.RocksDB{ObjectMeta: db.ObjectMeta, Status: db.Status}, &shalev1.ObjectStore{Spec: shalev1.ObjectStoreSpec{
+		Endpoint: "http://minio:9000", Credentials: shalev1.SecretReference{Name: "creds"}, Hot: shalev1.BucketLocation{Bucket: "data"},
+	}}, 1, "default:image")
+	bc := bare.Spec.Containers[0]
+	if got := strings.Join(bc.Args, " "); strings.Contains(got, "--lease") || strings.Contains(got, "--cache-size") || strings.Contains(got, "storage-class") {
+		t.Errorf("bare args %q set flags the spec does not", got)
+	}
+	if bc.Image != "default:image" || bc.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("bare image %s %s", bc.Image, bc.ImagePullPolicy)
+	}
+	for _, e := range bc.Env {
+		if e.Name == "AWS_REGION" {
+			t.Errorf("AWS_REGION set without a region")
+		}
+	}
+}

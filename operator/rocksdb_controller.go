@@ -1,0 +1,316 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+)
+
+// indexObjectStoreRef indexes RocksDBs by the ObjectStore they use.
+const indexObjectStoreRef = "spec.objectStoreRef.name"
+
+// storeTimeout bounds the store requests of one reconcile step.
+const storeTimeout = 30 * time.Second
+
+// rocksDBReconciler runs each RocksDB's primary: storage path, owner
+// record, primary Pod, NAME-rw Service, failover, and the reclaim policy on
+// deletion.
+type rocksDBReconciler struct {
+	client.Client
+	apiReader client.Reader
+	recorder  record.EventRecorder
+	stores    *stores
+	opts      Options
+	clusterID string
+	now       func() time.Time
+
+	mu sync.Mutex
+	// records: the owner record this process last wrote per database.
+	records map[types.NamespacedName]recordState
+	// failoverStarted: when this process decided a database's current
+	// failover (more precise than status.lastFailoverTime's seconds).
+	failoverStarted map[types.NamespacedName]failoverStart
+}
+
+type recordState struct {
+	uid    types.UID
+	policy shalev1.ReclaimPolicy
+}
+
+type failoverStart struct {
+	uid   types.UID
+	epoch int64
+	at    time.Time
+}
+
+// refusal is a step the operator will not take as things are (a missing
+// ObjectStore, a name taken by someone else's object): reported as an
+// Event and a condition, retried when something changes, not with error
+// backoff.
+type refusal struct {
+	reason string
+	msg    string
+}
+
+func (e *refusal) Error() string { return e.msg }
+
+// +kubebuilder:rbac:groups=shale.rocks,resources=rocksdbs,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=shale.rocks,resources=rocksdbs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=shale.rocks,resources=rocksdbs/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &shalev1.RocksDB{}, indexObjectStoreRef, func(o client.Object) []string {
+		return []string{o.(*shalev1.RocksDB).Spec.ObjectStoreRef.Name}
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("rocksdb").
+		For(&shalev1.RocksDB{}).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.Service{}).
+		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
+		Complete(r)
+}
+
+// forObjectStore maps an ObjectStore to the RocksDBs that use it.
+func (r *rocksDBReconciler) forObjectStore(ctx context.Context, o client.Object) []reconcile.Request {
+	var dbs shalev1.RocksDBList
+	if err := r.List(ctx, &dbs, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexObjectStoreRef: o.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "listing the RocksDBs of an ObjectStore", "objectstore", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(dbs.Items))
+	for _, db := range dbs.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&db)})
+	}
+	return reqs
+}
+
+// report collects the conditions a reconcile observed; they are written,
+// with observedGeneration and the phase, on every return path.
+type report struct {
+	conds []metav1.Condition
+	// failoverCompleted is set by the final status write when it ends a
+	// failover.
+	failoverCompleted bool
+}
+
+func (rep *report) set(t string, s metav1.ConditionStatus, reason, msg string) {
+	for i := range rep.conds {
+		if rep.conds[i].Type == t {
+			rep.conds[i] = metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg}
+			return
+		}
+	}
+	rep.conds = append(rep.conds, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg})
+}
+
+func (r *rocksDBReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	db := &shalev1.RocksDB{}
+	if err := r.Get(ctx, req.NamespacedName, db); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if db.DeletionTimestamp != nil {
+		return r.reconcileDelete(ctx, db)
+	}
+	if !controllerutil.ContainsFinalizer(db, shalev1.FinalizerStorage) {
+		patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(db, shalev1.FinalizerStorage)
+		if err := r.Patch(ctx, db, patch); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+
+	generation := db.Generation
+	rep := &report{}
+	res, err := r.reconcileDB(ctx, db, rep)
+	var ref *refusal
+	if errors.As(err, &ref) {
+		r.recorder.Event(db, corev1.EventTypeWarning, ref.reason, ref.msg)
+		err = nil
+	}
+	if serr := r.writeStatus(ctx, db, generation, rep); serr != nil {
+		if apierrors.IsNotFound(serr) {
+			return ctrl.Result{}, nil
+		}
+		if err == nil {
+			err = serr
+		}
+	}
+	return res, err
+}
+
+// reconcileDB does everything but the final status write.
+func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB, rep *report) (ctrl.Result, error) {
+	store, err := r.objectStore(ctx, db, rep)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if store != nil && db.Status.StoragePath == "" {
+		path := db.StoragePathUnder(store.Spec.Hot.Prefix)
+		if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+			if cur.Status.StoragePath == "" {
+				cur.Status.StoragePath = path
+			}
+			return nil
+		}); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	res, err := r.reconcilePrimary(ctx, db, store, rep)
+	if serr := r.ensureService(ctx, db); serr != nil && err == nil {
+		err = serr
+	}
+	if store != nil && db.Status.Epoch > 0 {
+		// Keep the owner record's reclaim policy current (one write per
+		// change, and one per database when the operator starts).
+		if rerr := r.ensureOwnerRecord(ctx, db, store); rerr != nil {
+			r.recorder.Event(db, corev1.EventTypeWarning, eventOwnerRecordFailed, rerr.Error())
+			if err == nil {
+				err = rerr
+			}
+		}
+	}
+	return res, err
+}
+
+// objectStore fetches the RocksDB's ObjectStore and reports whether it is
+// reachable; nil (and a condition) when it does not exist.
+func (r *rocksDBReconciler) objectStore(ctx context.Context, db *shalev1.RocksDB, rep *report) (*shalev1.ObjectStore, error) {
+	store := &shalev1.ObjectStore{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: db.Spec.ObjectStoreRef.Name}, store)
+	if apierrors.IsNotFound(err) {
+		rep.set(shalev1.ConditionObjectStoreReachable, metav1.ConditionFalse, shalev1.ReasonObjectStoreMissing,
+			fmt.Sprintf("ObjectStore %s does not exist in namespace %s", db.Spec.ObjectStoreRef.Name, db.Namespace))
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	c := meta.FindStatusCondition(store.Status.Conditions, shalev1.ConditionReachable)
+	switch {
+	case c == nil || c.ObservedGeneration != store.Generation:
+		rep.set(shalev1.ConditionObjectStoreReachable, metav1.ConditionUnknown, shalev1.ReasonNotChecked,
+			fmt.Sprintf("ObjectStore %s has not been checked yet", store.Name))
+	default:
+		rep.set(shalev1.ConditionObjectStoreReachable, c.Status, c.Reason, c.Message)
+	}
+	return store, nil
+}
+
+// writeStatus writes what the reconcile observed, the phase derived from
+// it, and the generation it reconciled.
+func (r *rocksDBReconciler) writeStatus(ctx context.Context, db *shalev1.RocksDB, generation int64, rep *report) error {
+	err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		rep.failoverCompleted = false
+		wasFailingOver := meta.IsStatusConditionTrue(cur.Status.Conditions, shalev1.ConditionFailover)
+		for _, c := range rep.conds {
+			c.ObservedGeneration = generation
+			meta.SetStatusCondition(&cur.Status.Conditions, c)
+		}
+		st := &cur.Status
+		available := meta.FindStatusCondition(st.Conditions, shalev1.ConditionPrimaryAvailable)
+		if available != nil && available.Status == metav1.ConditionTrue && wasFailingOver {
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+				Type: shalev1.ConditionFailover, Status: metav1.ConditionFalse, Reason: shalev1.ReasonFailoverCompleted,
+				Message:            fmt.Sprintf("the primary of epoch %d is ready", st.Epoch),
+				ObservedGeneration: generation,
+			})
+			rep.failoverCompleted = true
+		}
+		if meta.FindStatusCondition(st.Conditions, shalev1.ConditionFailover) == nil {
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+				Type: shalev1.ConditionFailover, Status: metav1.ConditionFalse, Reason: shalev1.ReasonNoFailover,
+				Message: "no failover has happened", ObservedGeneration: generation,
+			})
+		}
+		ready := metav1.Condition{Type: shalev1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: generation}
+		if available != nil && available.Status == metav1.ConditionTrue {
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, shalev1.ReasonPrimaryReady, fmt.Sprintf("primary %s (epoch %d) serves", st.CurrentPrimary, st.Epoch)
+		} else if available != nil {
+			ready.Reason, ready.Message = available.Reason, available.Message
+		} else {
+			ready.Reason, ready.Message = shalev1.ReasonPrimaryStarting, "no primary yet"
+		}
+		meta.SetStatusCondition(&st.Conditions, ready)
+		st.Phase = phaseOf(st)
+		st.ObservedGeneration = generation
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if rep.failoverCompleted {
+		r.completeFailover(db)
+	}
+	return nil
+}
+
+// phaseOf summarises a status.
+func phaseOf(st *shalev1.RocksDBStatus) shalev1.RocksDBPhase {
+	available := meta.FindStatusCondition(st.Conditions, shalev1.ConditionPrimaryAvailable)
+	switch {
+	case st.Epoch == 0:
+		return shalev1.PhasePending
+	case available != nil && available.Status == metav1.ConditionTrue:
+		return shalev1.PhaseReady
+	case meta.IsStatusConditionTrue(st.Conditions, shalev1.ConditionFailover):
+		return shalev1.PhaseFailingOver
+	case available != nil && available.Reason == shalev1.ReasonPrimaryNotReady:
+		return shalev1.PhaseDegraded
+	}
+	return shalev1.PhaseStarting
+}
+
+// completeFailover records the failover's duration and an Event.
+func (r *rocksDBReconciler) completeFailover(db *shalev1.RocksDB) {
+	key := client.ObjectKeyFromObject(db)
+	r.mu.Lock()
+	start, ok := r.failoverStarted[key]
+	delete(r.failoverStarted, key)
+	r.mu.Unlock()
+	var d time.Duration
+	switch {
+	case ok && start.uid == db.UID && start.epoch == db.Status.Epoch:
+		d = r.now().Sub(start.at)
+	case db.Status.LastFailoverTime != nil:
+		// Decided by an earlier process (the operator restarted).
+		d = r.now().Sub(db.Status.LastFailoverTime.Time)
+	}
+	if d > 0 {
+		failoverDuration.Observe(d.Seconds())
+	}
+	r.recorder.Eventf(db, corev1.EventTypeNormal, eventFailoverCompleted, "primary %s (epoch %d) is ready %s after the failover decision",
+		db.Status.CurrentPrimary, db.Status.Epoch, d.Round(time.Millisecond))
+}
+
+func (r *rocksDBReconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.records, key)
+	delete(r.failoverStarted, key)
+}

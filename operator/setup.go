@@ -1,0 +1,147 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+)
+
+// Options configure the operator (cmd/shale-operator's flags).
+type Options struct {
+	// ShaleImage is the image of primaries whose RocksDB names none.
+	ShaleImage string
+	// FailoverGrace is how long a primary that was ready may be not ready
+	// before it is replaced.
+	FailoverGrace time.Duration
+	// StartupGrace is how long a new primary may take to become ready
+	// before it is replaced.
+	StartupGrace time.Duration
+	// ObjectStoreCheckInterval is how often each ObjectStore is checked.
+	ObjectStoreCheckInterval time.Duration
+	// GCInterval is the time between garbage-collection passes; 0 turns
+	// the collector off.
+	GCInterval time.Duration
+	// GCGrace is how long an orphaned directory must have been quiet
+	// before it is deleted.
+	GCGrace time.Duration
+	// GCDryRun reports orphans without deleting them.
+	GCDryRun bool
+}
+
+// DefaultOptions are the flags' defaults.
+func DefaultOptions() Options {
+	return Options{
+		FailoverGrace:            5 * time.Second,
+		StartupGrace:             10 * time.Minute,
+		ObjectStoreCheckInterval: 5 * time.Minute,
+		GCInterval:               time.Hour,
+		GCGrace:                  24 * time.Hour,
+	}
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.ShaleImage == "":
+		return fmt.Errorf("no image for primaries (--shale-image)")
+	case o.FailoverGrace <= 0:
+		return fmt.Errorf("--failover-grace must be positive")
+	case o.StartupGrace <= 0:
+		return fmt.Errorf("--startup-grace must be positive")
+	case o.ObjectStoreCheckInterval <= 0:
+		return fmt.Errorf("--objectstore-check-interval must be positive")
+	case o.GCInterval < 0:
+		return fmt.Errorf("--gc-interval must not be negative (0 turns the collector off)")
+	case o.GCGrace <= 0:
+		return fmt.Errorf("--gc-grace must be positive")
+	}
+	return nil
+}
+
+// CacheOptions restrict the manager's Pod cache to the Pods the operator
+// manages (so it does not hold every Pod of the cluster in memory).
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{shalev1.LabelAppManagedBy: shalev1.ManagedBy})},
+	}}
+}
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// Setup adds the controllers and the garbage collector to mgr.
+func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	_, err := setup(ctx, mgr, opts)
+	return err
+}
+
+// setup is Setup, returning the collector for tests.
+func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	cluster, err := clusterID(ctx, mgr.GetAPIReader())
+	if err != nil {
+		return nil, err
+	}
+	st := newStores(mgr.GetAPIReader())
+	osr := &objectStoreReconciler{
+		Client:        mgr.GetClient(),
+		apiReader:     mgr.GetAPIReader(),
+		recorder:      mgr.GetEventRecorderFor("shale-operator"),
+		stores:        st,
+		checkInterval: opts.ObjectStoreCheckInterval,
+	}
+	if err := osr.setup(mgr); err != nil {
+		return nil, fmt.Errorf("ObjectStore controller: %w", err)
+	}
+	dbr := &rocksDBReconciler{
+		Client:          mgr.GetClient(),
+		apiReader:       mgr.GetAPIReader(),
+		recorder:        mgr.GetEventRecorderFor("shale-operator"),
+		stores:          st,
+		opts:            opts,
+		clusterID:       cluster,
+		now:             time.Now,
+		records:         make(map[types.NamespacedName]recordState),
+		failoverStarted: make(map[types.NamespacedName]failoverStart),
+	}
+	if err := dbr.setup(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("RocksDB controller: %w", err)
+	}
+	g := &gc{
+		apiReader: mgr.GetAPIReader(),
+		recorder:  mgr.GetEventRecorderFor("shale-operator-gc"),
+		stores:    st,
+		clusterID: cluster,
+		interval:  opts.GCInterval,
+		grace:     opts.GCGrace,
+		dryRun:    opts.GCDryRun,
+		now:       time.Now,
+		log:       ctrl.Log.WithName("gc"),
+	}
+	if opts.GCInterval > 0 {
+		if err := mgr.Add(g); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// clusterID identifies the cluster: the UID of its kube-system Namespace,
+// which lives as long as the cluster.
+func clusterID(ctx context.Context, r client.Reader) (string, error) {
+	var ns corev1.Namespace
+	if err := r.Get(ctx, types.NamespacedName{Name: "kube-system"}, &ns); err != nil {
+		return "", fmt.Errorf("reading the kube-system Namespace (the cluster's identity for owner records): %w", err)
+	}
+	return string(ns.UID), nil
+}
