@@ -32,6 +32,7 @@ func stepUpgrade(t *testing.T, s *suite) {
 	errsBefore := w.errs
 	w.mu.Unlock()
 	oldLeader := s.waitLeader(t)
+	minioBefore := s.minioPod(t)
 
 	start := time.Now()
 	s.helm(t, "upgrade", s.cfg.release, s.chartDir(), "--namespace", s.cfg.namespace, "--reuse-values",
@@ -86,6 +87,11 @@ func stepUpgrade(t *testing.T, s *suite) {
 	case after.Status.Epoch != db.Status.Epoch || after.Status.CurrentPrimary != primary.Name:
 		t.Fatalf("the upgrade failed over: epoch %d -> %d, primary %s -> %s", db.Status.Epoch, after.Status.Epoch, primary.Name, after.Status.CurrentPrimary)
 	}
+	// The demo MinIO kept its generated credentials, so it was not
+	// restarted (its data would be gone with its emptyDir).
+	if m := s.minioPod(t); m.UID != minioBefore.UID || restarts(m) != restarts(minioBefore) {
+		t.Fatalf("the upgrade restarted the demo MinIO (%s -> %s)", minioBefore.Name, m.Name)
+	}
 	w.mu.Lock()
 	errs := w.errs - errsBefore
 	w.mu.Unlock()
@@ -95,6 +101,25 @@ func stepUpgrade(t *testing.T, s *suite) {
 	w.halt()
 	t.Logf("after the upgrade %s is the same Pod (no restart) and served every write: %s", p.Name, w.state())
 	s.verifyLedger(t, addr)
+}
+
+// minioPod is the demo MinIO's running Pod.
+func (s *suite) minioPod(t *testing.T) *corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := s.kube.List(ctx(t, time.Minute), &pods, client.InNamespace(s.cfg.namespace), client.MatchingLabels{"app.kubernetes.io/component": "demo-minio"}); err != nil {
+		t.Fatal(err)
+	}
+	var running []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			running = append(running, p)
+		}
+	}
+	if len(running) != 1 {
+		t.Fatalf("%d running demo MinIO Pods, want 1", len(running))
+	}
+	return &running[0]
 }
 
 func restarts(p *corev1.Pod) int32 {
