@@ -25,8 +25,12 @@ import (
 // built for this run, and garbage collection and failover shortened so that
 // the steps finish in minutes.
 func (s *suite) chartArgs() []string {
+	p := s.cfg.imagePrefix
 	return []string{
 		"--set", "imageTag=" + s.cfg.imageTag,
+		"--set", "operator.image.repository=" + p + "/shale-operator",
+		"--set", "operator.shaleImage.repository=" + p + "/shale",
+		"--set", "demo.minio.image.repository=" + p + "/minio",
 		"--set", "demo.minio.enabled=true",
 		"--set", "operator.gc.interval=5s",
 		"--set", "operator.gc.grace=20s",

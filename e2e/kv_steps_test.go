@@ -76,7 +76,7 @@ func stepKV(t *testing.T, s *suite) {
 // container), then second; it returns the second's output.
 func (s *suite) clientPod(t *testing.T, name string, first, second []string) string {
 	t.Helper()
-	image := "shale.local/shale:" + s.cfg.imageTag
+	image := s.cfg.imagePrefix + "/shale:" + s.cfg.imageTag
 	sc := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptrTo(false),
 		ReadOnlyRootFilesystem:   ptrTo(true),

@@ -37,6 +37,9 @@ type config struct {
 	// upgradeTag is a second, different operator image for the upgrade step.
 	imageTag   string
 	upgradeTag string
+	// imagePrefix is the repository prefix of the images (IMAGE_PREFIX of
+	// hack/images.sh; shale.local unless set).
+	imagePrefix string
 	// namespace holds the release, the demo MinIO and the databases.
 	namespace string
 	release   string
@@ -59,17 +62,18 @@ func loadConfig() (config, error) {
 		return config{}, err
 	}
 	c := config{
-		kubeconfig: os.Getenv("KUBECONFIG"),
-		helm:       os.Getenv("HELM"),
-		kubectl:    os.Getenv("KUBECTL"),
-		docker:     env("DOCKER", "/usr/bin/docker"),
-		node:       env("KIND_CLUSTER", "shale-e2e") + "-control-plane",
-		repo:       filepath.Dir(wd),
-		imageTag:   os.Getenv("E2E_IMAGE_TAG"),
-		upgradeTag: os.Getenv("E2E_UPGRADE_TAG"),
-		namespace:  env("E2E_NAMESPACE", "shale-e2e"),
-		release:    "shale",
-		artifacts:  env("E2E_ARTIFACTS", filepath.Join(os.TempDir(), "shale-e2e-"+time.Now().Format("20060102-150405"))),
+		kubeconfig:  os.Getenv("KUBECONFIG"),
+		helm:        os.Getenv("HELM"),
+		kubectl:     os.Getenv("KUBECTL"),
+		docker:      env("DOCKER", "/usr/bin/docker"),
+		node:        env("KIND_CLUSTER", "shale-e2e") + "-control-plane",
+		repo:        filepath.Dir(wd),
+		imageTag:    os.Getenv("E2E_IMAGE_TAG"),
+		upgradeTag:  os.Getenv("E2E_UPGRADE_TAG"),
+		imagePrefix: env("IMAGE_PREFIX", "shale.local"),
+		namespace:   env("E2E_NAMESPACE", "shale-e2e"),
+		release:     "shale",
+		artifacts:   env("E2E_ARTIFACTS", filepath.Join(os.TempDir(), "shale-e2e-"+time.Now().Format("20060102-150405"))),
 	}
 	for _, f := range strings.Split(os.Getenv("E2E_FOCUS"), ",") {
 		if f = strings.TrimSpace(f); f != "" {

@@ -8,6 +8,8 @@
 #   E2E_KEEP_CLUSTER=1      keep the cluster after a passing run (a failing run
 #                           always keeps it, for a look)
 #   E2E_TIMEOUT=90m         go test -timeout
+#   SHALE_CACHE, IMAGE_PREFIX as for every hack/ script (a separate cache and
+#                           image names: a run from nothing beside your own)
 #
 # Before the suite it builds a second operator image (the same code with
 # another version string, tagged <rev>-e2e-upgrade) for the helm upgrade
@@ -49,7 +51,7 @@ rc=0
 (
   cd "$repo/e2e"
   KUBECONFIG=$kubeconfig HELM=$helm KUBECTL=$kubectl DOCKER=$DOCKER KIND_CLUSTER=$cluster \
-    E2E_IMAGE_TAG=$tag E2E_UPGRADE_TAG=$upgrade_tag \
+    IMAGE_PREFIX=$IMAGE_PREFIX E2E_IMAGE_TAG=$tag E2E_UPGRADE_TAG=$upgrade_tag \
     go test -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-90m}" -v -run '^TestE2E$' .
 ) || rc=$?
 log "suite took $(( $(date +%s) - start ))s"
