@@ -13,15 +13,19 @@ export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
 .PHONY: help deps build test stress bench-storage bench-idle bench-takeover dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
+.PHONY: helm helm-lint chart-sync e2e
 
 # Kubernetes tooling is built from Go modules into a cache outside the repo
 # (hack/k8s-binaries.sh); envtest finds kube-apiserver and etcd here.
 KUBEBUILDER_ASSETS = $(shell hack/envtest-assets.sh --print)
 KIND_CLUSTER ?= shale
 export KIND_CLUSTER
+# make e2e runs on a cluster of its own, so it never touches yours.
+E2E_CLUSTER ?= shale-e2e
+HELM = $(shell hack/k8s-binaries.sh --print helm)
 
 help: ## list targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
 
 deps: ## install every build and test dependency (apt, Go tools, MinIO)
 	hack/install-deps.sh
@@ -34,8 +38,8 @@ build: ## build bin/shale and bin/shale-operator
 # detector; everything else without it, to keep the run short on 2 cores.
 RACE_PKGS = ./internal/shalefs/... ./internal/objstore/...
 
-test: deps envtest-assets ## install dependencies and envtest binaries, then run every test (storage layer with -race)
-	KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS) go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /internal/shalefs -e /internal/objstore)
+test: deps envtest-assets helm-lint ## install dependencies and envtest binaries, check the chart, then run every test (storage layer with -race)
+	KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS) HELM=$(HELM) go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /internal/shalefs -e /internal/objstore)
 	go test -race $(GO_TEST_FLAGS) $(RACE_PKGS)
 
 stress: deps ## long fencing race on MinIO: STRESS_ROUNDS (1000) takeovers under concurrent synced writes (STRESS_BACKEND=file for file://)
@@ -63,13 +67,14 @@ generate: ## regenerate protobuf/gRPC code, deepcopy, CRDs and RBAC (all committ
 	$(BIN)/controller-gen object paths=./api/v1alpha1/...
 	$(BIN)/controller-gen crd paths=./api/v1alpha1/... output:crd:dir=config/crd/bases
 	$(BIN)/controller-gen rbac:roleName=shale-operator paths=./operator/... output:rbac:dir=config/rbac
+	hack/chart.sh sync
 
 lint: ## gofmt, go vet, and a check that generated code is up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	$(MAKE) --no-print-directory generate
-	git diff --exit-code -- api/ config/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
-	@out=$$(git status --porcelain --untracked-files=all -- api/ config/); if [ -n "$$out" ]; then echo "generated files not committed:"; echo "$$out"; exit 1; fi
+	git diff --exit-code -- api/ config/ charts/shale/files/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@out=$$(git status --porcelain --untracked-files=all -- api/ config/ charts/shale/files/); if [ -n "$$out" ]; then echo "generated files not committed:"; echo "$$out"; exit 1; fi
 
 docker: ## make sure a dockerd that can run privileged containers is up (installs docker.io)
 	hack/docker.sh
@@ -98,6 +103,19 @@ kind-down: ## delete the kind cluster KIND_CLUSTER
 
 kind-smoke: kind-node-image images ## create a cluster, run shale and minio pods, check a Service, delete it
 	hack/kind-smoke.sh
+
+helm: ## build helm from its Go module (pinned, cached)
+	hack/chart.sh helm >/dev/null
+
+chart-sync: ## copy the generated CRDs and RBAC rules (config/) into charts/shale/files
+	hack/chart.sh sync
+
+helm-lint: helm ## charts/shale: in sync with config/, helm lint, helm template with its values files and schema
+	hack/chart.sh lint
+
+e2e: ## kind cluster shale-e2e (E2E_CLUSTER) with fresh images, then the end-to-end suite (E2E_FOCUS=label runs a subset); not part of make test
+	$(MAKE) --no-print-directory kind-up KIND_CLUSTER=$(E2E_CLUSTER)
+	KIND_CLUSTER=$(E2E_CLUSTER) hack/e2e.sh
 
 clean: ## remove built binaries (never data: DEV_DATA is kept)
 	rm -rf $(BIN)/shale $(BIN)/shale-operator

@@ -1,0 +1,320 @@
+// Package charts holds the tests of the Helm chart charts/shale: the chart
+// rendered by the pinned helm (HELM, which `make test` sets) and every
+// object it renders created on a real kube-apiserver (envtest), so the API
+// server's own validation judges the manifests. hack/chart.sh lint checks
+// the values schema and that the chart's CRDs and RBAC rules are the
+// generated ones.
+package charts
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/testenv"
+)
+
+const chartDir = "shale"
+
+// render runs helm template and returns the objects it prints.
+func render(t *testing.T, release, namespace string, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	helm := os.Getenv("HELM")
+	if helm == "" {
+		t.Fatal("HELM is not set: run make test (it builds helm), or export HELM=$(hack/chart.sh helm)")
+	}
+	cmd := exec.Command(helm, append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion(t)}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	var objs []*unstructured.Unstructured
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("helm template printed something that is not YAML: %v", err)
+		}
+		// Strict: a key twice in one mapping (easy to get with includes)
+		// is an error, not a silent last-one-wins.
+		j, err := yaml.YAMLToJSONStrict(doc)
+		if err != nil {
+			t.Fatalf("helm template %s: %v in\n%s", strings.Join(args, " "), err, doc)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(j, &m); err != nil {
+			t.Fatal(err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs
+}
+
+// kubeVersion is the Kubernetes version pinned in hack/versions.env (helm
+// built from its module assumes v1.20 otherwise).
+func kubeVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../hack/versions.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "KUBERNETES_VERSION="); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatal("no KUBERNETES_VERSION in hack/versions.env")
+	return ""
+}
+
+func find(objs []*unstructured.Unstructured, kind, nameSuffix string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && strings.HasSuffix(o.GetName(), nameSuffix) {
+			return o
+		}
+	}
+	return nil
+}
+
+func kinds(objs []*unstructured.Unstructured) map[string]int {
+	m := map[string]int{}
+	for _, o := range objs {
+		m[o.GetKind()]++
+	}
+	return m
+}
+
+// TestRenderedObjects checks what the chart renders, without a cluster.
+func TestRenderedObjects(t *testing.T) {
+	def := render(t, "shale", "shale-system")
+	k := kinds(def)
+	for kind, n := range map[string]int{"Deployment": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Service": 1, "CustomResourceDefinition": 2} {
+		if k[kind] != n {
+			t.Errorf("default values: %d %s, want %d (all: %v)", k[kind], kind, n, k)
+		}
+	}
+	for _, kind := range []string{"ServiceMonitor", "PodMonitor", "ConfigMap", "Secret"} {
+		if k[kind] != 0 {
+			t.Errorf("default values render a %s", kind)
+		}
+	}
+
+	// The operator's Deployment: the image of this chart, probes, resources
+	// and a locked-down security context.
+	dep := find(def, "Deployment", "-operator")
+	c, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	ctr := c[0].(map[string]any)
+	if img := ctr["image"].(string); img != "shale.local/shale-operator:0.1.0" || ctr["imagePullPolicy"] != "IfNotPresent" {
+		t.Errorf("operator image %s %s", img, ctr["imagePullPolicy"])
+	}
+	for _, p := range []string{"livenessProbe", "readinessProbe", "startupProbe", "resources"} {
+		if ctr[p] == nil {
+			t.Errorf("operator container has no %s", p)
+		}
+	}
+	sc := ctr["securityContext"].(map[string]any)
+	if sc["readOnlyRootFilesystem"] != true || sc["allowPrivilegeEscalation"] != false {
+		t.Errorf("operator securityContext %v", sc)
+	}
+	psc, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec", "securityContext")
+	if psc["runAsNonRoot"] != true {
+		t.Errorf("operator Pod securityContext %v", psc)
+	}
+	args := strings.Join(toStrings(ctr["args"]), " ")
+	for _, want := range []string{"--leader-elect=true", "--shale-image=shale.local/shale:0.1.0", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--gc-grace=24h"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("operator args %q lack %s", args, want)
+		}
+	}
+
+	// The CRDs are kept on uninstall, unless told otherwise.
+	for _, o := range def {
+		if o.GetKind() == "CustomResourceDefinition" && o.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("CRD %s lacks helm.sh/resource-policy: keep", o.GetName())
+		}
+	}
+	for _, o := range render(t, "shale", "shale-system", "--set", "crds.keep=false") {
+		if o.GetKind() == "CustomResourceDefinition" && o.GetAnnotations()["helm.sh/resource-policy"] != "" {
+			t.Errorf("crds.keep=false: CRD %s still has helm.sh/resource-policy", o.GetName())
+		}
+	}
+
+	// The ClusterRole has exactly the rules controller-gen generated.
+	role := find(def, "ClusterRole", "-operator")
+	want := readYAML(t, "../config/rbac/role.yaml")
+	if !reflect.DeepEqual(role.Object["rules"], want["rules"]) {
+		t.Errorf("the chart's ClusterRole rules differ from config/rbac/role.yaml (run hack/chart.sh sync)")
+	}
+
+	// Prometheus Operator objects only when its API is served.
+	full := render(t, "full", "full", "-f", "shale/ci/full-values.yaml")
+	if kinds(full)["ServiceMonitor"] != 0 || kinds(full)["PodMonitor"] != 0 {
+		t.Errorf("a ServiceMonitor or PodMonitor is rendered for a cluster without monitoring.coreos.com/v1")
+	}
+	prom := render(t, "full", "full", "-f", "shale/ci/full-values.yaml", "--api-versions", "monitoring.coreos.com/v1")
+	if kinds(prom)["ServiceMonitor"] != 1 || kinds(prom)["PodMonitor"] != 1 {
+		t.Errorf("with monitoring.coreos.com/v1: %v, want a ServiceMonitor and a PodMonitor", kinds(prom))
+	}
+	sm := find(prom, "ServiceMonitor", "")
+	svc := find(prom, "Service", "-operator-metrics")
+	sel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	for k, v := range sel {
+		if svc.GetLabels()[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%s, which the metrics Service does not carry (%v)", k, v, svc.GetLabels())
+		}
+	}
+
+	// The dashboard is JSON with panels.
+	cm := find(full, "ConfigMap", "-dashboard")
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	var dash struct {
+		Panels []any `json:"panels"`
+	}
+	if err := json.Unmarshal([]byte(data["shale.json"]), &dash); err != nil || len(dash.Panels) < 10 {
+		t.Errorf("dashboard ConfigMap: %v, %d panels", err, len(dash.Panels))
+	}
+	if cm.GetNamespace() != "monitoring" {
+		t.Errorf("dashboard ConfigMap in %q, want monitoring", cm.GetNamespace())
+	}
+}
+
+// TestObjectsOnAPIServer creates everything the chart renders (with the
+// default, full and minimal values) on a real kube-apiserver, then the
+// repository's samples against the CRDs the chart installed.
+func TestObjectsOnAPIServer(t *testing.T) {
+	env := testenv.Start(t, testenv.WithScheme(shalev1.AddToScheme))
+	c := env.Client
+	ctx := t.Context()
+
+	apply := func(t *testing.T, objs []*unstructured.Unstructured) {
+		t.Helper()
+		// CRDs first, and served before anything uses them.
+		for _, o := range objs {
+			if o.GetKind() != "CustomResourceDefinition" {
+				continue
+			}
+			if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("CRD %s: %v", o.GetName(), err)
+			}
+			waitEstablished(t, c, o.GetName())
+		}
+		for _, o := range objs {
+			if o.GetKind() == "CustomResourceDefinition" {
+				continue
+			}
+			if err := c.Create(ctx, o); err != nil {
+				t.Fatalf("the API server refused %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+			}
+		}
+	}
+	ns := func(names ...string) []*unstructured.Unstructured {
+		var out []*unstructured.Unstructured
+		for _, n := range names {
+			u := &unstructured.Unstructured{}
+			u.SetAPIVersion("v1")
+			u.SetKind("Namespace")
+			u.SetName(n)
+			out = append(out, u)
+		}
+		return out
+	}
+
+	apply(t, ns("shale-system", "full", "monitoring", "minimal"))
+	def := render(t, "shale", "shale-system", "--set", "demo.minio.enabled=true")
+	apply(t, def)
+	apply(t, render(t, "full", "full", "-f", "shale/ci/full-values.yaml"))
+	apply(t, render(t, "minimal", "minimal", "-f", "shale/ci/minimal-values.yaml"))
+
+	// The CRDs the chart installed are the real ones: the samples are
+	// accepted, and a bad spec is refused with its CEL message.
+	samples, err := filepath.Glob("../config/samples/*.yaml")
+	if err != nil || len(samples) == 0 {
+		t.Fatalf("no samples in ../config/samples: %v", err)
+	}
+	for _, o := range env.Objects(t, samples...) {
+		o.SetNamespace("shale-system")
+		if o.GetName() == "shale-objectstore" {
+			continue // the demo MinIO's Secret has this name
+		}
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("sample %s %s: %v", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
+		}
+	}
+	raw := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "shale.rocks/v1alpha1", "kind": "RocksDB",
+		"metadata": map[string]any{"name": "bad", "namespace": "shale-system"},
+		"spec":     map[string]any{"objectStoreRef": map[string]any{"name": "minio"}, "primary": map[string]any{"cacheSize": "-1"}},
+	}}
+	if err := c.Create(ctx, raw); err == nil || !strings.Contains(err.Error(), "cacheSize must be a non-negative size") {
+		t.Fatalf("a negative cacheSize: %v, want the CEL message", err)
+	}
+}
+
+func waitEstablished(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := c.Get(t.Context(), client.ObjectKey{Name: name}, &crd); err == nil {
+			for _, cond := range crd.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CRD %s not established after a minute", name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func readYAML(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096).Decode(&m); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return m
+}
+
+func toStrings(v any) []string {
+	var out []string
+	if l, ok := v.([]any); ok {
+		for _, x := range l {
+			if s, ok := x.(string); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}

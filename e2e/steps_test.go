@@ -1,0 +1,19 @@
+//go:build e2e
+
+package e2e
+
+// The steps of the suite, in the order they run. Labels select subsets
+// (E2E_FOCUS=failover); the first step installs what every other needs and
+// always runs. A new feature adds its steps here (and its labels).
+var steps = []step{
+	{name: "install", labels: []string{"install", "smoke"}, run: stepInstall},
+	{name: "kv", labels: []string{"kv", "smoke"}, run: stepKV},
+	{name: "validation", labels: []string{"validation", "smoke"}, run: stepValidation},
+	{name: "upgrade", labels: []string{"upgrade", "chart"}, run: stepUpgrade},
+	{name: "failover-delete", labels: []string{"failover", "failover-delete"}, run: stepFailover(failoverPodDelete)},
+	{name: "failover-kill", labels: []string{"failover", "failover-kill"}, run: stepFailover(failoverSIGKILL)},
+	{name: "zombie", labels: []string{"zombie", "fencing"}, run: stepZombie},
+	{name: "gc", labels: []string{"gc"}, run: stepGC},
+	// Last: the dashboard's series exist once the steps above produced them.
+	{name: "metrics", labels: []string{"metrics", "chart"}, run: stepMetrics},
+}
