@@ -216,7 +216,9 @@ func Run(ctx context.Context, cfg Config) error {
 	select {
 	case <-ctx.Done():
 		s.Stop(10 * time.Second)
-		return nil
+		// Asked to stop, but deposed meanwhile (a frozen primary resumes
+		// with both pending): say so, and exit 1.
+		return s.fs.FenceError()
 	case err := <-s.Done():
 		if s.fs.FenceError() != nil {
 			select {
