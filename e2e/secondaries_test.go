@@ -87,6 +87,19 @@ func stepSecondaries(t *testing.T, s *suite) {
 			name, p50(d), slices.Max(d).Round(time.Millisecond))
 	}
 	s.verifyLedgerOnSecondaries(t, direct)
+
+	// The operator reports each secondary's replication state.
+	eventually(t, 2*time.Minute, "status.secondaryStatus to show both secondaries answering", func() (bool, string) {
+		db := s.rocksDB(t, s.db)
+		ok := len(db.Status.SecondaryStatus) == secondaryReplicas
+		for _, e := range db.Status.SecondaryStatus {
+			ok = ok && e.Error == "" && e.Lag != nil && e.AppliedSequence > 0
+		}
+		return ok, fmt.Sprintf("%+v", db.Status.SecondaryStatus)
+	})
+	for _, e := range s.rocksDB(t, s.db).Status.SecondaryStatus {
+		t.Logf("status.secondaryStatus: %s applied %d, %d behind, lag %s (checked %s)", e.Pod, e.AppliedSequence, e.LagSequences, e.Lag.Duration, e.CheckedAt.Format(time.RFC3339))
+	}
 }
 
 // stepSecondariesFailover: the primary fails over (Pod deletion, then
@@ -240,7 +253,18 @@ func (s *suite) secondaryAddrs(t *testing.T) map[string]string {
 		if p == nil || p.Status.PodIP == "" {
 			t.Fatalf("secondary %s has no Pod IP", name)
 		}
-		addr := s.proxy(s.top, fmt.Sprintf("%s:%d", p.Status.PodIP, kvPort))
+		port := int32(0)
+		for _, c := range p.Spec.Containers {
+			for _, cp := range c.Ports {
+				if cp.Name == "grpc" {
+					port = cp.ContainerPort
+				}
+			}
+		}
+		if port == 0 {
+			t.Fatalf("secondary %s has no container port named grpc", name)
+		}
+		addr := s.proxy(s.top, fmt.Sprintf("%s:%d", p.Status.PodIP, port))
 		s.secondaryProxies[name] = addr
 		out[name] = addr
 	}
