@@ -344,7 +344,9 @@ type statusOnly struct {
 	st *kvv1.StatusResponse
 }
 
-func (s statusOnly) Status(context.Context, *kvv1.StatusRequest) (*kvv1.StatusResponse, error) { return s.st, nil }
+func (s statusOnly) Status(context.Context, *kvv1.StatusRequest) (*kvv1.StatusResponse, error) {
+	return s.st, nil
+}
 
 func TestSecondaryStatusEntry(t *testing.T) {
 	now := metav1.NewTime(time.Unix(1700000000, 0))
