@@ -63,7 +63,7 @@ generate: ## regenerate protobuf/gRPC code, deepcopy, CRDs and RBAC (all committ
 	  --plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
 	  --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-	  api/kv/v1/kv.proto
+	  api/kv/v1/kv.proto api/compactor/v1/compactor.proto
 	$(BIN)/controller-gen object paths=./api/v1alpha1/...
 	$(BIN)/controller-gen crd paths=./api/v1alpha1/... output:crd:dir=config/crd/bases
 	$(BIN)/controller-gen rbac:roleName=shale-operator paths=./operator/... output:rbac:dir=config/rbac
