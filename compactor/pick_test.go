@@ -49,11 +49,11 @@ func TestActivate(t *testing.T) {
 		active []uint64
 		want   uint64
 	}{
-		{0, nil, 0},                 // alone: keeps its pass
-		{5, nil, 5},                 // alone
-		{0, []uint64{3, 2, 4}, 2},  // idle with little pass: caught up to the lowest active
-		{7, []uint64{3, 2, 4}, 7},  // ahead already: keeps its pass (no credit either way)
-		{2, []uint64{2}, 2},        // equal
+		{0, nil, 0},               // alone: keeps its pass
+		{5, nil, 5},               // alone
+		{0, []uint64{3, 2, 4}, 2}, // idle with little pass: caught up to the lowest active
+		{7, []uint64{3, 2, 4}, 7}, // ahead already: keeps its pass (no credit either way)
+		{2, []uint64{2}, 2},       // equal
 	} {
 		if got := Activate(tc.pass, tc.active); got != tc.want {
 			t.Errorf("Activate(%v, %v) = %v, want %v", tc.pass, tc.active, got, tc.want)
