@@ -180,10 +180,11 @@ func decodeString(v string) (string, error) {
 	return string(b), nil
 }
 
-// Cancel stops a running OpenAndCompact.
+// Cancel stops a running OpenAndCompact. Set and Close may race: a Set
+// after Close does nothing.
 type Cancel struct {
-	once sync.Once
-	c    *C.shale_cancel_t
+	mu sync.Mutex
+	c  *C.shale_cancel_t
 }
 
 // NewCancel returns a cancellation flag; Close it after OpenAndCompact
@@ -191,10 +192,23 @@ type Cancel struct {
 func NewCancel() *Cancel { return &Cancel{c: C.shale_cancel_new()} }
 
 // Set asks the compaction to stop (it checks between keys).
-func (c *Cancel) Set() { C.shale_cancel_set(c.c) }
+func (c *Cancel) Set() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c != nil {
+		C.shale_cancel_set(c.c)
+	}
+}
 
 // Close frees the flag.
-func (c *Cancel) Close() { c.once.Do(func() { C.shale_cancel_destroy(c.c) }) }
+func (c *Cancel) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c != nil {
+		C.shale_cancel_destroy(c.c)
+		c.c = nil
+	}
+}
 
 // OpenAndCompact runs a remote compaction job (DB::OpenAndCompact): it
 // opens the database in dir as a secondary through the Env of envOpts (a
@@ -203,6 +217,9 @@ func (c *Cancel) Close() { c.once.Do(func() { C.shale_cancel_destroy(c.c) }) }
 func OpenAndCompact(envOpts *grocksdb.Options, dir, outDir string, input []byte, tableOptions string, cancel *Cancel) ([]byte, error) {
 	if len(input) == 0 {
 		return nil, errors.New("open and compact: empty input")
+	}
+	if cancel == nil || cancel.c == nil {
+		return nil, errors.New("open and compact: no live cancellation flag")
 	}
 	cdir, cout, cto := C.CString(dir), C.CString(outDir), C.CString(tableOptions)
 	defer C.free(unsafe.Pointer(cdir))

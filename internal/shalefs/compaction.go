@@ -238,3 +238,17 @@ func (f *FS) SweepCompactions(ctx context.Context, inflight func(job string) boo
 func JobOutputKey(job string, attempt uint32, name string) string {
 	return path.Join(JobDir(job, attempt), name)
 }
+
+// JobOutputs lists the objects one attempt of a job wrote (name -> size).
+func (f *FS) JobOutputs(ctx context.Context, job string, attempt uint32) (map[string]int64, error) {
+	dir := JobDir(job, attempt)
+	objs, err := f.list(ctx, dir, "compaction")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, o := range objs {
+		out[strings.TrimPrefix(o.Key, dir)] = o.Size
+	}
+	return out, nil
+}
