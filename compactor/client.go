@@ -202,9 +202,15 @@ func (c *Client) fallback(reason, job string, err error) rocksshim.CompactionSta
 		delete(c.inflight, job)
 	}
 	c.mu.Unlock()
-	c.cfg.Logger.Warn("remote compaction failed; compacting locally", "reason", reason, "job", job, "err", err)
+	level := slog.LevelWarn
+	if errors.Is(err, errSkipping) {
+		level = slog.LevelDebug // said once when the scheduler went away
+	}
+	c.cfg.Logger.Log(context.Background(), level, "remote compaction failed; compacting locally", "reason", reason, "job", job, "err", err)
 	return rocksshim.CompactionUseLocal
 }
+
+var errSkipping = errors.New("the scheduler was unreachable moments ago; not retrying yet")
 
 // Start implements rocksshim.CompactionService.
 func (c *Client) Start(job rocksshim.CompactionJob) rocksshim.CompactionStatus {
@@ -215,7 +221,7 @@ func (c *Client) Start(job rocksshim.CompactionJob) rocksshim.CompactionStatus {
 	skip := time.Now().Before(c.skipUntil)
 	c.mu.Unlock()
 	if skip {
-		return c.fallback(ReasonUnavailable, "", errors.New("the scheduler was unreachable moments ago; not retrying yet"))
+		return c.fallback(ReasonUnavailable, "", errSkipping)
 	}
 	files, err := rocksshim.CompactionInputFiles(job.Input)
 	if err != nil {

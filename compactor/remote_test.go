@@ -2,11 +2,13 @@ package compactor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -152,6 +154,12 @@ type model map[string]string
 // that level 0 fills and RocksDB compacts.
 func load(t *testing.T, kv kvv1.KVClient, m model, rng *rand.Rand, rounds, perRound int) {
 	t.Helper()
+	if err := loadE(kv, m, rng, rounds, perRound); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func loadE(kv kvv1.KVClient, m model, rng *rand.Rand, rounds, perRound int) error {
 	ctx := context.Background()
 	for r := 0; r < rounds; r++ {
 		var muts []*kvv1.Mutation
@@ -167,20 +175,21 @@ func load(t *testing.T, kv kvv1.KVClient, m model, rng *rand.Rand, rounds, perRo
 			m[k] = v
 			if len(muts) == 200 {
 				if _, err := kv.Write(ctx, &kvv1.WriteRequest{Mutations: muts}); err != nil {
-					t.Fatal(err)
+					return err
 				}
 				muts = nil
 			}
 		}
 		if len(muts) > 0 {
 			if _, err := kv.Write(ctx, &kvv1.WriteRequest{Mutations: muts}); err != nil {
-				t.Fatal(err)
+				return err
 			}
 		}
 		if _, err := kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
+	return nil
 }
 
 // checkModel scans the whole database and compares it with m.
@@ -284,7 +293,6 @@ func testRemoteCompactionMatchesModel(t *testing.T, loc storetest.Location) {
 	checkModel(t, p2.kv, m)
 }
 
-// startRemote starts a scheduler, one worker and a remote primary.
 func checkNoBackgroundErrors(t *testing.T, kv kvv1.KVClient) {
 	t.Helper()
 	if n := dbStatus(t, kv).Stats.BackgroundErrors; n != 0 {
@@ -292,4 +300,322 @@ func checkNoBackgroundErrors(t *testing.T, kv kvv1.KVClient) {
 	}
 }
 
-var _ = compactorv1.CompactEvent_DONE
+func fallbacks(p *testPrimary) float64 {
+	n := 0.0
+	for _, v := range p.Compactor().Fallbacks() {
+		n += v
+	}
+	return n
+}
+
+// TestWorkerWritesOnlyItsJobDirectory: every write a worker sends to the
+// store is under the directory of the job attempt it runs, and its
+// store refuses anything else.
+func TestWorkerWritesOnlyItsJobDirectory(t *testing.T) {
+	db := "file://" + filepath.Join(t.TempDir(), "db")
+	sched := startScheduler(t, compactor.SchedulerConfig{})
+	var recorded []*storetest.Counting
+	var mu sync.Mutex
+	startWorker(t, sched.Addr(), "w1", func(c *compactor.WorkerConfig) {
+		c.OpenStore = func(url string) (objstore.Store, error) {
+			s, err := objstore.Open(url)
+			if err != nil {
+				return nil, err
+			}
+			cs := storetest.NewCounting(s)
+			mu.Lock()
+			recorded = append(recorded, cs)
+			mu.Unlock()
+			return cs, nil
+		}
+	})
+	p := startPrimary(t, remoteConfig(db, sched.Addr(), 1))
+	m := model{}
+	load(t, p.kv, m, rand.New(rand.NewSource(2)), 5, 1000)
+	if _, err := p.kv.Compact(context.Background(), &kvv1.CompactRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "completed jobs", func() bool { return sched.Snapshot().Total.Completed >= 2 })
+	checkModel(t, p.kv, m)
+	writes := 0
+	mu.Lock()
+	defer mu.Unlock()
+	for _, cs := range recorded {
+		for _, r := range cs.Requests(0) {
+			op, key, _ := strings.Cut(r, " ")
+			if op == "get" || op == "stat" || op == "list" {
+				continue
+			}
+			writes++
+			if !strings.HasPrefix(key, "_shale/compactions/00000000000000000001-") || strings.Count(key, "/") != 4 {
+				t.Errorf("the worker wrote %s %s, outside a job's directory", op, key)
+			}
+		}
+	}
+	if writes == 0 {
+		t.Fatal("the worker wrote nothing at all")
+	}
+	js := &compactor.JobStore{Store: recorded[0], Dir: "_shale/compactions/00000000000000000001-ab/1/"}
+	for _, key := range []string{"CURRENT", "000012.sst.00000000000000000001", "_shale/epoch/00000000000000000009", "_shale/compactions/00000000000000000001-ab/2/000012.sst", "_shale/compactions/00000000000000000001-ab/1/x/000012.sst"} {
+		if _, err := js.Put(context.Background(), key, strings.NewReader("x"), 1, objstore.PutOptions{}); !errors.Is(err, compactor.ErrOutsideJob) {
+			t.Errorf("put %s: %v, want refused", key, err)
+		}
+	}
+}
+
+// TestSchedulerDownFallsBackLocal (issue 11, test 3): with the scheduler
+// down, compactions run locally (counted), nothing stalls or errs; a
+// scheduler restart mid-job loses nothing; when it is back, remote
+// compaction resumes.
+func TestSchedulerDownFallsBackLocal(t *testing.T) {
+	db := "file://" + filepath.Join(t.TempDir(), "db")
+	sched := startScheduler(t, compactor.SchedulerConfig{})
+	addr := sched.Addr()
+	held := make(chan *compactorv1.Job, 1)
+	release := make(chan struct{})
+	var holdOnce sync.Once
+	startWorker(t, addr, "w1", func(c *compactor.WorkerConfig) {
+		compactor.SetAfterUpload(c, func(j *compactorv1.Job) {
+			holdOnce.Do(func() { // the first job only
+				held <- j
+				<-release
+			})
+		})
+	})
+	p := startPrimary(t, remoteConfig(db, addr, 1))
+	m := model{}
+	rng := rand.New(rand.NewSource(3))
+
+	// A job in flight when the scheduler goes away: the primary compacts
+	// locally instead, and the worker's late result is dropped.
+	done := make(chan error, 1)
+	load(t, p.kv, m, rng, 3, 1000)
+	go func() {
+		_, err := p.kv.Compact(context.Background(), &kvv1.CompactRequest{})
+		done <- err
+	}()
+	<-held
+	sched.Stop()
+	if err := <-done; err != nil {
+		t.Fatalf("compaction with the scheduler gone mid-job: %v", err)
+	}
+	close(release)
+	if p.Compactor().Fallbacks()[compactor.ReasonLost] < 1 {
+		t.Fatalf("fallbacks %v, want scheduler_lost", p.Compactor().Fallbacks())
+	}
+	checkModel(t, p.kv, m)
+
+	// Down: a write load compacts locally; level 0 never reaches the
+	// slowdown trigger (20 files), no background error.
+	before := fallbacks(p)
+	load(t, p.kv, m, rng, 12, 800)
+	waitFor(t, "local compactions to drain level 0", func() bool { return dbStatus(t, p.kv).Stats.FilesPerLevel[0] < 4 })
+	if fallbacks(p) <= before || p.Compactor().Fallbacks()[compactor.ReasonUnavailable] < 1 {
+		t.Fatalf("fallbacks %v: want scheduler_unavailable ones", p.Compactor().Fallbacks())
+	}
+	checkNoBackgroundErrors(t, p.kv)
+	checkModel(t, p.kv, m)
+
+	// Back on the same address: remote compaction resumes.
+	sched2, err := compactor.StartScheduler(compactor.SchedulerServerConfig{Listen: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sched2.Stop)
+	waitFor(t, "a remote compaction after the scheduler returned", func() bool {
+		load(t, p.kv, m, rng, 2, 500)
+		return sched2.Snapshot().Total.Completed >= 1
+	})
+	if sched2.Snapshot().Total.Fallbacks == 0 {
+		t.Fatal("the primary did not report its fallbacks to the new scheduler")
+	}
+	checkNoBackgroundErrors(t, p.kv)
+	checkModel(t, p.kv, m)
+}
+
+// TestPrioritiesShareOneWorker (issue 11, test 4): two databases load at
+// once through one worker slot. The worker takes its next job only once
+// both have one waiting (or after a while), so every pick is contended
+// (a primary compacts one job at a time):
+// both progress, and priority 30 gets more jobs than priority 10.
+func TestPrioritiesShareOneWorker(t *testing.T) {
+	sched := startScheduler(t, compactor.SchedulerConfig{})
+	hiDB := "file://" + filepath.Join(t.TempDir(), "hi")
+	loDB := "file://" + filepath.Join(t.TempDir(), "lo")
+	stop := make(chan struct{})
+	bothQueued := func() bool {
+		n := 0
+		for _, d := range sched.Snapshot().Dbs {
+			if d.Counters.Queued > 0 {
+				n++
+			}
+		}
+		return n == 2
+	}
+	startWorker(t, sched.Addr(), "w1", func(c *compactor.WorkerConfig) {
+		compactor.SetBeforeLease(c, func() {
+			deadline := time.Now().Add(10 * time.Second)
+			for !bothQueued() && time.Now().Before(deadline) {
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		})
+	})
+	hiCfg, loCfg := remoteConfig(hiDB, sched.Addr(), 1), remoteConfig(loDB, sched.Addr(), 1)
+	hiCfg.Compaction.Priority, loCfg.Compaction.Priority = 30, 10
+	hi, lo := startPrimary(t, hiCfg), startPrimary(t, loCfg)
+	models := []model{{}, {}}
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	for i, p := range []*testPrimary{hi, lo} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(10 + i)))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := loadE(p.kv, models[i], rng, 1, 300); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	perDB := func() map[string]uint64 {
+		out := map[string]uint64{}
+		for _, d := range sched.Snapshot().Dbs {
+			out[d.Db] = d.Counters.Completed
+		}
+		return out
+	}
+	waitFor(t, "24 completed jobs", func() bool {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
+		}
+		c := perDB()
+		return c[hiDB]+c[loDB] >= 24
+	})
+	close(stop)
+	wg.Wait()
+	c := perDB()
+	t.Logf("completed: priority 30: %d, priority 10: %d", c[hiDB], c[loDB])
+	if c[loDB] < 2 || c[hiDB] <= c[loDB] {
+		t.Fatalf("completed jobs: priority 30 %d, priority 10 %d; want both progressing and the higher ahead", c[hiDB], c[loDB])
+	}
+	checkModel(t, hi.kv, models[0])
+	checkModel(t, lo.kv, models[1])
+}
+
+// blind is an owner that never re-confirms its ownership by itself: only
+// the store's conditional writes can stop it (primary/fencing_test.go).
+func blind(cfg primary.Config) primary.Config {
+	cfg.Storage.ConfirmEvery, cfg.Storage.IdleConfirmEvery, cfg.Storage.DeleteGrace = time.Hour, time.Hour, time.Hour
+	return cfg
+}
+
+func epochTables(t *testing.T, db string, epoch uint64) int {
+	n := 0
+	for _, k := range storeKeys(t, db, "") {
+		if strings.HasSuffix(k, fmt.Sprintf(".sst.%020d", epoch)) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDeposedPrimarysJobInstallsNothing (issue 11, test 5; docs/fencing.md,
+// "Remote compaction"): A submits a compaction; the worker has uploaded
+// its outputs when B takes the database over; then the worker reports.
+// A, which has not noticed, installs them, and its MANIFEST edit hits
+// B's seal: A is fenced, and B's database (and C's after it) holds
+// exactly the model. With newSweeps, B sweeps A's job directory before
+// the result arrives, and A's check of the outputs sends it local, where
+// the same seal stops it.
+func TestDeposedPrimarysJobInstallsNothing(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		for _, newSweeps := range []bool{false, true} {
+			t.Run(fmt.Sprintf("new owner sweeps=%v", newSweeps), func(t *testing.T) {
+				testDeposedJob(t, loc.NewURL(t), newSweeps)
+			})
+		}
+	})
+}
+
+func testDeposedJob(t *testing.T, db string, newSweeps bool) {
+	sched := startScheduler(t, compactor.SchedulerConfig{})
+	held := make(chan *compactorv1.Job, 1)
+	release := make(chan struct{})
+	var once sync.Once
+	startWorker(t, sched.Addr(), "w1", func(c *compactor.WorkerConfig) {
+		compactor.SetAfterUpload(c, func(j *compactorv1.Job) {
+			once.Do(func() {
+				held <- j
+				<-release
+			})
+		})
+	})
+	a := startPrimary(t, blind(remoteConfig(db, sched.Addr(), 1)))
+	m := model{}
+	rng := rand.New(rand.NewSource(5))
+	load(t, a.kv, m, rng, 3, 1000) // flushed: every write is in the store
+	compacted := make(chan error, 1)
+	go func() {
+		_, err := a.kv.Compact(context.Background(), &kvv1.CompactRequest{})
+		compacted <- err
+	}()
+	j := <-held
+	jobDir := fmt.Sprintf("_shale/compactions/%s/%d/", j.JobId, j.Attempt)
+	if len(storeKeys(t, db, jobDir)) == 0 {
+		t.Fatal("the held job has no outputs in the store")
+	}
+
+	bCfg := remoteConfig(db, sched.Addr(), 2)
+	if !newSweeps {
+		bCfg.CompactionMode = "local"
+	}
+	b := startPrimary(t, bCfg)
+	checkModel(t, b.kv, m)
+	bLevels := fmt.Sprint(dbStatus(t, b.kv).Stats.FilesPerLevel)
+	if newSweeps {
+		waitFor(t, "B to sweep A's job directory", func() bool { return len(storeKeys(t, db, jobDir)) == 0 })
+	}
+	before := epochTables(t, db, 1)
+	close(release)
+
+	<-compacted // its error is not reported (RocksDB's C CompactRange returns none); the fence is
+	select {
+	case err := <-a.Done():
+		if !strings.Contains(fmt.Sprint(err), "fenced") {
+			t.Fatalf("A stopped with %v, want fenced", err)
+		}
+	case <-time.After(waitDeadline):
+		t.Fatal("A was not fenced")
+	}
+	if newSweeps {
+		if a.Compactor().Fallbacks()[compactor.ReasonBadResult] != 1 {
+			t.Fatalf("A's fallbacks %v: want its late result refused (outputs swept)", a.Compactor().Fallbacks())
+		}
+	} else if after := epochTables(t, db, 1); after <= before {
+		t.Fatalf("A's late install left no table of epoch 1 (%d before, %d after): the test did not exercise it", before, after)
+	}
+	// B never saw any of it.
+	checkModel(t, b.kv, m)
+	if got := fmt.Sprint(dbStatus(t, b.kv).Stats.FilesPerLevel); got != bLevels {
+		t.Fatalf("B's levels changed from %s to %s without B compacting", bLevels, got)
+	}
+	checkNoBackgroundErrors(t, b.kv)
+	load(t, b.kv, m, rng, 2, 500)
+	b.stop()
+	c := startPrimary(t, remoteConfig(db, sched.Addr(), 3))
+	checkModel(t, c.kv, m)
+	checkNoBackgroundErrors(t, c.kv)
+}

@@ -54,6 +54,8 @@ type WorkerConfig struct {
 	// afterUpload, in tests, runs after a job's outputs are in the store
 	// and before it is reported complete.
 	afterUpload func(j *compactorv1.Job)
+	// beforeLease, in tests, runs before each Lease call.
+	beforeLease func()
 }
 
 // Worker runs compaction jobs leased from a scheduler.
@@ -226,6 +228,9 @@ func (w *Worker) leaseLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	failing := false
 	for ctx.Err() == nil {
+		if w.cfg.beforeLease != nil {
+			w.cfg.beforeLease()
+		}
 		r, err := w.client.Lease(ctx, &compactorv1.LeaseRequest{Worker: w.cfg.ID, Slots: uint32(w.cfg.Concurrency), WaitMillis: uint32(w.cfg.Poll / time.Millisecond)})
 		if err != nil {
 			if ctx.Err() != nil {
