@@ -238,8 +238,8 @@ func compactionFlags(c *cobra.Command, mode *string, cc *compactor.ClientConfig,
 	*mode = def
 	fs.Var(&compactionMode{mode}, "compaction", "where compactions run: local, or remote (submitted to --compaction-scheduler; local on any trouble)")
 	fs.StringVar(&cc.Scheduler, "compaction-scheduler", "", "gRPC `address` of the compactor scheduler (with --compaction remote)")
-	fs.Var(&priorityValue{p: &cc.Priority}, "compaction-priority", "this database's share of the compactor workers under contention, 1 to 100")
 	cc.Priority = compactor.DefaultPriority
+	fs.Var(&priorityValue{p: &cc.Priority}, "compaction-priority", "this database's share of the compactor workers under contention, 1 to 100")
 	fs.Var(newDuration(&cc.QueueTimeout, 20*time.Second), "compaction-queue-timeout", "compact locally when no worker took a job within this long")
 	c.RegisterFlagCompletionFunc("compaction", cobra.FixedCompletions([]cobra.Completion{"local", "remote"}, cobra.ShellCompDirectiveNoFileComp))
 	noFileCompletion(c, "compaction-scheduler", "compaction-priority", "compaction-queue-timeout")
