@@ -47,6 +47,8 @@ func testOptions() Options {
 	o.FailoverGrace = time.Second
 	o.ObjectStoreCheckInterval = 2 * time.Second
 	o.GCInterval = 0 // tests drive the collector themselves
+	o.CompactorPollInterval = 300 * time.Millisecond
+	o.CompactorStats = testCompactorStats
 	return o
 }
 

@@ -86,6 +86,9 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &shalev1.RocksDB{}, indexCompactorPoolRef, compactorPoolOf); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("rocksdb").
 		For(&shalev1.RocksDB{}).
@@ -93,6 +96,7 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&appsv1.Deployment{}).
 		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
+		Watches(&shalev1.CompactorPool{}, handler.EnqueueRequestsFromMapFunc(r.forCompactorPool)).
 		Complete(r)
 }
 
@@ -119,6 +123,10 @@ type report struct {
 	failoverCompleted bool
 	// secondaries: the ready secondaries, when the reconcile looked.
 	secondaries *int32
+	// compaction: the database's line of its pool's status; compactionSet
+	// when the reconcile looked (nil then clears it).
+	compaction    *shalev1.CompactionStats
+	compactionSet bool
 }
 
 // get returns the condition of a type the reconcile observed, or nil.
@@ -209,6 +217,9 @@ func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB
 	if serr := r.reconcileSecondaries(ctx, db, store, rep); serr != nil && err == nil {
 		err = serr
 	}
+	if serr := r.reconcileCompaction(ctx, db, store, rep); serr != nil && err == nil {
+		err = serr
+	}
 	if store != nil && db.Status.Epoch > 0 {
 		// Keep the owner record's reclaim policy current (one write per
 		// change, and one per database when the operator starts).
@@ -283,6 +294,9 @@ func (r *rocksDBReconciler) writeStatus(ctx context.Context, db *shalev1.RocksDB
 		meta.SetStatusCondition(&st.Conditions, ready)
 		if rep.secondaries != nil {
 			st.Secondaries = *rep.secondaries
+		}
+		if rep.compactionSet {
+			st.Compaction = rep.compaction
 		}
 		st.Phase = phaseOf(st)
 		st.ObservedGeneration = generation
