@@ -426,7 +426,7 @@ func (w *Worker) execute(ctx context.Context, j *compactorv1.Job, log *slog.Logg
 		inputs[f] = true
 	}
 	fs, err := shalefs.OpenReader(ctx, shalefs.Config{
-		Store: store, CacheDir: dbDir, NoReaderLease: true, ReaderID: w.cfg.ID,
+		Store: store, CacheDir: dbDir, NoReaderLease: true, SkipWALs: true, ReaderID: w.cfg.ID,
 		FetchWhole: func(name string) bool { return inputs[name] },
 		Logger:     log, Observe: w.io.Observe,
 	})

@@ -11,8 +11,10 @@
 # core runs only the primary. Prints write throughput, write latency
 # (p50/p99/p99.9 per Write request) and compaction throughput (bytes compactions
 # wrote, local or remote, per second of the run), with ratios to the local
-# baseline. Results are noisy on shared machines: compare the ratios of one
-# run, not numbers across runs.
+# baseline, the mean time of a remote job (submission to result) and the
+# time RocksDB stalled writes (rocksdb.stall.micros). Results are noisy on
+# shared machines: compare the ratios of one run, not numbers across runs.
+# KEEP=1 keeps the logs, metrics and bench JSON.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 DURATION=${DURATION:-180s}
@@ -33,7 +35,7 @@ minio_pid=
 cleanup() {
   stop_all
   [ -n "$minio_pid" ] && kill "$minio_pid" 2>/dev/null && wait "$minio_pid" 2>/dev/null
-  rm -rf "$work"
+  if [ "${KEEP:-}" = 1 ]; then echo "# kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -87,7 +89,7 @@ run local 0
 run remote1 1
 run remote2 2
 
-printf '\n%-22s %9s %6s %9s %9s %9s %6s %11s %6s %8s %9s\n' setup "keys/s" ratio "p50 ms" "p99 ms" "p99.9 ms" "p99 x" "compact MB/s" ratio "remote" fallbacks
+printf '\n%-22s %9s %6s %9s %9s %9s %6s %11s %6s %8s %9s %9s %9s\n' setup "keys/s" ratio "p50 ms" "p99 ms" "p99.9 ms" "p99 x" "compact MB/s" ratio "remote" fallbacks "job s" "stall s"
 compacted() { echo $(( $(metric rocksdb_compact_write_bytes_total "$1/metrics.txt") + $(metric rocksdb_remote_compact_write_bytes_total "$1/metrics.txt") )); }
 base_ops=$(jq -r '.benchmarks[0].opsPerSec' "$work/local/bench.json")
 base_p99=$(jq -r '.benchmarks[0].latencyMicros.p99' "$work/local/bench.json")
@@ -97,12 +99,14 @@ for row in "local compaction:local" "remote, 1 worker:remote1" "remote, 2 worker
   cbytes=$(compacted "$d")
   remote=$(metric 'shale_compaction_remote_jobs_total{outcome="completed"}' "$d/metrics.txt")
   fb=$(metric shale_compaction_fallbacks_total "$d/metrics.txt")
+  jobs=$(metric shale_compaction_remote_seconds_sum "$d/metrics.txt")
+  stall=$(metric rocksdb_stall_micros_total "$d/metrics.txt")
   jq -r '.benchmarks[0] | "\(.opsPerSec) \(.latencyMicros.p50) \(.latencyMicros.p99) \(.latencyMicros["p99.9"]) \(.seconds)"' "$d/bench.json" |
     while read -r ops p50 p99 p999 s; do
       awk -v n="$name" -v ops="$ops" -v p50="$p50" -v p99="$p99" -v p999="$p999" -v s="$s" -v c="$cbytes" \
-        -v bo="$base_ops" -v bp="$base_p99" -v bc="$base_c" -v r="$remote" -v f="$fb" \
-        'BEGIN { cm = c / s / 1e6; bcm = bc / s / 1e6; printf "%-22s %9.0f %6.2f %9.2f %9.2f %9.2f %6.2f %11.1f %6.2f %8d %9d\n",
-          n, ops, ops/bo, p50/1000, p99/1000, p999/1000, p99/bp, cm, (bcm > 0 ? cm/bcm : 0), r, f }'
+        -v bo="$base_ops" -v bp="$base_p99" -v bc="$base_c" -v r="$remote" -v f="$fb" -v js="$jobs" -v st="$stall" \
+        'BEGIN { cm = c / s / 1e6; bcm = bc / s / 1e6; printf "%-22s %9.0f %6.2f %9.2f %9.2f %9.2f %6.2f %11.1f %6.2f %8d %9d %9.1f %9.1f\n",
+          n, ops, ops/bo, p50/1000, p99/1000, p999/1000, p99/bp, cm, (bcm > 0 ? cm/bcm : 0), r, f, (r > 0 ? js/r : 0), st/1e6 }'
     done
 done
 echo "# target: p99 with remote compaction <= 0.5x local (the p99 x column)" >&2

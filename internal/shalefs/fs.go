@@ -76,6 +76,10 @@ type Config struct {
 	// nothing at all (a compaction worker, whose job ends well within the
 	// owner's delete grace; docs/compaction.md).
 	NoReaderLease bool
+	// SkipWALs: a reader that lists no WAL, so RocksDB opens without
+	// replaying one (a compaction worker needs only the tables; upstream
+	// RocksDB 11.1 skips the replay in OpenAndCompact itself).
+	SkipWALs bool
 	// FetchWhole, when set, picks the tables fetched whole into the cache;
 	// the others are read from the store range by range (a compaction
 	// worker reads its inputs whole and only the footers of the rest).
