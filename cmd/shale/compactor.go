@@ -195,9 +195,9 @@ func printCompactorStats(w io.Writer, addr string, st *compactorv1.StatsResponse
 	}
 	fmt.Fprintf(w, "scheduler %s, up %s; %d worker(s), %d slot(s)\n\n", addr, time.Duration(st.UptimeSeconds)*time.Second, len(st.Workers), slots)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DB\tPRIORITY\tQUEUED\tRUNNING\tCOMPLETED\tFAILED\tREQUEUED\tCANCELLED\tFALLBACKS\tREAD\tWRITTEN\t")
+	fmt.Fprintln(tw, "DB\tPRIORITY\tQUEUED\tRUNNING\tCOMPLETED\tFAILED\tREQUEUED\tCANCELLED\tFALLBACKS\tREAD\tWRITTEN")
 	row := func(name, prio string, k *compactorv1.Counters) {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", name, prio, k.Queued, k.Running, k.Completed, k.Failed,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", name, prio, k.Queued, k.Running, k.Completed, k.Failed,
 			k.Requeued, k.Cancelled, k.Fallbacks, humanBytes(k.BytesRead), humanBytes(k.BytesWritten))
 	}
 	for _, d := range st.Dbs {
@@ -211,9 +211,9 @@ func printCompactorStats(w io.Writer, addr string, st *compactorv1.StatsResponse
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tSLOTS\tRUNNING\tCOMPLETED\tLAST SEEN\t")
+	fmt.Fprintln(tw, "WORKER\tSLOTS\tRUNNING\tCOMPLETED\tLAST SEEN")
 	for _, wk := range st.Workers {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s ago\t\n", wk.Worker, wk.Slots, wk.Running, wk.Completed, (time.Duration(wk.SeenMillisAgo) * time.Millisecond).Round(100*time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s ago\n", wk.Worker, wk.Slots, wk.Running, wk.Completed, (time.Duration(wk.SeenMillisAgo) * time.Millisecond).Round(100*time.Millisecond))
 	}
 	tw.Flush()
 }
