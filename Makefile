@@ -11,7 +11,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 # Go from its usual install location, for shells whose PATH lacks it.
 export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
-.PHONY: help deps build test stress bench-storage bench-idle bench-takeover dev generate lint clean
+.PHONY: help deps build test stress bench-storage bench-idle bench-takeover bench-compaction dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -54,6 +54,9 @@ bench-idle: deps build ## object-store requests of an idle primary (IDLE_SECONDS
 bench-takeover: deps ## takeover time to serve on MinIO after many SSTs, WAL segments, takeovers (TAKEOVER_SST, _SEGMENTS, _ROUNDS)
 	hack/bench-takeover.sh
 
+bench-compaction: deps build ## fillrandom with local vs remote compaction (1 and 2 workers), primary pinned to one core: throughput, p50/p99/p99.9, compaction MB/s (DURATION, THREADS, KEYS)
+	hack/bench-compaction.sh
+
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
 	$(BIN)/shale dev --data $(DEV_DATA)
 
@@ -63,7 +66,7 @@ generate: ## regenerate protobuf/gRPC code, deepcopy, CRDs and RBAC (all committ
 	  --plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
 	  --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-	  api/kv/v1/kv.proto
+	  api/kv/v1/kv.proto api/compactor/v1/compactor.proto
 	$(BIN)/controller-gen object paths=./api/v1alpha1/...
 	$(BIN)/controller-gen crd paths=./api/v1alpha1/... output:crd:dir=config/crd/bases
 	$(BIN)/controller-gen rbac:roleName=shale-operator paths=./operator/... output:rbac:dir=config/rbac

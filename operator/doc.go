@@ -1,7 +1,9 @@
 // Package operator is Shale's Kubernetes operator: controllers for
 // ObjectStore (is the store reachable and does it honour conditional
 // writes) and RocksDB (storage path, primary Pod, Service, failover by
-// epoch, secondaries, reclaim policy), and a garbage collector of orphaned
+// epoch, secondaries, reclaim policy, remote compaction settings),
+// CompactorPool (a compactor scheduler and workers scaled on its queue),
+// and a garbage collector of orphaned
 // database directories. docs/operator.md describes the design and its safety
 // arguments.
 //
@@ -15,8 +17,11 @@
 // gc_runner.go (the periodic pass), layout.go (where things live in the
 // bucket), owner_record.go, stores.go (store clients from ObjectStores and
 // their Secrets), status.go (the one status-patch helper), events.go,
-// metrics.go, setup.go.
+// metrics.go, setup.go; compactorpool_controller.go (the pool's reconcile
+// loop and its status), compactorpool_resources.go (its Deployments and
+// Service), compactorpool_scale.go (the pure worker-count decision),
+// compaction.go (a RocksDB's CompactorPoolReady and status.compaction).
 //
-// The operator is pure Go (CGO_ENABLED=0): it uses internal/objstore, never
-// the storage engine.
+// The operator is pure Go (CGO_ENABLED=0): it uses internal/objstore and
+// the compactor's gRPC API, never the storage engine.
 package operator

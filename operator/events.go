@@ -25,4 +25,7 @@ const (
 	eventSecondariesScaled      = "SecondariesScaled"
 	eventSecondariesUpdated     = "SecondariesUpdated"
 	eventDeploymentConflict     = "DeploymentConflict"
+	eventServiceConflict        = "ServiceConflict"
+	eventWorkersScaled          = "WorkersScaled"
+	eventCompactorPoolProblem   = "CompactorPoolProblem"
 )

@@ -78,6 +78,16 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 	dur("--read-timeout", p.ReadTimeout)
 	dur("--write-timeout", p.WriteTimeout)
 	dur("--retry-for", p.RetryFor)
+	if c := db.Spec.Compaction; db.EffectiveCompactionMode() == shalev1.CompactionRemote && c.CompactorPoolRef != nil {
+		// The pool's scheduler Service; if the pool is missing or down, the
+		// primary compacts locally (and counts it).
+		args = append(args, "--compaction", "remote",
+			"--compaction-scheduler", shalev1.SchedulerAddressOf(db.Namespace, c.CompactorPoolRef.Name))
+		if c.Priority > 0 {
+			args = append(args, "--compaction-priority", strconv.Itoa(int(c.Priority)))
+		}
+		dur("--compaction-queue-timeout", c.QueueTimeout)
+	}
 	if c := store.Spec.StorageClasses.WAL; c != "" {
 		args = append(args, "--wal-storage-class", c)
 	}

@@ -20,7 +20,9 @@ func TestPrimaryPodFlags(t *testing.T) {
 	d := func(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
 	db := &shalev1.RocksDB{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "prod", UID: "0a1b2c3d-0000-4000-8000-00000000abcd"},
-		Spec: shalev1.RocksDBSpec{Primary: shalev1.PrimarySpec{
+		Spec: shalev1.RocksDBSpec{Compaction: shalev1.CompactionSpec{
+			Mode: shalev1.CompactionRemote, CompactorPoolRef: &shalev1.CompactorPoolReference{Name: "pool"}, Priority: 40, QueueTimeout: d(time.Minute),
+		}, Primary: shalev1.PrimarySpec{
 			Image: "registry.example/shale:1", ImagePullPolicy: corev1.PullAlways,
 			Lease: d(1500 * time.Millisecond), DeleteGrace: d(30 * time.Minute), ReadTimeout: d(10 * time.Second),
 			WriteTimeout: d(time.Minute), RetryFor: d(5 * time.Minute),
@@ -42,6 +44,7 @@ func TestPrimaryPodFlags(t *testing.T) {
 		" --cache-size 2147483648 ", " --block-cache-size 67108864 ", " --max-key-size 1024 ", " --max-value-size 1000000 ",
 		" --max-batch-size 2097152 ", " --lease 1.5s ", " --delete-grace 30m0s ", " --read-timeout 10s ", " --write-timeout 1m0s ",
 		" --retry-for 5m0s ", " --wal-storage-class EXPRESS_ONEZONE ", " --sst-storage-class STANDARD_IA ",
+		" --compaction remote ", " --compaction-scheduler pool-scheduler.prod.svc:7080 ", " --compaction-priority 40 ", " --compaction-queue-timeout 1m0s ",
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
@@ -71,7 +74,7 @@ func TestPrimaryPodFlags(t *testing.T) {
 		Endpoint: "http://minio:9000", Credentials: shalev1.SecretReference{Name: "creds"}, Hot: shalev1.BucketLocation{Bucket: "data"},
 	}}, 1, "default:image")
 	bc := bare.Spec.Containers[0]
-	if got := strings.Join(bc.Args, " "); strings.Contains(got, "--lease") || strings.Contains(got, "--cache-size") || strings.Contains(got, "storage-class") {
+	if got := strings.Join(bc.Args, " "); strings.Contains(got, "--lease") || strings.Contains(got, "--cache-size") || strings.Contains(got, "storage-class") || strings.Contains(got, "--compaction") {
 		t.Errorf("bare args %q set flags the spec does not", got)
 	}
 	if bc.Image != "default:image" || bc.ImagePullPolicy != corev1.PullIfNotPresent {

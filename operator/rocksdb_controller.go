@@ -91,6 +91,9 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &shalev1.RocksDB{}, indexCompactorPoolRef, compactorPoolOf); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("rocksdb").
 		For(&shalev1.RocksDB{}).
@@ -98,6 +101,7 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&appsv1.Deployment{}).
 		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
+		Watches(&shalev1.CompactorPool{}, handler.EnqueueRequestsFromMapFunc(r.forCompactorPool)).
 		Complete(r)
 }
 
@@ -126,6 +130,10 @@ type report struct {
 	secondaries *int32
 	// secondaryStatus: each secondary's Status, when the reconcile asked.
 	secondaryStatus *[]shalev1.SecondaryStatus
+	// compaction: the database's line of its pool's status; compactionSet
+	// when the reconcile looked (nil then clears it).
+	compaction    *shalev1.CompactionStats
+	compactionSet bool
 }
 
 // get returns the condition of a type the reconcile observed, or nil.
@@ -216,6 +224,9 @@ func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB
 	if serr := r.reconcileSecondaries(ctx, db, store, rep); serr != nil && err == nil {
 		err = serr
 	}
+	if serr := r.reconcileCompaction(ctx, db, store, rep); serr != nil && err == nil {
+		err = serr
+	}
 	if db.Spec.Secondaries.Replicas > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > r.opts.SecondaryStatusInterval) {
 		// Come back to ask the secondaries again.
 		res.RequeueAfter = r.opts.SecondaryStatusInterval
@@ -297,6 +308,9 @@ func (r *rocksDBReconciler) writeStatus(ctx context.Context, db *shalev1.RocksDB
 		}
 		if rep.secondaryStatus != nil {
 			st.SecondaryStatus = *rep.secondaryStatus
+		}
+		if rep.compactionSet {
+			st.Compaction = rep.compaction
 		}
 		st.Phase = phaseOf(st)
 		st.ObservedGeneration = generation

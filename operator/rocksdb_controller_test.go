@@ -30,6 +30,7 @@ func TestOperator(t *testing.T) {
 	t.Run("ReclaimDelete", func(t *testing.T) { testReclaimDelete(h.with(t)) })
 	t.Run("ObjectStoreProblems", func(t *testing.T) { testObjectStoreProblems(h.with(t)) })
 	t.Run("Secondaries", func(t *testing.T) { testSecondaries(h.with(t)) })
+	t.Run("CompactorPool", func(t *testing.T) { testCompactorPool(h.with(t)) })
 	t.Run("GC", func(t *testing.T) { testGC(h.with(t)) })
 }
 

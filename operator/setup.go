@@ -40,6 +40,12 @@ type Options struct {
 	// SecondaryStatusInterval is how often each database's secondaries
 	// are asked for their Status (status.secondaryStatus).
 	SecondaryStatusInterval time.Duration
+	// CompactorPollInterval is how often each CompactorPool's scheduler
+	// Stats are read (and its workers resized).
+	CompactorPollInterval time.Duration
+	// CompactorStats reads a pool's Stats (default: gRPC to its
+	// NAME-scheduler Service; tests point it elsewhere).
+	CompactorStats StatsFunc
 }
 
 // DefaultOptions are the flags' defaults.
@@ -51,6 +57,7 @@ func DefaultOptions() Options {
 		GCInterval:               time.Hour,
 		GCGrace:                  24 * time.Hour,
 		SecondaryStatusInterval:  30 * time.Second,
+		CompactorPollInterval:    15 * time.Second,
 	}
 }
 
@@ -68,6 +75,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("--gc-interval must not be negative (0 turns the collector off)")
 	case o.GCGrace <= 0:
 		return fmt.Errorf("--gc-grace must be positive")
+	case o.CompactorPollInterval <= 0:
+		return fmt.Errorf("--compactor-poll-interval must be positive")
 	}
 	return nil
 }
@@ -127,6 +136,20 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 	}
 	if err := dbr.setup(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("RocksDB controller: %w", err)
+	}
+	cpr := &compactorPoolReconciler{
+		Client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		recorder:  mgr.GetEventRecorderFor("shale-operator"),
+		opts:      opts,
+		now:       time.Now,
+		stats:     opts.CompactorStats,
+	}
+	if cpr.stats == nil {
+		cpr.stats = schedulerStats
+	}
+	if err := cpr.setup(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("CompactorPool controller: %w", err)
 	}
 	g := &gc{
 		apiReader: mgr.GetAPIReader(),

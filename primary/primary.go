@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/compactor"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/iometrics"
 	"github.com/shale-rocks/shale/internal/kvserver"
@@ -36,7 +37,12 @@ type Config struct {
 	// delete grace, storage classes, timeouts. Store and Logger are set by
 	// Start; an empty CacheDir gets DefaultCacheDir(DB).
 	Storage shalefs.Config
-	Logger  *slog.Logger
+	// CompactionMode is "local" (or "") or "remote": remote submits each
+	// compaction to the scheduler in Compaction.Scheduler (falling back
+	// to local on any trouble; docs/compaction.md).
+	CompactionMode string
+	Compaction     compactor.ClientConfig
+	Logger         *slog.Logger
 }
 
 // DefaultCacheDir is where a primary keeps its local cache of db when
@@ -59,6 +65,7 @@ type Server struct {
 	db        *engine.DB
 	ep        *kvserver.Endpoint
 	durable   *kvserver.Notifier // wakes, and at Stop ends, Watch streams
+	compactor *compactor.Client  // nil: local compaction
 }
 
 // Start opens the database and starts serving. On error nothing is left
@@ -69,6 +76,11 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
+	}
+	switch cfg.CompactionMode {
+	case "", "local", "remote":
+	default:
+		return nil, fmt.Errorf("--compaction %q: want local or remote", cfg.CompactionMode)
 	}
 	u, err := objstore.ParseURL(cfg.DB)
 	if err != nil {
@@ -147,6 +159,19 @@ func Start(cfg Config) (_ *Server, err error) {
 	}()
 	eo := cfg.Engine
 	eo.FileSystem = s.fs
+	if cfg.CompactionMode == "remote" {
+		cc := cfg.Compaction
+		cc.DB, cc.Logger, cc.Registerer = u.String(), cfg.Logger, reg
+		if s.compactor, err = compactor.NewClient(cc, s.fs); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				s.compactor.Close()
+			}
+		}()
+		eo.CompactionService = s.compactor
+	}
 	if s.db, err = engine.Open(sc.CacheDir, eo); err != nil {
 		return nil, fmt.Errorf("--db %s: %w", u, err)
 	}
@@ -167,9 +192,19 @@ func Start(cfg Config) (_ *Server, err error) {
 	}()
 	reg.MustRegister(engine.NewCollector(s.db))
 	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable}), reg, cfg.Limits, cfg.Logger)
-	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr())
+	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(), "compaction", s.compactionMode())
 	return s, nil
 }
+
+func (s *Server) compactionMode() string {
+	if s.compactor != nil {
+		return "remote via " + s.cfg.Compaction.Scheduler
+	}
+	return "local"
+}
+
+// Compactor is the remote compaction client, or nil (local compaction).
+func (s *Server) Compactor() *compactor.Client { return s.compactor }
 
 // Epoch is the epoch this primary owns the database with.
 func (s *Server) Epoch() uint64 { return s.fs.Epoch() }
@@ -192,6 +227,11 @@ func (s *Server) Done() <-chan error { return s.ep.Done() }
 func (s *Server) Stop(grace time.Duration) {
 	s.durable.Close()
 	s.ep.Stop(grace)
+	if s.compactor != nil {
+		// First: a compaction waiting for a worker would hold up the
+		// close; it falls back, and RocksDB abandons it (shutting down).
+		s.compactor.Close()
+	}
 	s.db.Close()
 	s.fs.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

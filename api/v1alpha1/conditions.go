@@ -21,6 +21,14 @@ const (
 	// ConditionSecondariesReady (RocksDB): every requested secondary runs
 	// the current spec and is ready (True with none requested).
 	ConditionSecondariesReady = "SecondariesReady"
+	// ConditionCompactorPoolReady (RocksDB, mode Remote): the
+	// CompactorPool exists, uses the RocksDB's ObjectStore and is Ready.
+	// False does not stop the database: its primary compacts locally.
+	ConditionCompactorPoolReady = "CompactorPoolReady"
+
+	// ConditionSchedulerReachable (CompactorPool): the scheduler's Stats
+	// were read at the last reconcile.
+	ConditionSchedulerReachable = "SchedulerReachable"
 )
 
 // Reasons.
@@ -54,4 +62,15 @@ const (
 	ReasonSecondariesUpdating = "SecondariesUpdating"
 	ReasonWaitingForPrimary   = "WaitingForPrimary"
 	ReasonSecondariesConflict = "DeploymentConflict"
+
+	ReasonLocalCompaction       = "LocalCompaction"
+	ReasonCompactorPoolMissing  = "CompactorPoolMissing"
+	ReasonCompactorPoolStore    = "CompactorPoolStoreMismatch"
+	ReasonCompactorPoolReady    = "CompactorPoolReady"
+	ReasonCompactorPoolNotReady = "CompactorPoolNotReady"
+	ReasonSchedulerReachable    = "SchedulerReachable"
+	ReasonSchedulerUnreachable  = "SchedulerUnreachable"
+	ReasonSchedulerNotReady     = "SchedulerNotReady"
+	ReasonWorkersNotReady       = "WorkersNotReady"
+	ReasonPoolReady             = "PoolReady"
 )

@@ -12,6 +12,10 @@ const (
 	// NAME-rw Service selects the Pod of the current epoch only.
 	LabelEpoch = "shale.rocks/epoch"
 
+	// LabelCompactorPool is the name of the CompactorPool a Pod, Service
+	// or Deployment belongs to.
+	LabelCompactorPool = "shale.rocks/compactorpool"
+
 	// Recommended labels (app.kubernetes.io/...).
 	LabelAppName      = "app.kubernetes.io/name"
 	LabelAppInstance  = "app.kubernetes.io/instance"
@@ -23,6 +27,10 @@ const (
 	// RoleSecondary is LabelRole's value on secondary Pods (and the
 	// component label of the secondaries' Deployment).
 	RoleSecondary = "secondary"
+	// ComponentScheduler and ComponentWorker are LabelAppComponent's
+	// values on a CompactorPool's objects.
+	ComponentScheduler = "compactor-scheduler"
+	ComponentWorker    = "compactor-worker"
 	// AppName is LabelAppName's value.
 	AppName = "shale"
 	// ManagedBy is LabelAppManagedBy's value.

@@ -44,6 +44,67 @@ type RocksDBSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Secondaries SecondariesSpec `json:"secondaries,omitempty"`
+
+	// Compaction says where the primary runs its compactions: Local (the
+	// default) or Remote, on a CompactorPool. Applies to the next primary
+	// Pod (a failover or a restart).
+	// +optional
+	// +kubebuilder:default={}
+	Compaction CompactionSpec `json:"compaction,omitempty"`
+}
+
+// CompactionMode is where compactions run.
+// +kubebuilder:validation:Enum=Local;Remote
+type CompactionMode string
+
+const (
+	// CompactionLocal runs compactions in the primary's Pod.
+	CompactionLocal CompactionMode = "Local"
+	// CompactionRemote submits them to a CompactorPool; the primary
+	// compacts locally whenever the pool cannot (counted in its metrics).
+	CompactionRemote CompactionMode = "Remote"
+)
+
+// CompactionSpec configures where a database's compactions run.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Remote' || has(self.compactorPoolRef)",message="compaction.mode Remote needs compaction.compactorPoolRef (the CompactorPool that runs the compactions)"
+type CompactionSpec struct {
+	// Mode: Local (default) or Remote.
+	// +optional
+	// +kubebuilder:default=Local
+	Mode CompactionMode `json:"mode,omitempty"`
+
+	// CompactorPoolRef names the CompactorPool (in this namespace) that
+	// runs the compactions with mode Remote. It must use the same
+	// ObjectStore as the RocksDB.
+	// +optional
+	CompactorPoolRef *CompactorPoolReference `json:"compactorPoolRef,omitempty"`
+
+	// Priority is the database's share of the pool's workers under
+	// contention, 1 to 100 (default 10): a database with priority 30 gets
+	// three times the jobs of one with 10 while both wait, and none is
+	// starved (--compaction-priority).
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Priority int32 `json:"priority,omitempty"`
+
+	// QueueTimeout: a compaction no worker took within this long runs
+	// locally instead (--compaction-queue-timeout, default 20s).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="queueTimeout must be a positive duration, such as 20s"
+	QueueTimeout *metav1.Duration `json:"queueTimeout,omitempty"`
+}
+
+// CompactorPoolReference names a CompactorPool in the same namespace.
+type CompactorPoolReference struct {
+	// Name of the CompactorPool.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
 }
 
 // ObjectStoreReference names an ObjectStore in the same namespace.
@@ -278,6 +339,11 @@ type RocksDBStatus struct {
 	// +listType=map
 	// +listMapKey=pod
 	SecondaryStatus []SecondaryStatus `json:"secondaryStatus,omitempty"`
+
+	// Compaction is this database's line of its CompactorPool's status
+	// (mode Remote): queue depth, running and completed jobs, fallbacks.
+	// +optional
+	Compaction *CompactionStats `json:"compaction,omitempty"`
 }
 
 // SecondaryStatus is one secondary's replication state.

@@ -180,6 +180,13 @@ func TestValidation(t *testing.T) {
 			{"catchup-long", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.CatchupInterval = d("2m") }, "catchupInterval must be a duration from 10ms to 1m"},
 			{"lease-ttl-short", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.LeaseTTL = d("500ms") }, "leaseTTL must be a duration from 1s to 1h"},
 			{"lease-ttl-long", "", func(s *shalev1.RocksDBSpec) { s.Secondaries.LeaseTTL = d("2h") }, "leaseTTL must be a duration from 1s to 1h"},
+			{"compaction-remote-no-pool", "", func(s *shalev1.RocksDBSpec) { s.Compaction.Mode = shalev1.CompactionRemote }, "compaction.mode Remote needs compaction.compactorPoolRef"},
+			{"compaction-mode", "", func(s *shalev1.RocksDBSpec) { s.Compaction.Mode = "Elsewhere" }, `supported values: "Local", "Remote"`},
+			{"compaction-priority", "", func(s *shalev1.RocksDBSpec) { s.Compaction.Priority = 101 }, "spec.compaction.priority in body should be less than or equal to 100"},
+			{"compaction-queue-timeout", "", func(s *shalev1.RocksDBSpec) { s.Compaction.QueueTimeout = d("0s") }, "queueTimeout must be a positive duration"},
+			{"compaction-pool-name", "", func(s *shalev1.RocksDBSpec) {
+				s.Compaction = shalev1.CompactionSpec{Mode: shalev1.CompactionRemote, CompactorPoolRef: &shalev1.CompactorPoolReference{}}
+			}, "spec.compaction.compactorPoolRef.name"},
 		} {
 			o := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: tc.dbName, Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
 			if o.Name == "" {
@@ -268,6 +275,46 @@ func TestValidation(t *testing.T) {
 		higher.Status.Epoch = 4
 		if err := c.Status().Update(ctx, higher); err != nil {
 			t.Errorf("raising the epoch: %v", err)
+		}
+	})
+
+	t.Run("CompactorPool", func(t *testing.T) {
+		objs := env.Objects(t, samplesDir+"shale_v1alpha1_compactorpool.yaml")
+		pool, ok := objs[0].(*shalev1.CompactorPool)
+		if len(objs) != 1 || !ok {
+			t.Fatalf("the CompactorPool sample holds %v", objs)
+		}
+		pool.Namespace = "default"
+		if err := c.Create(ctx, pool); err != nil {
+			t.Fatalf("sample CompactorPool refused: %v", err)
+		}
+		d := func(v time.Duration) *metav1.Duration { return &metav1.Duration{Duration: v} }
+		i := func(v int32) *int32 { return &v }
+		for _, tc := range []struct {
+			name   string
+			mutate func(*shalev1.CompactorPool)
+			msg    string
+		}{
+			{"name", func(p *shalev1.CompactorPool) { p.Name = "Pool.1" }, "a CompactorPool name must be at most 50"},
+			{"min-above-max", func(p *shalev1.CompactorPool) { p.Spec.Workers.MinReplicas, p.Spec.Workers.MaxReplicas = i(5), 2 }, "workers.minReplicas must not exceed workers.maxReplicas"},
+			{"min-negative", func(p *shalev1.CompactorPool) { p.Spec.Workers.MinReplicas = i(-1) }, "spec.workers.minReplicas in body should be greater than or equal to 0"},
+			{"concurrency", func(p *shalev1.CompactorPool) { p.Spec.Workers.Concurrency = 65 }, "spec.workers.concurrency in body should be less than or equal to 64"},
+			{"lease-ttl", func(p *shalev1.CompactorPool) { p.Spec.Scheduler.LeaseTTL = d(500 * time.Millisecond) }, "leaseTTL must be a duration from 1s to 10m"},
+			{"job-timeout", func(p *shalev1.CompactorPool) { p.Spec.Workers.JobTimeout = d(0) }, "jobTimeout must be a positive duration"},
+			{"no-store", func(p *shalev1.CompactorPool) { p.Spec.ObjectStoreRef.Name = "" }, "spec.objectStoreRef.name"},
+			{"pull-policy", func(p *shalev1.CompactorPool) { p.Spec.ImagePullPolicy = "Sometimes" }, `supported values: "Always", "IfNotPresent", "Never"`},
+		} {
+			o := &shalev1.CompactorPool{ObjectMeta: metav1.ObjectMeta{Name: "bad-" + tc.name, Namespace: "default"}, Spec: *pool.Spec.DeepCopy()}
+			tc.mutate(o)
+			wantInvalid(t, tc.name, c.Create(ctx, o), tc.msg)
+		}
+		// Defaults: one to four workers of one slot.
+		bare := &shalev1.CompactorPool{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "default"}, Spec: shalev1.CompactorPoolSpec{ObjectStoreRef: shalev1.ObjectStoreReference{Name: "minio"}}}
+		if err := c.Create(ctx, bare); err != nil {
+			t.Fatal(err)
+		}
+		if w := bare.Spec.Workers; w.MinReplicas == nil || *w.MinReplicas != 1 || w.MaxReplicas != 4 || w.Concurrency != 1 {
+			t.Errorf("defaults: %+v", w)
 		}
 	})
 }

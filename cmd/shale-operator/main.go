@@ -52,7 +52,7 @@ func run() int {
 	fs.DurationVar(&retryPeriod, "leader-elect-retry-period", retryPeriod, "how often candidates try to acquire or renew the lease")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (\"0\" turns it off)")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" turns them off)")
-	fs.StringVar(&opts.ShaleImage, "shale-image", defaultImage, "image of primaries and secondaries whose RocksDB sets no spec.primary.image")
+	fs.StringVar(&opts.ShaleImage, "shale-image", defaultImage, "image of primaries, secondaries and compactor pools that name none")
 	fs.DurationVar(&opts.FailoverGrace, "failover-grace", opts.FailoverGrace, "replace a primary that was ready once it has been not ready this long (a deleted, failed or vanished primary is replaced at once)")
 	fs.DurationVar(&opts.StartupGrace, "startup-grace", opts.StartupGrace, "replace a new primary that has not become ready in this long (must exceed the longest takeover: lease wait plus log replay)")
 	fs.DurationVar(&opts.ObjectStoreCheckInterval, "objectstore-check-interval", opts.ObjectStoreCheckInterval, "how often each ObjectStore is checked (one LIST, two PUTs and a DELETE)")
@@ -60,6 +60,7 @@ func run() int {
 	fs.DurationVar(&opts.GCGrace, "gc-grace", opts.GCGrace, "delete an orphaned database directory only when nothing in it changed for this long")
 	fs.BoolVar(&opts.GCDryRun, "gc-dry-run", false, "report orphaned database directories (events, metrics, log) without deleting them")
 	fs.DurationVar(&opts.SecondaryStatusInterval, "secondary-status-interval", opts.SecondaryStatusInterval, "how often each database's secondaries are asked for their replication state (status.secondaryStatus)")
+	fs.DurationVar(&opts.CompactorPollInterval, "compactor-poll-interval", opts.CompactorPollInterval, "how often each CompactorPool's scheduler is asked for its queue (one gRPC call) and its workers resized")
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime's config package.
 	flag.Parse()

@@ -1,35 +1,43 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/shale-rocks/shale/compactor"
 	"github.com/shale-rocks/shale/primary"
 	"github.com/shale-rocks/shale/secondary"
 )
 
 func newDevCmd() *cobra.Command {
 	var cfg primary.Config
-	var data, secondaryListen string
+	var data, secondaryListen, compactorListen string
 	c := &cobra.Command{
 		Use:   "dev --data DIR",
 		Short: "Run everything locally on a directory",
 		Long: `Dev runs a primary on the file:// database DIR/db, with its cache in
-DIR/cache unless --cache-dir says otherwise, and a read-only secondary
-beside it (--secondary-listen; empty: none), and prints how to reach them.
+DIR/cache unless --cache-dir says otherwise, a read-only secondary beside it
+(--secondary-listen; empty: none), and a compactor scheduler
+(--compactor-listen) with one worker that run the primary's compactions
+(--compaction local: none), and prints how to reach them.
 It takes the same flags as "shale primary" (except --db). Data stays in DIR
 across restarts.`,
 		Example: `  shale dev --data ./.shale-dev
-  shale dev --data /tmp/shale --listen 127.0.0.1:7170 --secondary-listen 127.0.0.1:7171 --metrics-listen ""`,
+  shale dev --data /tmp/shale --listen 127.0.0.1:7170 --secondary-listen 127.0.0.1:7171 --compactor-listen 127.0.0.1:7180 --metrics-listen ""
+  shale dev --data /tmp/shale --compaction local`,
 		Args: exactArgs(),
 		RunE: func(c *cobra.Command, _ []string) error {
 			if data == "" {
 				return usageErrorf("dev: --data is required (a directory for all local state)")
 			}
-			return runDev(c, &cfg, data, secondaryListen)
+			if err := checkCompaction(c.ErrOrStderr(), "dev", cfg.CompactionMode, &cfg.Compaction); err != nil && compactorListen == "" {
+				return err
+			}
+			return runDev(c, &cfg, data, secondaryListen, compactorListen)
 		},
 	}
 	c.Flags().StringVar(&data, "data", "", "`directory` for all local state (required; created if missing)")
@@ -37,10 +45,14 @@ across restarts.`,
 	c.Flags().StringVar(&secondaryListen, "secondary-listen", "127.0.0.1:7071", "gRPC `address` of a read-only secondary beside the primary (empty: none)")
 	primaryFlags(c, &cfg)
 	c.Flags().Lookup("cache-dir").Usage = "local cache and staging `directory` (default: DIR/cache)"
+	compactionFlags(c, &cfg.CompactionMode, &cfg.Compaction, "remote")
+	c.Flags().Lookup("compaction-scheduler").Usage = "gRPC `address` of an external compactor scheduler (default: the one dev runs on --compactor-listen)"
+	c.Flags().StringVar(&compactorListen, "compactor-listen", "127.0.0.1:7080", "gRPC `address` of the compactor scheduler dev runs, with one worker, for --compaction remote (empty: none)")
+	noFileCompletion(c, "compactor-listen")
 	return c
 }
 
-func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen string) error {
+func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen, compactorListen string) error {
 	stdout := c.OutOrStdout()
 	abs, err := filepath.Abs(data)
 	if err != nil {
@@ -54,6 +66,31 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen string)
 
 	ctx, stop := signalContext()
 	defer stop()
+	var sched *compactor.SchedulerServer
+	if cfg.CompactionMode == "remote" && cfg.Compaction.Scheduler == "" {
+		// A scheduler and one worker in this process, stopped after the
+		// primary (deferred first).
+		if sched, err = compactor.StartScheduler(compactor.SchedulerServerConfig{Listen: compactorListen, Logger: cfg.Logger}); err != nil {
+			return fmt.Errorf("compactor: %w (--compactor-listen; or --compaction local)", err)
+		}
+		defer sched.Stop()
+		w, err := compactor.NewWorker(compactor.WorkerConfig{Scheduler: sched.Addr(), CacheDir: filepath.Join(abs, "compactor-cache"), ID: "dev-worker", Logger: cfg.Logger})
+		if err != nil {
+			return fmt.Errorf("compactor worker: %w", err)
+		}
+		wctx, wcancel := context.WithCancel(context.Background())
+		wdone := make(chan struct{})
+		go func() {
+			defer close(wdone)
+			w.Run(wctx)
+		}()
+		defer func() {
+			wcancel()
+			<-wdone
+			w.Close()
+		}()
+		cfg.Compaction.Scheduler = sched.Addr()
+	}
 	s, err := primary.Start(*cfg)
 	if err != nil {
 		return err
@@ -82,6 +119,12 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen string)
 	}
 	if sec != nil {
 		fmt.Fprintf(stdout, "  replica   %s  (reads only: bin/shale kv --addr %s get hello)\n", sec.Addr(), sec.Addr())
+	}
+	switch {
+	case sched != nil:
+		fmt.Fprintf(stdout, "  compactor %s  (remote compaction, one worker: bin/shale compactor stats --scheduler %s)\n", sched.Addr(), sched.Addr())
+	case cfg.CompactionMode == "remote":
+		fmt.Fprintf(stdout, "  compactor %s  (remote compaction on an external scheduler)\n", cfg.Compaction.Scheduler)
 	}
 	fmt.Fprintf(stdout, `
 Try, from another shell:

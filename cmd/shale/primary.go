@@ -28,11 +28,15 @@ owner's logs, and serves until SIGINT or SIGTERM, which stop it gracefully and
 release the database. A primary deposed by a newer epoch exits with status 1.`,
 		Example: `  AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \
     shale primary --db s3://my-bucket/orders --cache-dir /var/cache/shale/orders
-  shale primary --db file:///srv/shale/orders --cache-size 2GiB`,
+  shale primary --db file:///srv/shale/orders --cache-size 2GiB
+  shale primary --db s3://my-bucket/orders --compaction remote --compaction-scheduler 10.0.0.5:7080`,
 		Args: exactArgs(),
 		RunE: func(c *cobra.Command, _ []string) error {
 			if cfg.DB == "" {
 				return usageErrorf("primary: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
+			}
+			if err := checkCompaction(c.ErrOrStderr(), "primary", cfg.CompactionMode, &cfg.Compaction); err != nil {
+				return err
 			}
 			cfg.Logger = newLogger(c.ErrOrStderr())
 			ctx, stop := signalContext()
@@ -42,6 +46,7 @@ release the database. A primary deposed by a newer epoch exits with status 1.`,
 	}
 	c.Flags().StringVar(&cfg.DB, "db", "", "database location `URL`: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
 	primaryFlags(c, &cfg)
+	compactionFlags(c, &cfg.CompactionMode, &cfg.Compaction, "local")
 	noFileCompletion(c, "db")
 	return c
 }

@@ -43,6 +43,7 @@ safely from any machine.`,
 	root.AddCommand(
 		newPrimaryCmd(),
 		newSecondaryCmd(),
+		newCompactorCmd(),
 		newDevCmd(),
 		newKVCmd(),
 		newAdminCmd(),

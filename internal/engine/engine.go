@@ -34,6 +34,9 @@ type Options struct {
 	// directory is then only a local cache of a database that lives in an
 	// object store, and may start empty.
 	FileSystem rocksshim.FileSystemHooks
+	// CompactionService, when set, is offered every compaction first
+	// (remote compaction; it answers "use local" on any trouble).
+	CompactionService rocksshim.CompactionService
 	// SecondaryDir, when set, opens the database as a read-only secondary
 	// (DB::OpenAsSecondary) that keeps its own files there; it follows the
 	// primary with TryCatchUp.
@@ -76,6 +79,7 @@ type DB struct {
 
 	lockFile *os.File // flock on <dir>/LOCK, held while open
 	fs       *rocksshim.FileSystem
+	cs       *rocksshim.CompactionAttachment
 }
 
 // Open opens the database in dir, creating it (and missing parent
@@ -147,6 +151,12 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.stats = rocksshim.AttachStatistics(d.opts)
 	if o.FileSystem != nil {
 		d.fs = rocksshim.AttachFileSystem(d.opts, dir, o.FileSystem)
+	}
+	if o.CompactionService != nil && o.SecondaryDir == "" {
+		if d.cs, err = rocksshim.AttachCompactionService(d.opts, o.CompactionService); err != nil {
+			d.free()
+			return nil, err
+		}
 	}
 
 	if o.SecondaryDir != "" {
@@ -283,6 +293,7 @@ func (d *DB) free() {
 	if d.fs != nil {
 		d.fs.Close()
 	}
+	d.cs.Close()
 }
 
 // Close closes the database after running calls finish.

@@ -394,8 +394,12 @@ class ShaleFS : public FileSystemWrapper {
                       IODebugContext* dbg) override {
     std::string dname, sdir, sname;
     if (Managed(dst, &dname)) {
-      if (!InDir(src, &sdir, &sname) || sdir != dir_)
-        return IOStatus::NotSupported("Shale FileSystem renames only within " + dir_);
+      if (!InDir(src, &sdir, &sname) || sdir != dir_) {
+        // A remote compaction's output, renamed from the worker's output
+        // directory (db/compaction/compaction_service_job.cc): Go copies
+        // it within the store (or refuses); there is no local file.
+        return Event(kRename, src, dname, 0, CurrentActivity());
+      }
       IOStatus s = Event(kRename, sname, dname, 0, CurrentActivity());
       if (!s.ok()) return s;
     }

@@ -29,6 +29,9 @@ type FileSystemHooks interface {
 	Create(name string) error
 	Sync(name string, size int64, activity string) error
 	Close(name string, size int64, activity string) error
+	// Rename publishes dst before RocksDB renames src to it locally. A src
+	// outside the database directory (a full path) is a remote
+	// compaction's output: the hooks install it, nothing is renamed.
 	Rename(src, dst string) error
 	Delete(name string) error
 	Fetch(name, activity string) error

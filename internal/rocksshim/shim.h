@@ -50,6 +50,25 @@ void shale_fs_destroy(shale_fs_t* fs);
 // (its local copy is about to be deleted).
 void shale_fs_evict(shale_fs_t* fs, const char* name, int n);
 
+// ---- Remote compaction (compaction.cc) ---------------------------------------
+// Installs a CompactionService that hands each compaction to the Go object
+// behind `handle` (see compaction.go).
+void shale_compaction_service_attach(rocksdb_options_t* opts, uintptr_t handle);
+// The table factory's options as a RocksDB option string (malloc'd).
+char* shale_table_options(rocksdb_options_t* opts, char** err);
+// The top-level field `key` of a serialized CompactionServiceInput or
+// CompactionServiceResult (malloc'd), or NULL if absent or on error.
+char* shale_compaction_field(const char* data, size_t n, const char* key, char** err);
+typedef struct shale_cancel_t shale_cancel_t;
+shale_cancel_t* shale_cancel_new(void);
+void shale_cancel_set(shale_cancel_t* c);
+void shale_cancel_destroy(shale_cancel_t* c);
+// DB::OpenAndCompact with the Env installed in env_opts (a Shale
+// FileSystem). Returns 0 and the serialized result, or 1 and *err.
+int shale_open_and_compact(rocksdb_options_t* env_opts, const char* name, const char* output_dir,
+                           const char* input, size_t n, const char* table_options,
+                           shale_cancel_t* cancel, char** result, size_t* rlen, char** err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -123,6 +123,9 @@ func (f *FS) OpenTable(name, activity string) error {
 	if !ok {
 		return fmt.Errorf("open table %s: %w", name, os.ErrNotExist)
 	}
+	if f.cfg.FetchWhole != nil && !f.cfg.FetchWhole(name) {
+		return rocksshim.ErrReadRemote
+	}
 	// Fetch whole only what leaves room for others: at most an eighth.
 	if f.cache.budget > 0 && size > f.cache.budget/8 || !f.cache.makeRoom(size, name, f.cfg.CacheDir) {
 		return rocksshim.ErrReadRemote

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,18 @@ type Config struct {
 	// reader's view after its last renewal (default 30s).
 	ReaderID  string
 	ReaderTTL time.Duration
+	// NoReaderLease: a reader that publishes no lease and so writes
+	// nothing at all (a compaction worker, whose job ends well within the
+	// owner's delete grace; docs/compaction.md).
+	NoReaderLease bool
+	// SkipWALs: a reader that lists no WAL, so RocksDB opens without
+	// replaying one (a compaction worker needs only the tables; upstream
+	// RocksDB 11.1 skips the replay in OpenAndCompact itself).
+	SkipWALs bool
+	// FetchWhole, when set, picks the tables fetched whole into the cache;
+	// the others are read from the store range by range (a compaction
+	// worker reads its inputs whole and only the footers of the rest).
+	FetchWhole func(name string) bool
 	// Owner describes this process in its epoch object (host, pid, ...).
 	Owner  string
 	Logger *slog.Logger
@@ -168,6 +181,8 @@ type FS struct {
 	leaseSum     string
 	leaseRenewed atomic.Int64
 	readerLeases map[string]*seenLease
+
+	compactions jobRegistry // remote compaction outputs being installed (compaction.go)
 
 	// stopMu orders starting background folds against Stop.
 	stopMu  sync.Mutex
@@ -670,6 +685,9 @@ func (f *FS) upload(name, path, activity string) error {
 func (f *FS) Rename(src, dst string) error {
 	if err := f.FenceError(); err != nil {
 		return err
+	}
+	if strings.Contains(src, "/") {
+		return f.installJobOutput(src, dst) // a remote compaction's output
 	}
 	if f.readOnly && KindOf(dst) != KindLocal {
 		return fmt.Errorf("rename %s to %s: %w", src, dst, ErrReadOnly)

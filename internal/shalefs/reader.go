@@ -95,6 +95,13 @@ func (f *FS) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if f.cfg.SkipWALs {
+		for name := range files {
+			if FileType(name) == "wal" {
+				delete(files, name)
+			}
+		}
+	}
 	var current []byte
 	if _, ok := files["CURRENT"]; ok {
 		err := f.background().do(ctx, func(ctx context.Context) (err error) {

@@ -62,6 +62,9 @@ func (f *FS) leaseFiles() []versionRef {
 // publishLease writes the reader's lease when its files changed or a third
 // of its TTL passed since the last renewal.
 func (f *FS) publishLease(ctx context.Context) error {
+	if f.cfg.NoReaderLease {
+		return nil
+	}
 	files := f.leaseFiles()
 	sum, _ := json.Marshal(files)
 	if string(sum) == f.leaseSum && time.Duration(f.mono()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL/3 {
@@ -92,7 +95,7 @@ func (f *FS) ReaderTTL() time.Duration { return f.cfg.ReaderTTL }
 
 // dropLease removes the reader's lease when it stops for good.
 func (f *FS) dropLease(ctx context.Context) {
-	if f.readOnly && f.cfg.ReaderID != "" {
+	if f.readOnly && f.cfg.ReaderID != "" && !f.cfg.NoReaderLease {
 		f.store.Delete(ctx, readersPrefix+f.cfg.ReaderID)
 	}
 }

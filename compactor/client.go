@@ -1,0 +1,427 @@
+package compactor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	compactorv1 "github.com/shale-rocks/shale/api/compactor/v1"
+	"github.com/shale-rocks/shale/internal/rocksshim"
+	"github.com/shale-rocks/shale/internal/shalefs"
+)
+
+// ClientConfig is a primary's remote compaction.
+type ClientConfig struct {
+	Scheduler string // the scheduler's gRPC address
+	// DB is the database's store URL, as workers open it.
+	DB       string
+	Priority uint32 // 1-100 (0: DefaultPriority)
+	// StartTimeout bounds the submission (default 5s).
+	StartTimeout time.Duration
+	// QueueTimeout: a job no worker has taken for this long is cancelled
+	// and run locally (default 20s): a compaction the primary waits for
+	// holds one of its background slots, and L0 may be filling up.
+	QueueTimeout time.Duration
+	// JobTimeout bounds a job from submission to result (default 30m).
+	JobTimeout time.Duration
+	// SweepEvery is how often leftover job directories are looked for
+	// (default 10m; one LIST each time, plus deletes).
+	SweepEvery time.Duration
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Fallback reasons, the values of shale_compaction_fallbacks_total's
+// reason label.
+const (
+	ReasonUnavailable = "scheduler_unavailable" // could not submit
+	ReasonLost        = "scheduler_lost"        // the stream broke while waiting
+	ReasonQueue       = "queue_timeout"
+	ReasonTimeout     = "job_timeout"
+	ReasonFailed      = "job_failed"
+	ReasonBadResult   = "bad_result" // outputs missing or not as reported
+	ReasonFenced      = "fenced"
+	ReasonInput       = "bad_input"
+)
+
+var reasons = []string{ReasonUnavailable, ReasonLost, ReasonQueue, ReasonTimeout, ReasonFailed, ReasonBadResult, ReasonFenced, ReasonInput}
+
+// Client is a primary's rocksshim.CompactionService: it submits each
+// compaction to the scheduler and waits for a worker to run it. Any
+// trouble makes RocksDB compact locally (never a failure: RocksDB 7.8.3
+// stops writes after a failed remote compaction), and is counted.
+type Client struct {
+	cfg    ClientConfig
+	fs     *shalefs.FS
+	conn   *grpc.ClientConn
+	client compactorv1.CompactorClient
+
+	mu         sync.Mutex
+	pending    map[jobKey]*pendingJob
+	inflight   map[string]bool // job ids submitted and not yet done
+	unreported uint64          // fallbacks since the last accepted submission
+	skipUntil  time.Time       // scheduler unreachable: do not try before
+	backoff    time.Duration
+
+	jobs      *prometheus.CounterVec
+	fallbacks *prometheus.CounterVec
+	wait      prometheus.Histogram
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+type jobKey struct {
+	session string
+	id      uint64
+}
+
+type pendingJob struct {
+	id      string
+	start   time.Time
+	cancel  context.CancelFunc
+	events  chan *compactorv1.CompactEvent
+	errc    chan error
+	attempt uint32
+}
+
+const (
+	minBackoff = time.Second
+	maxBackoff = 30 * time.Second
+)
+
+// NewClient prepares remote compaction for the database fs owns. It does
+// not contact the scheduler: a scheduler that is down only means local
+// compactions.
+func NewClient(cfg ClientConfig, fs *shalefs.FS) (*Client, error) {
+	if cfg.Scheduler == "" {
+		return nil, errors.New("--compaction remote needs --compaction-scheduler (the scheduler's gRPC address, host:port)")
+	}
+	if cfg.DB == "" {
+		return nil, errors.New("remote compaction: the database URL is empty")
+	}
+	if cfg.Priority > MaxPriority {
+		return nil, fmt.Errorf("--compaction-priority %d: must be %d to %d", cfg.Priority, MinPriority, MaxPriority)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.StartTimeout, 5*time.Second)
+	def(&cfg.QueueTimeout, 20*time.Second)
+	def(&cfg.JobTimeout, 30*time.Minute)
+	def(&cfg.SweepEvery, 10*time.Minute)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	conn, err := grpc.NewClient(cfg.Scheduler,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
+		// Reconnect soon after the scheduler comes back (gRPC's default
+		// backoff grows to two minutes).
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second}, MinConnectTimeout: 2 * time.Second}))
+	if err != nil {
+		return nil, fmt.Errorf("--compaction-scheduler %s: %w", cfg.Scheduler, err)
+	}
+	c := &Client{
+		cfg: cfg, fs: fs, conn: conn, client: compactorv1.NewCompactorClient(conn),
+		pending: map[jobKey]*pendingJob{}, inflight: map[string]bool{}, backoff: minBackoff,
+		stop: make(chan struct{}),
+	}
+	c.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shale_compaction_remote_jobs_total",
+		Help: "Compactions offered to the remote compactor, by outcome: completed remotely, or fallback (run locally; see shale_compaction_fallbacks_total)."}, []string{"outcome"})
+	c.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shale_compaction_fallbacks_total",
+		Help: "Compactions run locally because remote compaction failed, by reason: scheduler_unavailable, scheduler_lost, queue_timeout, job_timeout, job_failed, bad_result, fenced, bad_input."}, []string{"reason"})
+	c.wait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shale_compaction_remote_seconds",
+		Help: "Time from submission to result of remote compactions that completed.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 16)})
+	for _, o := range []string{"completed", "fallback"} {
+		c.jobs.WithLabelValues(o)
+	}
+	for _, r := range reasons {
+		c.fallbacks.WithLabelValues(r)
+	}
+	if cfg.Registerer != nil {
+		for _, m := range []prometheus.Collector{c.jobs, c.fallbacks, c.wait} {
+			if err := cfg.Registerer.Register(m); err != nil {
+				conn.Close()
+				return nil, err
+			}
+		}
+	}
+	c.wg.Add(1)
+	go c.sweepLoop()
+	return c, nil
+}
+
+// Close stops the client; the database must be closed (no job waits).
+func (c *Client) Close() {
+	select {
+	case <-c.stop:
+		return
+	default:
+		close(c.stop)
+	}
+	c.wg.Wait()
+	c.mu.Lock()
+	for _, p := range c.pending {
+		p.cancel()
+	}
+	c.mu.Unlock()
+	c.conn.Close()
+}
+
+// Fallbacks returns the fallbacks counted so far, by reason.
+func (c *Client) Fallbacks() map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range reasons {
+		var m dto.Metric
+		c.fallbacks.WithLabelValues(r).Write(&m)
+		out[r] = m.GetCounter().GetValue()
+	}
+	return out
+}
+
+// fallback counts a compaction that runs locally, and tells RocksDB so.
+func (c *Client) fallback(reason, job string, err error) rocksshim.CompactionStatus {
+	c.fallbacks.WithLabelValues(reason).Inc()
+	c.jobs.WithLabelValues("fallback").Inc()
+	c.mu.Lock()
+	c.unreported++
+	if job != "" {
+		delete(c.inflight, job)
+	}
+	c.mu.Unlock()
+	level := slog.LevelWarn
+	if errors.Is(err, errSkipping) {
+		level = slog.LevelDebug // said once when the scheduler went away
+	}
+	c.cfg.Logger.Log(context.Background(), level, "remote compaction failed; compacting locally", "reason", reason, "job", job, "err", err)
+	return rocksshim.CompactionUseLocal
+}
+
+var errSkipping = errors.New("the scheduler was unreachable moments ago; not retrying yet")
+
+// Start implements rocksshim.CompactionService.
+func (c *Client) Start(job rocksshim.CompactionJob) rocksshim.CompactionStatus {
+	if err := c.fs.FenceError(); err != nil {
+		return c.fallback(ReasonFenced, "", err)
+	}
+	c.mu.Lock()
+	skip := time.Now().Before(c.skipUntil)
+	c.mu.Unlock()
+	if skip {
+		return c.fallback(ReasonUnavailable, "", errSkipping)
+	}
+	files, err := rocksshim.CompactionInputFiles(job.Input)
+	if err != nil {
+		return c.fallback(ReasonInput, "", err)
+	}
+	var inputBytes uint64
+	for _, f := range files {
+		if n, ok := c.fs.Stat(f); ok {
+			inputBytes += uint64(n)
+		}
+	}
+	level, _, _ := rocksshim.CompactionField(job.Input, "output_level")
+	var outLevel int32
+	fmt.Sscan(level, &outLevel)
+	id := c.fs.NewJobID()
+	c.mu.Lock()
+	report := c.unreported
+	c.inflight[id] = true
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pendingJob{id: id, start: time.Now(), cancel: cancel, events: make(chan *compactorv1.CompactEvent, 16), errc: make(chan error, 1)}
+	first := make(chan error, 1)
+	go func() {
+		stream, err := c.client.Compact(ctx, &compactorv1.CompactRequest{
+			Db: c.cfg.DB, Priority: c.cfg.Priority, JobId: id, Input: job.Input, TableOptions: job.TableOptions,
+			InputFiles: files, InputBytes: inputBytes, OutputLevel: outLevel, Fallbacks: report,
+		})
+		if err == nil {
+			var ev *compactorv1.CompactEvent
+			if ev, err = stream.Recv(); err == nil && ev.State != compactorv1.CompactEvent_ACCEPTED {
+				err = fmt.Errorf("scheduler answered %v, not ACCEPTED", ev.State)
+			}
+		}
+		first <- err
+		if err != nil {
+			return
+		}
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				p.errc <- err
+				return
+			}
+			select {
+			case p.events <- ev:
+			case <-ctx.Done():
+				return
+			}
+			if ev.State == compactorv1.CompactEvent_DONE || ev.State == compactorv1.CompactEvent_FAILED {
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(c.cfg.StartTimeout)
+	defer timer.Stop()
+	select {
+	case err = <-first:
+	case <-timer.C:
+		err = fmt.Errorf("no answer from the scheduler within %s", c.cfg.StartTimeout)
+	}
+	if err != nil {
+		cancel()
+		c.mu.Lock()
+		c.skipUntil = time.Now().Add(c.backoff)
+		c.backoff = min(2*c.backoff, maxBackoff)
+		c.mu.Unlock()
+		return c.fallback(ReasonUnavailable, id, err)
+	}
+	c.mu.Lock()
+	c.unreported -= report // the scheduler counted them
+	c.backoff = minBackoff
+	c.pending[jobKey{job.Session, job.ID}] = p
+	c.mu.Unlock()
+	return rocksshim.CompactionSuccess
+}
+
+// Wait implements rocksshim.CompactionService.
+func (c *Client) Wait(job rocksshim.CompactionJob) (rocksshim.CompactionStatus, []byte) {
+	key := jobKey{job.Session, job.ID}
+	c.mu.Lock()
+	p := c.pending[key]
+	delete(c.pending, key)
+	c.mu.Unlock()
+	if p == nil {
+		return c.fallback(ReasonLost, "", errors.New("waiting for a job that was never submitted")), nil
+	}
+	defer p.cancel() // ends the stream: a job still queued or running is cancelled
+	queue := time.NewTimer(c.cfg.QueueTimeout)
+	defer queue.Stop()
+	deadline := time.NewTimer(c.cfg.JobTimeout - time.Since(p.start))
+	defer deadline.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return c.fallback(ReasonLost, p.id, errors.New("the primary is stopping")), nil
+		case err := <-p.errc:
+			return c.fallback(ReasonLost, p.id, err), nil
+		case <-queue.C:
+			return c.fallback(ReasonQueue, p.id, fmt.Errorf("no worker took the job within %s", c.cfg.QueueTimeout)), nil
+		case <-deadline.C:
+			return c.fallback(ReasonTimeout, p.id, fmt.Errorf("no result within %s", c.cfg.JobTimeout)), nil
+		case ev := <-p.events:
+			switch ev.State {
+			case compactorv1.CompactEvent_RUNNING:
+				queue.Stop()
+			case compactorv1.CompactEvent_QUEUED:
+				queue.Reset(c.cfg.QueueTimeout)
+			case compactorv1.CompactEvent_FAILED:
+				return c.fallback(ReasonFailed, p.id, errors.New(ev.Error)), nil
+			case compactorv1.CompactEvent_DONE:
+				return c.done(p, ev)
+			}
+		}
+	}
+}
+
+// done checks a result before RocksDB installs it: RocksDB renames
+// exactly the outputs the result names, and a rename that fails stops its
+// writes, so every one of them must be in the job's directory with the
+// size the worker reported. Only then does the FileSystem accept them.
+func (c *Client) done(p *pendingJob, ev *compactorv1.CompactEvent) (rocksshim.CompactionStatus, []byte) {
+	if err := c.fs.FenceError(); err != nil {
+		return c.fallback(ReasonFenced, p.id, err), nil
+	}
+	names, err := rocksshim.CompactionOutputFiles(ev.Result)
+	if err != nil {
+		return c.fallback(ReasonBadResult, p.id, err), nil
+	}
+	reported := map[string]int64{}
+	for _, o := range ev.Outputs {
+		reported[o.Name] = int64(o.Size)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	stored, err := c.fs.JobOutputs(ctx, p.id, ev.Attempt)
+	cancel()
+	if err != nil {
+		return c.fallback(ReasonBadResult, p.id, fmt.Errorf("list the job's outputs: %w", err)), nil
+	}
+	if err := checkOutputs(names, reported, stored); err != nil {
+		return c.fallback(ReasonBadResult, p.id, err), nil
+	}
+	c.fs.ExpectJobOutputs(p.id, ev.Attempt, reported)
+	c.mu.Lock()
+	delete(c.inflight, p.id)
+	c.mu.Unlock()
+	c.jobs.WithLabelValues("completed").Inc()
+	c.wait.Observe(time.Since(p.start).Seconds())
+	return rocksshim.CompactionSuccess, ev.Result
+}
+
+// checkOutputs: the result's outputs, the worker's report and the store
+// agree (names and sizes).
+func checkOutputs(result []string, reported, stored map[string]int64) error {
+	if len(result) != len(reported) {
+		return fmt.Errorf("the result names %d outputs, the worker reported %d", len(result), len(reported))
+	}
+	sort.Strings(result)
+	for _, n := range result {
+		size, ok := reported[n]
+		if !ok {
+			return fmt.Errorf("output %s is in the result but the worker did not report it", n)
+		}
+		got, ok := stored[n]
+		if !ok {
+			return fmt.Errorf("output %s is not in the store", n)
+		}
+		if got != size {
+			return fmt.Errorf("output %s has %d bytes in the store, the worker reported %d", n, got, size)
+		}
+	}
+	return nil
+}
+
+func (c *Client) isInflight(job string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inflight[job]
+}
+
+// sweepLoop deletes leftover job directories: now, then every SweepEvery.
+func (c *Client) sweepLoop() {
+	defer c.wg.Done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-timer.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		n, err := c.fs.SweepCompactions(ctx, c.isInflight)
+		cancel()
+		switch {
+		case err != nil && c.fs.FenceError() == nil:
+			c.cfg.Logger.Warn("sweeping leftover compaction job directories failed; retrying later", "err", err)
+		case n > 0:
+			c.cfg.Logger.Info("swept leftover compaction job objects", "objects", n)
+		}
+		timer.Reset(c.cfg.SweepEvery)
+	}
+}

@@ -1,0 +1,286 @@
+package rocksshim
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"runtime"
+	"runtime/cgo"
+	"strconv"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/linxGnu/grocksdb"
+)
+
+// CompactionStatus answers RocksDB's CompactionService calls.
+type CompactionStatus int
+
+const (
+	// CompactionSuccess: the job was submitted (Start) or its result is
+	// ready to install (Wait).
+	CompactionSuccess CompactionStatus = 0
+	// CompactionUseLocal: RocksDB runs the compaction itself. There is no
+	// failure status on purpose: RocksDB 7.8.3 turns kFailure into a
+	// background error that stops writes.
+	CompactionUseLocal CompactionStatus = 1
+)
+
+// CompactionJob identifies one remote compaction of a database: RocksDB
+// calls Start and then Wait with the same Session and ID.
+type CompactionJob struct {
+	Session string // RocksDB's db_session_id
+	ID      uint64 // RocksDB's job id, unique within the session
+	// Start only: RocksDB's serialized CompactionServiceInput, and the
+	// database's table factory options (the worker rebuilds the factory
+	// from them).
+	Input        []byte
+	TableOptions string
+}
+
+// CompactionService is a primary's remote compaction: Start submits a
+// job, Wait waits for it and returns RocksDB's serialized result. Both
+// return CompactionUseLocal on any trouble.
+type CompactionService interface {
+	Start(job CompactionJob) CompactionStatus
+	Wait(job CompactionJob) (CompactionStatus, []byte)
+}
+
+// CompactionAttachment is a CompactionService installed in a database's
+// options. Close it after the database is closed.
+type CompactionAttachment struct {
+	once         sync.Once
+	h            cgo.Handle
+	svc          CompactionService
+	tableOptions string
+}
+
+// AttachCompactionService makes the database opened with opts hand its
+// compactions to svc. Set the table factory first: its options travel
+// with every job.
+func AttachCompactionService(opts *grocksdb.Options, svc CompactionService) (*CompactionAttachment, error) {
+	to, err := TableOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	a := &CompactionAttachment{svc: svc, tableOptions: to}
+	a.h = cgo.NewHandle(a)
+	C.shale_compaction_service_attach(optionsHandle(opts), C.uintptr_t(a.h))
+	runtime.KeepAlive(opts)
+	return a, nil
+}
+
+// Close releases the attachment; the database must be closed.
+func (a *CompactionAttachment) Close() {
+	if a != nil {
+		a.once.Do(a.h.Delete)
+	}
+}
+
+// TableOptions returns the table factory's options as a RocksDB option
+// string.
+func TableOptions(opts *grocksdb.Options) (string, error) {
+	var cerr *C.char
+	p := C.shale_table_options(optionsHandle(opts), &cerr)
+	runtime.KeepAlive(opts)
+	if p == nil {
+		return "", fmt.Errorf("table options: %s", takeString(cerr))
+	}
+	return takeString(p), nil
+}
+
+func takeString(p *C.char) string {
+	if p == nil {
+		return ""
+	}
+	defer C.free(unsafe.Pointer(p))
+	return C.GoString(p)
+}
+
+func attachmentOf(h C.uintptr_t) *CompactionAttachment {
+	return cgo.Handle(h).Value().(*CompactionAttachment)
+}
+
+//export shaleCompactionStart
+func shaleCompactionStart(h C.uintptr_t, session *C.char, slen C.int, id C.uint64_t, input *C.char, n C.size_t) C.int {
+	a := attachmentOf(h)
+	job := CompactionJob{Session: C.GoStringN(session, slen), ID: uint64(id), Input: C.GoBytes(unsafe.Pointer(input), C.int(n)), TableOptions: a.tableOptions}
+	return C.int(a.svc.Start(job))
+}
+
+//export shaleCompactionWait
+func shaleCompactionWait(h C.uintptr_t, session *C.char, slen C.int, id C.uint64_t, result **C.char, n *C.size_t) C.int {
+	st, res := attachmentOf(h).svc.Wait(CompactionJob{Session: C.GoStringN(session, slen), ID: uint64(id)})
+	if st == CompactionSuccess && len(res) > 0 {
+		*result = (*C.char)(C.CBytes(res))
+		*n = C.size_t(len(res))
+	}
+	return C.int(st)
+}
+
+// CompactionField returns a top-level field of a serialized
+// CompactionServiceInput or CompactionServiceResult (RocksDB option string
+// syntax; nested values without their braces), and whether it is there.
+func CompactionField(data []byte, key string) (string, bool, error) {
+	if len(data) == 0 {
+		return "", false, errors.New("empty compaction job data")
+	}
+	ckey := C.CString(key)
+	defer C.free(unsafe.Pointer(ckey))
+	var cerr *C.char
+	p := C.shale_compaction_field((*C.char)(unsafe.Pointer(&data[0])), C.size_t(len(data)), ckey, &cerr)
+	if cerr != nil {
+		return "", false, fmt.Errorf("compaction job data: %s", takeString(cerr))
+	}
+	if p == nil {
+		return "", false, nil
+	}
+	return takeString(p), true, nil
+}
+
+// CompactionInputFiles returns the tables a serialized
+// CompactionServiceInput compacts.
+func CompactionInputFiles(input []byte) ([]string, error) {
+	v, ok, err := CompactionField(input, "input_files")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errors.New("compaction input names no input_files")
+	}
+	if v == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, h := range strings.Split(v, ":") {
+		name, err := decodeString(h)
+		if err != nil {
+			return nil, fmt.Errorf("input_files: %w", err)
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// decodeString decodes RocksDB's kEncodedString option values: hex in
+// 7.8.3 (Slice::ToString(true)).
+func decodeString(v string) (string, error) {
+	b, err := hex.DecodeString(v)
+	if err != nil {
+		return "", fmt.Errorf("%q is not an encoded string: %w", v, err)
+	}
+	return string(b), nil
+}
+
+// Cancel stops a running OpenAndCompact. Set and Close may race: a Set
+// after Close does nothing.
+type Cancel struct {
+	mu sync.Mutex
+	c  *C.shale_cancel_t
+}
+
+// NewCancel returns a cancellation flag; Close it after OpenAndCompact
+// returned.
+func NewCancel() *Cancel { return &Cancel{c: C.shale_cancel_new()} }
+
+// Set asks the compaction to stop (it checks between keys).
+func (c *Cancel) Set() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c != nil {
+		C.shale_cancel_set(c.c)
+	}
+}
+
+// Close frees the flag.
+func (c *Cancel) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c != nil {
+		C.shale_cancel_destroy(c.c)
+		c.c = nil
+	}
+}
+
+// OpenAndCompact runs a remote compaction job (DB::OpenAndCompact): it
+// opens the database in dir as a secondary through the Env of envOpts (a
+// Shale FileSystem attached to it), writes the output tables to outDir
+// (which it creates), and returns RocksDB's serialized result.
+func OpenAndCompact(envOpts *grocksdb.Options, dir, outDir string, input []byte, tableOptions string, cancel *Cancel) ([]byte, error) {
+	if len(input) == 0 {
+		return nil, errors.New("open and compact: empty input")
+	}
+	if cancel == nil || cancel.c == nil {
+		return nil, errors.New("open and compact: no live cancellation flag")
+	}
+	cdir, cout, cto := C.CString(dir), C.CString(outDir), C.CString(tableOptions)
+	defer C.free(unsafe.Pointer(cdir))
+	defer C.free(unsafe.Pointer(cout))
+	defer C.free(unsafe.Pointer(cto))
+	cin := C.CBytes(input)
+	defer C.free(cin)
+	var res, cerr *C.char
+	var n C.size_t
+	rc := C.shale_open_and_compact(optionsHandle(envOpts), cdir, cout, (*C.char)(cin), C.size_t(len(input)), cto, cancel.c, &res, &n, &cerr)
+	runtime.KeepAlive(envOpts)
+	if rc != 0 {
+		return nil, errors.New(takeString(cerr))
+	}
+	defer C.free(unsafe.Pointer(res))
+	return C.GoBytes(unsafe.Pointer(res), C.int(n)), nil
+}
+
+// CompactionOutputFiles returns the table names a serialized
+// CompactionServiceResult lists.
+func CompactionOutputFiles(result []byte) ([]string, error) {
+	v, ok, err := CompactionField(result, "output_files")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errors.New("compaction result names no output_files")
+	}
+	// A vector of structs, "{{{file_name=<hex>;...}}:...}": every
+	// file_name key in it is one output's.
+	var out []string
+	for _, m := range fileNameRE.FindAllStringSubmatch(v, -1) {
+		name, err := decodeString(m[1])
+		if err != nil {
+			return nil, fmt.Errorf("output_files: %w", err)
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+var fileNameRE = regexp.MustCompile(`(?:^|[{;])file_name=([0-9A-Fa-f]*)(?:[;}]|$)`)
+
+// CompactionResultUint returns an unsigned top-level field of a result
+// (bytes_read, bytes_written, num_output_records, ...), or 0.
+func CompactionResultUint(result []byte, key string) uint64 {
+	v, ok, err := CompactionField(result, key)
+	if err != nil || !ok {
+		return 0
+	}
+	n, _ := strconv.ParseUint(v, 10, 64)
+	return n
+}
+
+// CompactionOutputPath returns the directory a serialized
+// CompactionServiceResult says the outputs were written to.
+func CompactionOutputPath(result []byte) (string, bool, error) {
+	v, ok, err := CompactionField(result, "output_path")
+	if err != nil || !ok {
+		return "", ok, err
+	}
+	p, err := decodeString(v)
+	return p, err == nil, err
+}
