@@ -163,6 +163,7 @@ type FS struct {
 	refreshMu sync.Mutex
 	current   []byte
 	retired   map[string]retiredFile // tables gone from the listing that RocksDB may still read
+	rs        readerState            // what the last refresh learned (under refreshMu)
 	// reader leases (readerlease.go): the reader's own, and the owner's
 	// view of everyone's (trash loop only)
 	leaseSum     string
