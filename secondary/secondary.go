@@ -117,6 +117,15 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("--db: %w", err)
 		}
 	}
+	if s3, ok := store.(*objstore.S3Store); ok {
+		// A missing bucket or bad credentials: say so before anything else.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s3.CheckBucket(ctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("--db %s: %w", u, err)
+		}
+	}
 	s := &Server{cfg: cfg, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
 		return nil, err
@@ -132,6 +141,13 @@ func Start(cfg Config) (_ *Server, err error) {
 	sc.Store, sc.Logger, sc.Observe = store, cfg.Logger, io.Observe
 	if sc.CacheDir == "" {
 		sc.CacheDir = DefaultCacheDir(u.String(), cfg.Listen)
+	}
+	if _, statErr := os.Stat(sc.CacheDir); errors.Is(statErr, os.ErrNotExist) {
+		defer func() {
+			if err != nil {
+				os.RemoveAll(sc.CacheDir) // created here: leave nothing behind
+			}
+		}()
 	}
 	if err := os.MkdirAll(sc.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("--cache-dir %s: %w", sc.CacheDir, err)
@@ -194,6 +210,7 @@ func (s *Server) CatchUp(ctx context.Context) error {
 func (s *Server) catchUpLoop() {
 	defer s.wg.Done()
 	failing := false
+	retry := time.Duration(0) // after a failure: how soon to try again
 	for {
 		interval := s.cfg.CatchupInterval
 		if s.watching.Load() {
@@ -201,6 +218,12 @@ func (s *Server) catchUpLoop() {
 		}
 		// Each refresh renews the lease: well within its TTL.
 		interval = min(interval, s.fs.ReaderTTL()/4)
+		if retry > 0 {
+			// A failed catch-up (the MANIFEST rolled, a file went, the
+			// store hiccuped) is retried soon, backing off, not at the
+			// next interval: readers meanwhile see the last good version.
+			interval = min(interval, retry)
+		}
 		s.ep.SetServing(s.fs.ReaderLeaseFresh())
 		timer := time.NewTimer(interval)
 		select {
@@ -221,12 +244,13 @@ func (s *Server) catchUpLoop() {
 				s.cfg.Logger.Warn("catch-up with the primary failed; retrying", "err", err)
 			}
 			failing = true
+			retry = min(max(2*retry, 50*time.Millisecond), 5*time.Second)
 			continue
 		}
 		if failing {
 			s.cfg.Logger.Info("catch-up with the primary works again")
 		}
-		failing = false
+		failing, retry = false, 0
 		s.catchups.Inc()
 		s.lastCatchup.SetToCurrentTime()
 		if s.db.LatestSequence() >= s.primarySeq.Load() {

@@ -2,10 +2,16 @@ package secondary
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -15,6 +21,8 @@ import (
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvserver"
+	"github.com/shale-rocks/shale/internal/miniotest"
+	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/shalefs"
 	"github.com/shale-rocks/shale/primary"
@@ -196,6 +204,92 @@ func TestSecondaryCatchesUpOnNotifications(t *testing.T) {
 		}
 		if status.Code(err) != codes.Unimplemented {
 			t.Fatalf("watch on a secondary: %v, want UNIMPLEMENTED", err)
+		}
+	})
+}
+
+// A secondary on a missing bucket or with wrong credentials says so at
+// start, naming what to fix, as a primary does: before it binds, opens a
+// cache or retries anything.
+func TestSecondaryMisconfiguredStore(t *testing.T) {
+	srv := miniotest.Start(t)
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	srv.CreateBucket(t, "exists")
+	start := func(db string) error {
+		t.Helper()
+		cache := filepath.Join(t.TempDir(), "secondary")
+		s, err := Start(Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
+			Storage: shalefs.Config{CacheDir: cache}})
+		if err == nil {
+			s.Stop(time.Second)
+		}
+		if _, serr := os.Stat(cache); serr == nil {
+			t.Errorf("a secondary that could not start on %s created its cache dir", db)
+		}
+		return err
+	}
+	err := start("s3://no-such-bucket/db")
+	if want := "bucket no-such-bucket does not exist at " + srv.Endpoint + "; create it first"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a secondary on a missing bucket: %v, want an error containing %q", err, want)
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+	err = start("s3://exists/db")
+	if err == nil || !strings.Contains(err.Error(), "AWS_SECRET_ACCESS_KEY") {
+		t.Errorf("a secondary with a wrong secret: %v, want an error naming AWS_SECRET_ACCESS_KEY", err)
+	}
+}
+
+// A catch-up that fails (here the store refuses one read; in life the
+// MANIFEST rolled, a file went, the store hiccuped) is retried within
+// moments, not at the next polling interval (an hour here), and readers
+// meanwhile read the last version without an error.
+func TestSecondaryRetriesFailedCatchUp(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		db := loc.NewURL(t)
+		p := startPrimary(t, db, 1)
+		defer p.Stop(time.Second)
+		pkv := client(t, p.Addr())
+		put := func(k string) {
+			if _, err := pkv.Put(context.Background(), &kvv1.PutRequest{Key: []byte(k), Value: []byte("v"), Sync: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put("before")
+		real, err := objstore.Open(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fail atomic.Bool
+		store := &storetest.Hooked{Store: real, BeforeGet: func(key string) error {
+			if key == "_shale/owner" && fail.CompareAndSwap(true, false) {
+				return errors.New("injected: the store refused this read")
+			}
+			return nil
+		}}
+		s, err := Start(Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
+			Storage: shalefs.Config{Store: store, CacheDir: filepath.Join(t.TempDir(), "secondary"), ReaderTTL: 4 * time.Hour}, CatchupInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop(time.Second)
+		skv := client(t, s.Addr())
+		waitVisible(t, skv, map[string]string{"before": "v"})
+
+		put("after")
+		fail.Store(true)
+		s.kick <- struct{}{} // as a notification would
+		for fail.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, err := skv.Get(context.Background(), &kvv1.GetRequest{Key: []byte("before")}); err != nil {
+			t.Fatalf("a read while the catch-up failed: %v", err)
+		}
+		waitVisible(t, skv, map[string]string{"after": "v"})
+		if n := testutil.ToFloat64(s.failures); n != 1 {
+			t.Fatalf("%v failed catch-ups, want the one injected", n)
 		}
 	})
 }
