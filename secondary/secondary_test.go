@@ -307,9 +307,15 @@ func TestSecondaryRefusesWrites(t *testing.T) {
 	ctx := context.Background()
 	put := &kvv1.Mutation{Op: &kvv1.Mutation_Put_{Put: &kvv1.Mutation_Put{Key: []byte("k"), Value: []byte("v")}}}
 	for name, call := range map[string]func() error{
-		"Put":     func() error { _, err := kv.Put(ctx, &kvv1.PutRequest{Key: []byte("k"), Value: []byte("v"), Sync: true}); return err },
-		"Delete":  func() error { _, err := kv.Delete(ctx, &kvv1.DeleteRequest{Key: []byte("k")}); return err },
-		"Write":   func() error { _, err := kv.Write(ctx, &kvv1.WriteRequest{Mutations: []*kvv1.Mutation{put}}); return err },
+		"Put": func() error {
+			_, err := kv.Put(ctx, &kvv1.PutRequest{Key: []byte("k"), Value: []byte("v"), Sync: true})
+			return err
+		},
+		"Delete": func() error { _, err := kv.Delete(ctx, &kvv1.DeleteRequest{Key: []byte("k")}); return err },
+		"Write": func() error {
+			_, err := kv.Write(ctx, &kvv1.WriteRequest{Mutations: []*kvv1.Mutation{put}})
+			return err
+		},
 		"Flush":   func() error { _, err := kv.Flush(ctx, &kvv1.FlushRequest{}); return err },
 		"Compact": func() error { _, err := kv.Compact(ctx, &kvv1.CompactRequest{}); return err },
 	} {
