@@ -50,6 +50,10 @@ type Config struct {
 	// new durable writes, so the secondary catches up at once ("": poll).
 	Primary string
 	Logger  *slog.Logger
+	// OnCatchUp, when set, is called after each successful catch-up with
+	// the sequence number now applied (make bench-secondary measures
+	// visibility lag with it).
+	OnCatchUp func(applied uint64)
 }
 
 // DefaultCacheDir is where a secondary keeps its cache when --cache-dir
@@ -253,6 +257,9 @@ func (s *Server) catchUpLoop() {
 		failing, retry = false, 0
 		s.catchups.Inc()
 		s.lastCatchup.SetToCurrentTime()
+		if s.cfg.OnCatchUp != nil {
+			s.cfg.OnCatchUp(s.db.LatestSequence())
+		}
 		if s.db.LatestSequence() >= s.primarySeq.Load() {
 			s.pendingSince.Store(0)
 		}
