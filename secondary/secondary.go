@@ -79,6 +79,9 @@ type Server struct {
 	wg        sync.WaitGroup
 	kick      chan struct{} // a notification: catch up now
 	watching  atomic.Bool   // the primary's stream is connected
+	// hint is what the primary's last notification said it has stored
+	// (nil: none since the last catch-up took it).
+	hint atomic.Pointer[shalefs.Hint]
 
 	// Lag: the primary's last announced sequence, and since when (unix
 	// nanoseconds; 0: caught up) an announced write waits to be applied.
@@ -205,7 +208,13 @@ func Start(cfg Config) (_ *Server, err error) {
 
 // CatchUp brings the secondary up to what the store holds now.
 func (s *Server) CatchUp(ctx context.Context) error {
-	if err := s.fs.Refresh(ctx); err != nil {
+	return s.catchUp(ctx, nil)
+}
+
+// catchUp refreshes the view, guided by the primary's hint when there is
+// one (fetching just the new segments), then catches RocksDB up with it.
+func (s *Server) catchUp(ctx context.Context, h *shalefs.Hint) error {
+	if err := s.fs.RefreshHinted(ctx, h); err != nil {
 		return err
 	}
 	return s.db.TryCatchUp()
@@ -230,16 +239,23 @@ func (s *Server) catchUpLoop() {
 		}
 		s.ep.SetServing(s.fs.ReaderLeaseFresh())
 		timer := time.NewTimer(interval)
+		var hint *shalefs.Hint
 		select {
 		case <-s.stop:
 			timer.Stop()
 			return
 		case <-s.kick:
+			// Driven by a notification: its hint names what is new. A
+			// polling catch-up (the timer) lists the store, which also
+			// covers what hints cannot see (a takeover, a lost event).
+			if retry == 0 {
+				hint = s.hint.Swap(nil)
+			}
 		case <-timer.C:
 		}
 		timer.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), max(10*s.cfg.CatchupInterval, 30*time.Second))
-		err := s.CatchUp(ctx)
+		err := s.catchUp(ctx, hint)
 		cancel()
 		s.ep.SetServing(s.fs.ReaderLeaseFresh())
 		if err != nil {
@@ -294,6 +310,7 @@ func (s *Server) watchPrimary() {
 			}
 			backoff = 100 * time.Millisecond
 			s.primarySeq.Store(ev.LatestSequence)
+			s.hint.Store(hintOf(ev))
 			if ev.LatestSequence > s.db.LatestSequence() {
 				s.pendingSince.CompareAndSwap(0, time.Now().UnixNano())
 				select {
@@ -315,6 +332,19 @@ func (s *Server) watchPrimary() {
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// hintOf is what a notification says the primary has stored (nil when it
+// says nothing: a primary of an earlier version).
+func hintOf(ev *kvv1.WatchEvent) *shalefs.Hint {
+	if ev.CurrentManifest == "" {
+		return nil
+	}
+	h := &shalefs.Hint{Epoch: ev.Epoch, CurrentManifest: ev.CurrentManifest}
+	for _, l := range ev.Logs {
+		h.Logs = append(h.Logs, shalefs.LogTail{Name: l.Name, Epoch: l.Epoch, LastSegment: l.LastSegment, Bytes: int64(l.Bytes)})
+	}
+	return h
 }
 
 // Addr is the gRPC address the server listens on.

@@ -75,7 +75,8 @@ type Config struct {
 	Owner  string
 	Logger *slog.Logger
 	// OnDurable, when set, is called after a sync stored new bytes of a log
-	// (a WAL write group or a MANIFEST edit is durable in the store).
+	// (a WAL write group or a MANIFEST edit is durable in the store), and
+	// after CURRENT was replaced.
 	OnDurable func()
 	// Observe, when set, is told about every object-store request.
 	Observe func(r Request)
@@ -131,6 +132,9 @@ type FS struct {
 	// network call).
 	currentMu   sync.Mutex
 	currentETag string // etag of the CURRENT this owner last wrote
+	// storedCurrent (a string) is the MANIFEST that CURRENT, as this owner
+	// last wrote it, names: announced to readers (tails.go).
+	storedCurrent atomic.Value
 
 	fenced   atomic.Pointer[ErrFenced]
 	fencedCh chan struct{}
@@ -765,6 +769,10 @@ func (f *FS) replaceCurrent(path string) error {
 	f.mu.Lock()
 	f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(content))}
 	f.mu.Unlock()
+	f.storedCurrent.Store(manifestOf(content))
+	if f.cfg.OnDurable != nil {
+		f.cfg.OnDurable() // readers follow the MANIFEST switch at once
+	}
 	return nil
 }
 

@@ -138,11 +138,29 @@ func (f *FS) ReadOnly() bool { return f.readOnly }
 // copies of logs up to date. Call it before RocksDB's TryCatchUp, never
 // concurrently with it.
 func (f *FS) Refresh(ctx context.Context) error {
+	return f.RefreshHinted(ctx, nil)
+}
+
+// RefreshHinted is Refresh guided by what the owner announced (tails.go):
+// it fetches just the segments the hint names, and lists the store only
+// for what a hint cannot say (new tables after a MANIFEST edit, the
+// trash). When the hint falls short it refreshes as Refresh does.
+func (f *FS) RefreshHinted(ctx context.Context, h *Hint) error {
 	if !f.readOnly {
 		return errors.New("refresh: not a reader")
 	}
 	f.refreshMu.Lock()
 	defer f.refreshMu.Unlock()
+	if h != nil {
+		err := f.refreshHinted(ctx, h)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, errHintShort) {
+			f.rs.full = true
+			return err
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		err := f.refresh(ctx, "catchup", true)
 		if err == nil || !errors.Is(err, errManifestGone) || attempt == 3 {
@@ -167,24 +185,8 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 	}
 	full = full || changed // a takeover sealed logs and may admit others
 	start := time.Now()
-	if full || rs.trashed == nil || rs.trashSoon > 0 || time.Since(rs.trashAt) >= f.cfg.ReaderTTL/3 {
-		rs.trashSoon = max(rs.trashSoon-1, 0)
-		// Before the MANIFEST: a marker is written after the edit that
-		// deleted its file, so the view never drops a table RocksDB has
-		// not read the deletion of. Between listings the view may keep a
-		// trashed file a little longer, which only delays its delete.
-		start := time.Now()
-		markers, err := f.readerList(ctx, trashPrefix, false, activity)
-		if err != nil {
-			return err
-		}
-		trashed := map[versionRef]bool{}
-		for _, m := range markers {
-			if name, e, ok := parseTrashKey(m.Key); ok {
-				trashed[versionRef{name, e}] = true
-			}
-		}
-		rs.trashed, rs.trashAt = trashed, start
+	if err := f.listTrashIfDue(ctx, full, activity); err != nil {
+		return err
 	}
 	trashed := rs.trashed
 	f.mu.Lock()
@@ -316,15 +318,31 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 		files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(current))}
 	}
 
-	// 6. Versions the view had keep their state and local copies; logs
-	// grow in place.
-	manifestGrew := false
+	return f.install(ctx, old, files, nil, current, tag, full, start, false, activity, prefetch)
+}
+
+// install makes files (with CURRENT's content current and etag tag) the
+// view: versions the old view had keep their state and local copies, logs
+// grow in place, logs new to it get their bytes in fresh as local copies
+// (or lose stale ones, to be fetched), tables that left are retired, the
+// lease is published, and with prefetch the logs RocksDB will read are
+// brought local.
+func (f *FS) install(ctx context.Context, old, files map[string]*file, fresh map[string][]byte, current []byte, tag string, full bool, start time.Time, manifestGrew bool, activity string, prefetch bool) error {
+	rs := &f.rs
 	for name, nf := range files {
 		of := old[name]
 		if isManifest(name) && (of == nil || of.epoch != nf.epoch || nf.size > of.size) {
 			manifestGrew = true
 		}
 		switch {
+		case of == nil && nf.kind == KindLog:
+			if b, ok := fresh[name]; ok {
+				if err := writeFileAtomic(f.localPath(name), b); err != nil {
+					return err
+				}
+			} else {
+				os.Remove(f.localPath(name)) // a stale copy: fetched again
+			}
 		case of == nil:
 		case nf.kind == KindLog && of.epoch == nf.epoch:
 			if nf != of {
@@ -388,6 +406,34 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 	if prefetch {
 		return f.bringLogsLocal(ctx, activity)
 	}
+	return nil
+}
+
+// listTrashIfDue lists the trash markers when the view's knowledge of them
+// is due: at a full refresh, every ReaderTTL/3, and just after the
+// MANIFEST changed (files were probably deleted). Before the MANIFEST is
+// listed: a marker is written after the edit that deleted its file, so
+// the view never drops a table RocksDB has not read the deletion of.
+// Between listings the view may keep a trashed file a little longer,
+// which only delays its delete.
+func (f *FS) listTrashIfDue(ctx context.Context, full bool, activity string) error {
+	rs := &f.rs
+	if !full && rs.trashed != nil && rs.trashSoon == 0 && time.Since(rs.trashAt) < f.cfg.ReaderTTL/3 {
+		return nil
+	}
+	rs.trashSoon = max(rs.trashSoon-1, 0)
+	start := time.Now()
+	markers, err := f.readerList(ctx, trashPrefix, false, activity)
+	if err != nil {
+		return err
+	}
+	trashed := map[versionRef]bool{}
+	for _, m := range markers {
+		if name, e, ok := parseTrashKey(m.Key); ok {
+			trashed[versionRef{name, e}] = true
+		}
+	}
+	rs.trashed, rs.trashAt = trashed, start
 	return nil
 }
 

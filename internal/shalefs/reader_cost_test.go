@@ -77,3 +77,79 @@ func TestReaderRefreshCost(t *testing.T) {
 		t.Logf("%s: opening the reader and RocksDB cost %s", loc.Name, open)
 	})
 }
+
+// hintOf is what the owner would announce now.
+func hintOf(f *FS) *Hint {
+	logs, current := f.Tails()
+	return &Hint{Epoch: f.Epoch(), Logs: logs, CurrentManifest: current}
+}
+
+// A refresh guided by the owner's hint fetches just the new segments: one
+// GET per new segment and no LIST for synced writes; the top level after a
+// MANIFEST edit. It follows folds (the hint falls short and the reader
+// lists), flushes, MANIFEST switches and a takeover (a hint of an epoch it
+// does not know yet), losing nothing.
+func TestReaderRefreshHinted(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		base, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := startTrapPrimaryGrace(t, base, 1, 0, time.Hour)
+		p.put("a", 50)
+		p.flush()
+		p.put("b", 10)
+		counting := storetest.NewCounting(base)
+		c := filepath.Join(t.TempDir(), "secondary")
+		r, err := OpenReader(context.Background(), Config{Store: counting, CacheDir: c, ReaderTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Stop()
+		d := openSecondary(t, r, c)
+		if err := catchUpOnce(r, d); err != nil {
+			t.Fatal(err)
+		}
+		hinted := func(what string, maxOps map[string]int, act func()) {
+			t.Helper()
+			act()
+			before, n := counting.Counts(), counting.Total()
+			if err := r.RefreshHinted(context.Background(), hintOf(p.fs)); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if err := d.TryCatchUp(); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			checkSecondary(t, p, d)
+			after := counting.Counts()
+			var parts []string
+			for _, op := range []string{"get", "list", "put", "stat", "delete"} {
+				k := after[op] - before[op]
+				if k > 0 {
+					parts = append(parts, fmt.Sprintf("%s=%d", op, k))
+				}
+				if m, ok := maxOps[op]; ok && k > m {
+					t.Errorf("%s: %d %s requests, want at most %d: %v", what, k, op, m, counting.Requests(n))
+				}
+			}
+			t.Logf("%s: a hinted catch-up after %s: %s", loc.Name, what, strings.Join(parts, " "))
+		}
+		hinted("nothing new", map[string]int{"get": 0, "list": 0}, func() {})
+		hinted("one synced write", map[string]int{"get": 1, "list": 0}, func() { p.put("c", 1) })
+		hinted("ten synced writes", map[string]int{"get": 10, "list": 0}, func() { p.put("d", 10) })
+		hinted("a flush", map[string]int{"list": 1}, func() { p.flush(); p.put("e", 1) })
+		hinted("a compaction", map[string]int{}, func() { p.put("a0", 5); p.flush(); p.db.Compact(nil, nil); p.put("f", 1) })
+		hinted("300 synced writes (folded)", map[string]int{}, func() { p.put("g", 300) })
+		hinted("more synced writes", map[string]int{}, func() { p.put("h", 20) })
+
+		// A takeover: the new owner's hint names an epoch the reader has
+		// not seen open; it lists instead, and follows.
+		want, gone := p.want, p.gone
+		p.stop()
+		p = startTrapPrimaryGrace(t, base, 2, 0, time.Hour)
+		p.want, p.gone = want, gone
+		p.put("i", 10)
+		hinted("a takeover", map[string]int{}, func() {})
+		hinted("a write after the takeover", map[string]int{"get": 1, "list": 0}, func() { p.put("j", 1) })
+	})
+}
