@@ -217,7 +217,11 @@ func (s *Server) catchUp(ctx context.Context, h *shalefs.Hint) error {
 	if err := s.fs.RefreshHinted(ctx, h); err != nil {
 		return err
 	}
-	return s.db.TryCatchUp()
+	if err := s.db.TryCatchUp(); err != nil {
+		return err
+	}
+	s.fs.CaughtUp()
+	return nil
 }
 
 func (s *Server) catchUpLoop() {

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math/rand"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
 )
 
@@ -243,4 +246,141 @@ func testSecondaryServesThroughPrimaryKill9(t *testing.T, loc storetest.Location
 		t.Errorf("%d reads failed on the secondary (not by their deadline), first: %v", n, firstErr.Load())
 	}
 	b.cmd.Process.Kill()
+}
+
+// A secondary process is paused (SIGSTOP) past its lease TTL while the
+// primary rewrites every key, compacts, and deletes the tables the
+// secondary was reading (it keeps none in its cache, so it reads them from
+// the store). Resumed, it never serves a read from what is gone: each read
+// returns a value the key had or UNAVAILABLE (lease expired), until it has
+// caught up and serves the new values.
+func TestSecondaryPausedPastItsLease(t *testing.T) {
+	storetest.ForEachBackend(t, testSecondaryPausedPastItsLease)
+}
+
+func testSecondaryPausedPastItsLease(t *testing.T, loc storetest.Location) {
+	db := loc.NewURL(t)
+	paddr := freeAddr(t)
+	startServing(t, paddr, "primary", "--db", db, "--cache-dir", filepath.Join(t.TempDir(), "primary"), "--listen", paddr,
+		"--metrics-listen", "", "--lease", "500ms", "--delete-grace", "100ms", "--epoch", "1")
+	pkv := kvv1.NewKVClient(dial(t, paddr))
+	ctx := context.Background()
+	const keys = 100
+	write := func(gen string) {
+		t.Helper()
+		for i := 0; i < keys; i++ {
+			k := fmt.Sprintf("k%03d", i)
+			if _, err := pkv.Put(ctx, &kvv1.PutRequest{Key: []byte(k), Value: []byte(gen), Sync: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := pkv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1")
+	write("v1") // overlapping tables, so the compaction rewrites them all
+	saddr := freeAddr(t)
+	sec := startServing(t, saddr, "secondary", "--db", db, "--cache-dir", filepath.Join(t.TempDir(), "secondary"), "--listen", saddr,
+		"--metrics-listen", "", "--primary", paddr, "--catchup-interval", "100ms", "--lease-ttl", "2s", "--cache-size", "1")
+	skv := kvv1.NewKVClient(dial(t, saddr))
+	// Caught up, by its sequence number: no read yet, so no block of the
+	// tables is in its block cache and every read goes to the store.
+	pst, err := pkv.Status(ctx, &kvv1.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(waitDeadline)
+	for {
+		st, err := skv.Status(ctx, &kvv1.StatusRequest{})
+		if err == nil && st.LatestSequence >= pst.LatestSequence && st.Stats.SstFiles > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the secondary did not catch up with the first writes: %v %v\n%s", st, err, sec.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	store, err := objstore.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := func() map[string]bool {
+		out := map[string]bool{}
+		store.ListDir(ctx, "", func(o objstore.ObjectInfo) error {
+			if strings.Contains(o.Key, ".sst.") {
+				out[o.Key] = true
+			}
+			return nil
+		})
+		return out
+	}
+	old := tables()
+	if len(old) < 2 {
+		t.Fatalf("%d tables in the store; the test wants some to delete", len(old))
+	}
+
+	if err := syscall.Kill(sec.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			syscall.Kill(sec.cmd.Process.Pid, syscall.SIGCONT)
+		}
+	}()
+	write("v2")
+	if _, err := pkv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(waitDeadline)
+	for {
+		left := 0
+		now := tables()
+		for k := range old {
+			if now[k] {
+				left++
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the paused secondary's tables still in the store after %s", left, waitDeadline)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	if err := syscall.Kill(sec.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	refused, old1, reads := 0, 0, 0
+	deadline = time.Now().Add(waitDeadline)
+	for done := false; !done; {
+		done = true
+		for i := 0; i < keys; i++ {
+			k := fmt.Sprintf("k%03d", i)
+			r, err := skv.Get(ctx, &kvv1.GetRequest{Key: []byte(k)})
+			reads++
+			switch {
+			case err == nil && string(r.Value) == "v2":
+			case err == nil && string(r.Value) == "v1":
+				old1++
+				done = false
+			case status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), "replica lease expired"):
+				refused++
+				done = false
+			default:
+				t.Fatalf("a read of %s on the resumed secondary: %v %v (the tables it used are gone)\n%s", k, r, err, sec.stderr)
+			}
+		}
+		if !done && time.Now().After(deadline) {
+			t.Fatalf("the resumed secondary does not serve the new values after %s\n%s", waitDeadline, sec.stderr)
+		}
+	}
+	t.Logf("%s: resumed after its tables were deleted: %d reads, %d refused (lease expired), %d of the old values, then all new", loc.Name, reads, refused, old1)
+	if refused == 0 {
+		t.Errorf("the resumed secondary never refused a read: its lease should have expired while it was paused")
+	}
 }

@@ -172,6 +172,7 @@ type FS struct {
 	// view of everyone's (trash loop only)
 	leaseSum     string
 	leaseRenewed atomic.Int64
+	lapsed       atomic.Bool // the lease lapsed and RocksDB has not caught up since
 	readerLeases map[string]*seenLease
 
 	// stopMu orders starting background folds against Stop.
@@ -241,7 +242,7 @@ func (f *FS) setFenced(by uint64) error {
 // confirmation is too old it confirms again on the spot (one listing).
 func (f *FS) ReadAllowed() error {
 	if f.readOnly {
-		if !f.readerLeaseFresh() {
+		if !f.readerMayServe() {
 			return fmt.Errorf("replica lease expired (not renewed within %s): files this replica reads may have been deleted; it serves again after its next catch-up", f.cfg.ReaderTTL)
 		}
 		return nil

@@ -177,7 +177,10 @@ func (f *FS) RefreshHinted(ctx context.Context, h *Hint) error {
 func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error {
 	rs := &f.rs
 	// A reader whose lease lapsed may have lost files to the deleter: it
-	// trusts nothing it knew.
+	// trusts nothing it knew, and serves no read until RocksDB caught up.
+	if !f.readerLeaseFresh() {
+		f.lapsed.Store(true)
+	}
 	full := rs.full || !f.readerLeaseFresh() || time.Since(rs.fullAt) >= readerFullEvery
 	last, changed, err := f.readerOpened(ctx, activity)
 	if err != nil {
