@@ -425,3 +425,57 @@ func TestSecondaryEmptyCacheManyTables(t *testing.T) {
 		}
 	})
 }
+
+// An idle secondary that follows the primary's notifications makes almost
+// no store requests: its periodic catch-ups follow the last hint (nothing
+// new: no request), and only the trash listing and the lease renewal, each
+// every TTL/3, remain. A polling secondary lists the store at every one.
+func TestSecondaryIdleRequests(t *testing.T) {
+	db := "file://" + filepath.Join(t.TempDir(), "db")
+	p := startPrimary(t, db, 1)
+	defer p.Stop(time.Second)
+	pkv := client(t, p.Addr())
+	if _, err := pkv.Put(context.Background(), &kvv1.PutRequest{Key: []byte("k"), Value: []byte("v"), Sync: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, notified := range []bool{true, false} {
+		real, err := objstore.Open(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counting := storetest.NewCounting(real)
+		var catchups atomic.Int64
+		cfg := Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
+			Storage:         shalefs.Config{Store: counting, CacheDir: filepath.Join(t.TempDir(), "secondary"), ReaderTTL: time.Minute},
+			CatchupInterval: 20 * time.Millisecond, OnCatchUp: func(uint64) { catchups.Add(1) }}
+		if notified {
+			cfg.Primary = p.Addr()
+			cfg.CatchupInterval = 2 * time.Millisecond // every 20 ms with notifications
+		}
+		s, err := Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitVisible(t, client(t, s.Addr()), map[string]string{"k": "v"})
+		for notified && !s.watching.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		start := catchups.Load()
+		for catchups.Load() < start+3 { // settle: the first catch-ups list
+			time.Sleep(5 * time.Millisecond)
+		}
+		start, before := catchups.Load(), counting.Total()
+		for catchups.Load() < start+20 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		n, reqs := catchups.Load()-start, counting.Total()-before
+		t.Logf("notified %v: %d idle catch-ups made %d store requests", notified, n, reqs)
+		if notified && reqs > 2 {
+			t.Errorf("a notified idle secondary made %d store requests in %d catch-ups, want at most a trash listing and a lease renewal: %v", reqs, n, counting.Requests(counting.Total()-reqs))
+		}
+		if !notified && reqs < int(n) {
+			t.Errorf("a polling secondary made %d store requests in %d catch-ups: it did not list the store", reqs, n)
+		}
+		s.Stop(time.Second)
+	}
+}
