@@ -14,9 +14,10 @@
 // applied its sequence number (from then on its reads return it); a
 // catch-up that ends before the acknowledgement arrives counts as 0. The
 // store requests the secondary made during the run are counted too, per
-// catch-up and per second. Everything (primary, secondaries, writer) runs
-// in this process, sharing the machine with MinIO; the read benchmark runs
-// `shale bench` as a child process. Compare figures from one run: a shared
+// catch-up and per second. The primary is a `shale primary` process; the
+// secondaries and the writer run in this process, and the read benchmark
+// runs `shale bench` as a child process, all sharing the machine with
+// MinIO. Compare figures from one run: a shared
 // machine's load changes between runs.
 package main
 
@@ -28,16 +29,19 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/engine"
@@ -45,7 +49,6 @@ import (
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/shalefs"
-	"github.com/shale-rocks/shale/primary"
 	"github.com/shale-rocks/shale/secondary"
 )
 
@@ -129,26 +132,25 @@ type readResult struct {
 func run(c config) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	db := strings.TrimSuffix(c.s3, "/") + "/bench-" + time.Now().UTC().Format("20060102T150405")
-	p, err := primary.Start(primary.Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
-		Storage: shalefs.Config{CacheDir: filepath.Join(c.work, "primary")}, Logger: logger})
+	p, err := startPrimary(c, db)
 	if err != nil {
 		return err
 	}
-	defer p.Stop(10 * time.Second)
-	conn, err := grpc.NewClient(p.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer p.stop()
+	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	pkv := kvv1.NewKVClient(conn)
-	fmt.Fprintf(os.Stderr, "# primary on %s serving %s\n", p.Addr(), db)
+	fmt.Fprintf(os.Stderr, "# primary (shale primary, pid %d) on %s serving %s\n", p.cmd.Process.Pid, p.addr, db)
 
 	out := map[string]any{"db": db, "rate": c.rate, "lagDurationSeconds": c.lagFor.Seconds(), "pollSeconds": c.poll.Seconds()}
 	var lags []lagResult
 	for _, s := range c.scenarios {
 		switch s {
 		case "lag-notify", "lag-poll":
-			r, err := measureLag(c, s, db, p.Addr(), pkv, logger)
+			r, err := measureLag(c, s, db, p.addr, pkv, logger)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s, err)
 			}
@@ -291,10 +293,10 @@ func measureLag(c config, scenario, db, paddr string, pkv kvv1.KVClient, logger 
 	return res, nil
 }
 
-func measureReads(c config, db string, p *primary.Server, pkv kvv1.KVClient, logger *slog.Logger) (readResult, error) {
+func measureReads(c config, db string, p *primaryProc, pkv kvv1.KVClient, logger *slog.Logger) (readResult, error) {
 	res := readResult{Keys: c.keys, Threads: c.threads}
 	common := []string{"--keys", fmt.Sprint(c.keys), "--value-size", fmt.Sprint(c.valueSize), "--threads", fmt.Sprint(c.threads)}
-	if _, err := shaleBench(c, p.Addr(), append([]string{"--benchmarks", "fillseq", "--num", fmt.Sprint(c.keys), "--batch", "100"}, common...)...); err != nil {
+	if _, err := shaleBench(c, p.addr, append([]string{"--benchmarks", "fillseq", "--num", fmt.Sprint(c.keys), "--batch", "100"}, common...)...); err != nil {
 		return res, err
 	}
 	if _, err := pkv.Flush(context.Background(), &kvv1.FlushRequest{}); err != nil {
@@ -304,7 +306,7 @@ func measureReads(c config, db string, p *primary.Server, pkv kvv1.KVClient, log
 	if err != nil {
 		return res, err
 	}
-	s, _, err := startSecondary(c, "read", db, p.Addr(), true, nil, logger)
+	s, _, err := startSecondary(c, "read", db, p.addr, true, nil, logger)
 	if err != nil {
 		return res, err
 	}
@@ -322,14 +324,14 @@ func measureReads(c config, db string, p *primary.Server, pkv kvv1.KVClient, log
 		return res, fmt.Errorf("the secondary did not catch up with the loaded data: %w", err)
 	}
 	read := append([]string{"--benchmarks", "readrandom"}, common...)
-	for _, addr := range []string{p.Addr(), s.Addr()} { // warm both caches
+	for _, addr := range []string{p.addr, s.Addr()} { // warm both caches
 		if _, err := shaleBench(c, addr, append(read, "--duration", "3s")...); err != nil {
 			return res, err
 		}
 	}
 	for i := 0; i < c.rounds; i++ {
 		for _, role := range []string{"primary", "secondary"} {
-			addr := p.Addr()
+			addr := p.addr
 			if role == "secondary" {
 				addr = s.Addr()
 			}
@@ -346,6 +348,59 @@ func measureReads(c config, db string, p *primary.Server, pkv kvv1.KVClient, log
 	}
 	res.Ratio = median(res.SecondaryOps) / median(res.PrimaryOps)
 	return res, nil
+}
+
+// primaryProc is the primary, a `shale primary` process of its own, as in
+// production: the secondary measured in this process shares no Go
+// scheduler with it.
+type primaryProc struct {
+	cmd  *exec.Cmd
+	addr string
+	log  bytes.Buffer
+}
+
+func startPrimary(c config, db string) (*primaryProc, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	p := &primaryProc{addr: addr}
+	p.cmd = exec.Command(c.shale, "primary", "--db", db, "--cache-dir", filepath.Join(c.work, "primary"), "--listen", addr, "--metrics-listen", "")
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	defer conn.Close()
+	err = waitUntil(time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING
+	})
+	if err != nil {
+		p.stop()
+		return nil, fmt.Errorf("shale primary did not start: %w\n%s", err, p.log.String())
+	}
+	return p, nil
+}
+
+func (p *primaryProc) stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
 }
 
 type benchRun struct{ ops, p99 float64 }
