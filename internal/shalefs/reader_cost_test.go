@@ -153,3 +153,70 @@ func TestReaderRefreshHinted(t *testing.T) {
 		hinted("a write after the takeover", map[string]int{"get": 1, "list": 0}, func() { p.put("j", 1) })
 	})
 }
+
+// The owner folds segments the hint names and deletes them before the
+// reader fetches them: the hint falls short, the reader lists the store
+// and finds the fold, and loses nothing.
+func TestReaderHintFoldedAway(t *testing.T) {
+	base, err := objstore.Open("file://" + filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(t.TempDir(), "primary")
+	f1, err := Open(context.Background(), Config{Store: base, CacheDir: cache, Epoch: 1, Lease: 100 * time.Millisecond, FoldSegments: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1 := openDB(t, f1, cache)
+	p := &trapPrimary{t: t, store: base, fs: f1, db: d1, want: map[string]string{}, gone: map[string]bool{}}
+	t.Cleanup(p.stop)
+	p.put("a", 3)
+	counting := storetest.NewCounting(base)
+	c := filepath.Join(t.TempDir(), "secondary")
+	r, err := OpenReader(context.Background(), Config{Store: counting, CacheDir: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	d := openSecondary(t, r, c)
+	if err := catchUpOnce(r, d); err != nil {
+		t.Fatal(err)
+	}
+	checkSecondary(t, p, d)
+
+	p.put("b", 12)
+	h := hintOf(f1)
+	var wal LogTail
+	for _, l := range h.Logs {
+		if strings.HasSuffix(l.Name, ".log") {
+			wal = l
+		}
+	}
+	// Wait until the segments after the reader's are folded and deleted.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		data, folds, _ := versionObjects(t, base, wal.Name, wal.Epoch)
+		if folds >= 2 && data < int(wal.LastSegment) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not folded: %d segments, %d folds", wal.Name, data, folds)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	n := counting.Total()
+	if err := r.RefreshHinted(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.TryCatchUp(); err != nil {
+		t.Fatal(err)
+	}
+	checkSecondary(t, p, d)
+	listed := false
+	for _, req := range counting.Requests(n) {
+		listed = listed || strings.HasPrefix(req, "list "+wal.Name)
+	}
+	if !listed {
+		t.Fatalf("the reader did not list %s after the hint fell short: %v", wal.Name, counting.Requests(n))
+	}
+}
