@@ -116,6 +116,9 @@ type lagResult struct {
 	ListsPerSecond  float64        `json:"listsPerSecond"`
 	RequestsPerSec  float64        `json:"requestsPerSecond"`
 	DurationSeconds float64        `json:"durationSeconds"`
+	// The machine's 1-minute load average at the end: on a shared machine
+	// the lag's tail follows it.
+	LoadAverage float64 `json:"loadAverage"`
 }
 
 // readResult is the read scenario's measurement.
@@ -290,7 +293,19 @@ func measureLag(c config, scenario, db, paddr string, pkv kvv1.KVClient, logger 
 	}
 	res.ListsPerSecond = float64(res.Requests["list"]) / elapsed.Seconds()
 	res.RequestsPerSec = float64(total) / elapsed.Seconds()
+	res.LoadAverage = loadAverage()
 	return res, nil
+}
+
+// loadAverage is the 1-minute load average (0 if unknown).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	fmt.Sscan(string(b), &l)
+	return l
 }
 
 func measureReads(c config, db string, p *primaryProc, pkv kvv1.KVClient, logger *slog.Logger) (readResult, error) {
@@ -466,11 +481,11 @@ func ms(d time.Duration) float64 { return math.Round(float64(d)/1e4) / 100 }
 
 func printLags(c config, lags []lagResult) {
 	fmt.Printf("\nVisibility lag of synced writes (%.0f/s for %s; polling every %s)\n\n", c.rate, c.lagFor, c.poll)
-	fmt.Printf("| %-10s | %6s | %9s | %8s | %8s | %8s | %9s | %12s | %9s |\n", "secondary", "writes", "write p50", "lag p50", "lag p99", "lag max", "catch-ups", "requests/cu", "LISTs/s")
-	fmt.Printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", dash(12), dash(8), dash(11), dash(10), dash(10), dash(10), dash(11), dash(14), dash(11))
+	fmt.Printf("| %-10s | %6s | %9s | %8s | %8s | %8s | %9s | %12s | %9s | %6s |\n", "secondary", "writes", "write p50", "lag p50", "lag p99", "lag max", "catch-ups", "requests/cu", "LISTs/s", "load")
+	fmt.Printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", dash(12), dash(8), dash(11), dash(10), dash(10), dash(10), dash(11), dash(14), dash(11), dash(8))
 	for _, r := range lags {
-		fmt.Printf("| %-10s | %6d | %6.1f ms | %5.1f ms | %5.1f ms | %5.1f ms | %9d | %12.1f | %9.1f |\n",
-			strings.TrimPrefix(r.Scenario, "lag-"), r.Writes, r.WriteP50Ms, r.LagP50Ms, r.LagP99Ms, r.LagMaxMs, r.CatchUps, r.RequestsPerCU, r.ListsPerSecond)
+		fmt.Printf("| %-10s | %6d | %6.1f ms | %5.1f ms | %5.1f ms | %5.1f ms | %9d | %12.1f | %9.1f | %6.1f |\n",
+			strings.TrimPrefix(r.Scenario, "lag-"), r.Writes, r.WriteP50Ms, r.LagP50Ms, r.LagP99Ms, r.LagMaxMs, r.CatchUps, r.RequestsPerCU, r.ListsPerSecond, r.LoadAverage)
 	}
 }
 
