@@ -80,8 +80,9 @@ type Server struct {
 	kick      chan struct{} // a notification: catch up now
 	watching  atomic.Bool   // the primary's stream is connected
 	// hint is what the primary's last notification said it has stored
-	// (nil: none since the last catch-up took it); lastHint stays.
-	hint, lastHint atomic.Pointer[shalefs.Hint]
+	// (nil while its stream is down). Events are cumulative: the last one
+	// says all a catch-up needs to know.
+	hint atomic.Pointer[shalefs.Hint]
 
 	// Lag: the primary's last announced sequence, and since when (unix
 	// nanoseconds; 0: caught up) an announced write waits to be applied.
@@ -249,20 +250,16 @@ func (s *Server) catchUpLoop() {
 			timer.Stop()
 			return
 		case <-s.kick:
-			// Driven by a notification: its hint names what is new.
-			if retry == 0 {
-				hint = s.hint.Swap(nil)
-			}
 		case <-timer.C:
-			// While notifications flow, the periodic catch-up follows the
-			// last hint too (MANIFEST edits announce no new sequence, so
-			// they kick nothing): it renews the lease and lists the trash
-			// when due. Without them, and after a failure, it lists the
-			// store, which also covers a takeover; every 10 minutes the
-			// reader lists everything anyway.
-			if retry == 0 && s.watching.Load() {
-				hint = s.lastHint.Load()
-			}
+		}
+		// Driven by notifications, a catch-up fetches what the last one
+		// names; so does the periodic one while they flow (MANIFEST edits
+		// announce no new sequence and kick nothing), which also renews
+		// the lease and lists the trash when due. Without them, and after
+		// a failure, it lists the store, which also covers a takeover;
+		// every 10 minutes the reader lists everything anyway.
+		if retry == 0 {
+			hint = s.hint.Load()
 		}
 		timer.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), max(10*s.cfg.CatchupInterval, 30*time.Second))
@@ -321,9 +318,7 @@ func (s *Server) watchPrimary() {
 			}
 			backoff = 100 * time.Millisecond
 			s.primarySeq.Store(ev.LatestSequence)
-			h := hintOf(ev)
-			s.hint.Store(h)
-			s.lastHint.Store(h)
+			s.hint.Store(hintOf(ev))
 			if ev.LatestSequence > s.db.LatestSequence() {
 				s.pendingSince.CompareAndSwap(0, time.Now().UnixNano())
 				select {
@@ -338,7 +333,7 @@ func (s *Server) watchPrimary() {
 		if s.watching.Swap(false) {
 			s.cfg.Logger.Warn("lost the primary's notifications; polling until they are back", "primary", s.cfg.Primary, "err", err)
 		}
-		s.lastHint.Store(nil)
+		s.hint.Store(nil)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
