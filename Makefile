@@ -11,7 +11,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 # Go from its usual install location, for shells whose PATH lacks it.
 export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
-.PHONY: help deps build test stress bench-storage bench-idle bench-takeover bench-compaction dev generate lint clean
+.PHONY: help deps build test stress bench-storage bench-idle bench-takeover bench-compaction bench-secondary dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -56,6 +56,9 @@ bench-takeover: deps ## takeover time to serve on MinIO after many SSTs, WAL seg
 
 bench-compaction: deps build ## fillrandom with local vs remote compaction (1 and 2 workers), primary pinned to one core: throughput, p50/p99/p99.9, compaction MB/s (DURATION, THREADS, KEYS)
 	hack/bench-compaction.sh
+
+bench-secondary: deps build ## secondaries on MinIO: visibility lag with notifications vs polling (SECONDARY_RATE, _DURATION), read ops/s vs the primary (SECONDARY_KEYS)
+	hack/bench-secondary.sh
 
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
 	$(BIN)/shale dev --data $(DEV_DATA)

@@ -191,7 +191,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		s.ep.Fail(s.fs.FenceError())
 	}()
 	reg.MustRegister(engine.NewCollector(s.db))
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable}), reg, cfg.Limits, cfg.Logger)
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails}), reg, cfg.Limits, cfg.Logger)
 	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(), "compaction", s.compactionMode())
 	return s, nil
 }
@@ -271,4 +271,15 @@ func Run(ctx context.Context, cfg Config) error {
 		s.Stop(time.Second)
 		return err
 	}
+}
+
+// logTails is what the primary announces to secondaries with each
+// notification: the logs it has stored, so they fetch just what is new.
+func (s *Server) logTails() ([]*kvv1.LogTail, string) {
+	tails, current := s.fs.Tails()
+	out := make([]*kvv1.LogTail, len(tails))
+	for i, t := range tails {
+		out[i] = &kvv1.LogTail{Name: t.Name, Epoch: t.Epoch, LastSegment: t.LastSegment, Bytes: uint64(t.Bytes)}
+	}
+	return out, current
 }

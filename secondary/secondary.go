@@ -50,6 +50,10 @@ type Config struct {
 	// new durable writes, so the secondary catches up at once ("": poll).
 	Primary string
 	Logger  *slog.Logger
+	// OnCatchUp, when set, is called after each successful catch-up with
+	// the sequence number now applied (make bench-secondary measures
+	// visibility lag with it).
+	OnCatchUp func(applied uint64)
 }
 
 // DefaultCacheDir is where a secondary keeps its cache when --cache-dir
@@ -75,6 +79,10 @@ type Server struct {
 	wg        sync.WaitGroup
 	kick      chan struct{} // a notification: catch up now
 	watching  atomic.Bool   // the primary's stream is connected
+	// hint is what the primary's last notification said it has stored
+	// (nil while its stream is down). Events are cumulative: the last one
+	// says all a catch-up needs to know.
+	hint atomic.Pointer[shalefs.Hint]
 
 	// Lag: the primary's last announced sequence, and since when (unix
 	// nanoseconds; 0: caught up) an announced write waits to be applied.
@@ -117,6 +125,15 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("--db: %w", err)
 		}
 	}
+	if s3, ok := store.(*objstore.S3Store); ok {
+		// A missing bucket or bad credentials: say so before anything else.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s3.CheckBucket(ctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("--db %s: %w", u, err)
+		}
+	}
 	s := &Server{cfg: cfg, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
 		return nil, err
@@ -132,6 +149,13 @@ func Start(cfg Config) (_ *Server, err error) {
 	sc.Store, sc.Logger, sc.Observe = store, cfg.Logger, io.Observe
 	if sc.CacheDir == "" {
 		sc.CacheDir = DefaultCacheDir(u.String(), cfg.Listen)
+	}
+	if _, statErr := os.Stat(sc.CacheDir); errors.Is(statErr, os.ErrNotExist) {
+		defer func() {
+			if err != nil {
+				os.RemoveAll(sc.CacheDir) // created here: leave nothing behind
+			}
+		}()
 	}
 	if err := os.MkdirAll(sc.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("--cache-dir %s: %w", sc.CacheDir, err)
@@ -185,15 +209,26 @@ func Start(cfg Config) (_ *Server, err error) {
 
 // CatchUp brings the secondary up to what the store holds now.
 func (s *Server) CatchUp(ctx context.Context) error {
-	if err := s.fs.Refresh(ctx); err != nil {
+	return s.catchUp(ctx, nil)
+}
+
+// catchUp refreshes the view, guided by the primary's hint when there is
+// one (fetching just the new segments), then catches RocksDB up with it.
+func (s *Server) catchUp(ctx context.Context, h *shalefs.Hint) error {
+	if err := s.fs.RefreshHinted(ctx, h); err != nil {
 		return err
 	}
-	return s.db.TryCatchUp()
+	if err := s.db.TryCatchUp(); err != nil {
+		return err
+	}
+	s.fs.CaughtUp()
+	return nil
 }
 
 func (s *Server) catchUpLoop() {
 	defer s.wg.Done()
 	failing := false
+	retry := time.Duration(0) // after a failure: how soon to try again
 	for {
 		interval := s.cfg.CatchupInterval
 		if s.watching.Load() {
@@ -201,8 +236,15 @@ func (s *Server) catchUpLoop() {
 		}
 		// Each refresh renews the lease: well within its TTL.
 		interval = min(interval, s.fs.ReaderTTL()/4)
+		if retry > 0 {
+			// A failed catch-up (the MANIFEST rolled, a file went, the
+			// store hiccuped) is retried soon, backing off, not at the
+			// next interval: readers meanwhile see the last good version.
+			interval = min(interval, retry)
+		}
 		s.ep.SetServing(s.fs.ReaderLeaseFresh())
 		timer := time.NewTimer(interval)
+		var hint *shalefs.Hint
 		select {
 		case <-s.stop:
 			timer.Stop()
@@ -210,9 +252,18 @@ func (s *Server) catchUpLoop() {
 		case <-s.kick:
 		case <-timer.C:
 		}
+		// Driven by notifications, a catch-up fetches what the last one
+		// names; so does the periodic one while they flow (MANIFEST edits
+		// announce no new sequence and kick nothing), which also renews
+		// the lease and lists the trash when due. Without them, and after
+		// a failure, it lists the store, which also covers a takeover;
+		// every 10 minutes the reader lists everything anyway.
+		if retry == 0 {
+			hint = s.hint.Load()
+		}
 		timer.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), max(10*s.cfg.CatchupInterval, 30*time.Second))
-		err := s.CatchUp(ctx)
+		err := s.catchUp(ctx, hint)
 		cancel()
 		s.ep.SetServing(s.fs.ReaderLeaseFresh())
 		if err != nil {
@@ -221,14 +272,18 @@ func (s *Server) catchUpLoop() {
 				s.cfg.Logger.Warn("catch-up with the primary failed; retrying", "err", err)
 			}
 			failing = true
+			retry = min(max(2*retry, 50*time.Millisecond), 5*time.Second)
 			continue
 		}
 		if failing {
 			s.cfg.Logger.Info("catch-up with the primary works again")
 		}
-		failing = false
+		failing, retry = false, 0
 		s.catchups.Inc()
 		s.lastCatchup.SetToCurrentTime()
+		if s.cfg.OnCatchUp != nil {
+			s.cfg.OnCatchUp(s.db.LatestSequence())
+		}
 		if s.db.LatestSequence() >= s.primarySeq.Load() {
 			s.pendingSince.Store(0)
 		}
@@ -263,6 +318,7 @@ func (s *Server) watchPrimary() {
 			}
 			backoff = 100 * time.Millisecond
 			s.primarySeq.Store(ev.LatestSequence)
+			s.hint.Store(hintOf(ev))
 			if ev.LatestSequence > s.db.LatestSequence() {
 				s.pendingSince.CompareAndSwap(0, time.Now().UnixNano())
 				select {
@@ -277,6 +333,7 @@ func (s *Server) watchPrimary() {
 		if s.watching.Swap(false) {
 			s.cfg.Logger.Warn("lost the primary's notifications; polling until they are back", "primary", s.cfg.Primary, "err", err)
 		}
+		s.hint.Store(nil)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -284,6 +341,19 @@ func (s *Server) watchPrimary() {
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// hintOf is what a notification says the primary has stored (nil when it
+// says nothing: a primary of an earlier version).
+func hintOf(ev *kvv1.WatchEvent) *shalefs.Hint {
+	if ev.CurrentManifest == "" {
+		return nil
+	}
+	h := &shalefs.Hint{Epoch: ev.Epoch, CurrentManifest: ev.CurrentManifest}
+	for _, l := range ev.Logs {
+		h.Logs = append(h.Logs, shalefs.LogTail{Name: l.Name, Epoch: l.Epoch, LastSegment: l.LastSegment, Bytes: int64(l.Bytes)})
+	}
+	return h
 }
 
 // Addr is the gRPC address the server listens on.

@@ -17,10 +17,14 @@ func newSecondaryCmd() *cobra.Command {
 		Short: "Serve a read-only replica of a database over gRPC",
 		Long: `Secondary serves reads of the database at --db, which a primary owns, on
 --listen. It keeps its own local cache, follows the primary's writes as they
-reach the object store (every --catchup-interval), and refuses writes with
-FAILED_PRECONDITION. Its reads are as fresh as its last catch-up; ` + "`kv status`" + `
-shows its sequence number. It stops on SIGINT or SIGTERM.`,
-		Example: `  shale secondary --db s3://my-bucket/orders --listen :7071 --cache-dir /var/cache/shale/orders-ro
+reach the object store, and refuses writes with FAILED_PRECONDITION. With
+--primary it catches up as soon as the primary announces a durable write
+(milliseconds); without, every --catchup-interval. Its reads are as fresh as
+its last catch-up; ` + "`kv status`" + ` shows its sequence number and lag. A
+secondary that could not renew its lease within --lease-ttl refuses reads
+(UNAVAILABLE) until it has caught up again. It stops on SIGINT or SIGTERM.
+See docs/secondary.md.`,
+		Example: `  shale secondary --db s3://my-bucket/orders --listen :7071 --cache-dir /var/cache/shale/orders-ro --primary 127.0.0.1:7070
   shale kv --addr 127.0.0.1:7071 get some-key`,
 		Args: exactArgs(),
 		RunE: func(c *cobra.Command, _ []string) error {

@@ -28,6 +28,12 @@ type Options struct {
 	BackgroundThreads int
 	// BlockSizeBytes of SST data blocks (0: RocksDB's 4 KiB).
 	BlockSizeBytes int
+	// MaxManifestFileSize rolls the MANIFEST over to a new file past this
+	// size (0: 64 MiB). Tests set it tiny to make every edit switch it.
+	MaxManifestFileSize uint64
+	// TargetFileSizeBytes is the size compactions cut tables at (0:
+	// RocksDB's 64 MiB). Tests set it small to get many tables.
+	TargetFileSizeBytes uint64
 	// BottommostCompression for the last level; newer data uses LZ4.
 	BottommostCompression grocksdb.CompressionType
 	// FileSystem, when set, puts the Shale FileSystem under RocksDB: the
@@ -130,6 +136,12 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	// recovery reads whole, so its size must follow the live files, not
 	// every edit since the database was created.
 	d.opts.SetMaxManifestFileSize(64 << 20)
+	if o.MaxManifestFileSize > 0 {
+		d.opts.SetMaxManifestFileSize(o.MaxManifestFileSize)
+	}
+	if o.TargetFileSizeBytes > 0 {
+		d.opts.SetTargetFileSizeBase(o.TargetFileSizeBytes)
+	}
 	// A finite table cache: with max_open_files = -1 (RocksDB's default)
 	// DB::Open opens every table first, and on the Shale FileSystem each
 	// open of a table not in the cache is a fetch from the store; 10,000

@@ -61,6 +61,9 @@ type Info struct {
 	// Durable, on a primary, is notified when writes became durable in the
 	// store; Watch streams it to secondaries.
 	Durable *Notifier
+	// Logs, on a primary, reports the logs it writes as stored and the
+	// MANIFEST its CURRENT names; Watch events carry them as hints.
+	Logs func() ([]*kvv1.LogTail, string)
 	// Lag, on a secondary, reports the primary's last announced sequence
 	// number and how long the oldest unapplied announced write has waited.
 	Lag func() (primarySeq uint64, lag time.Duration)

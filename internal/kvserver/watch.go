@@ -66,7 +66,11 @@ func (s *Server) Watch(_ *kvv1.WatchRequest, stream kvv1.KV_WatchServer) error {
 		default:
 		}
 		ch := s.info.Durable.wait()
-		if err := stream.Send(&kvv1.WatchEvent{LatestSequence: s.db.LatestSequence(), Epoch: s.info.Epoch}); err != nil {
+		ev := &kvv1.WatchEvent{LatestSequence: s.db.LatestSequence(), Epoch: s.info.Epoch}
+		if s.info.Logs != nil {
+			ev.Logs, ev.CurrentManifest = s.info.Logs()
+		}
+		if err := stream.Send(ev); err != nil {
 			return err
 		}
 		select {

@@ -88,7 +88,8 @@ type Config struct {
 	Owner  string
 	Logger *slog.Logger
 	// OnDurable, when set, is called after a sync stored new bytes of a log
-	// (a WAL write group or a MANIFEST edit is durable in the store).
+	// (a WAL write group or a MANIFEST edit is durable in the store), and
+	// after CURRENT was replaced.
 	OnDurable func()
 	// Observe, when set, is told about every object-store request.
 	Observe func(r Request)
@@ -144,6 +145,9 @@ type FS struct {
 	// network call).
 	currentMu   sync.Mutex
 	currentETag string // etag of the CURRENT this owner last wrote
+	// storedCurrent (a string) is the MANIFEST that CURRENT, as this owner
+	// last wrote it, names: announced to readers (tails.go).
+	storedCurrent atomic.Value
 
 	fenced   atomic.Pointer[ErrFenced]
 	fencedCh chan struct{}
@@ -176,10 +180,12 @@ type FS struct {
 	refreshMu sync.Mutex
 	current   []byte
 	retired   map[string]retiredFile // tables gone from the listing that RocksDB may still read
+	rs        readerState            // what the last refresh learned (under refreshMu)
 	// reader leases (readerlease.go): the reader's own, and the owner's
 	// view of everyone's (trash loop only)
 	leaseSum     string
 	leaseRenewed atomic.Int64
+	lapsed       atomic.Bool // the lease lapsed and RocksDB has not caught up since
 	readerLeases map[string]*seenLease
 
 	compactions jobRegistry // remote compaction outputs being installed (compaction.go)
@@ -251,7 +257,7 @@ func (f *FS) setFenced(by uint64) error {
 // confirmation is too old it confirms again on the spot (one listing).
 func (f *FS) ReadAllowed() error {
 	if f.readOnly {
-		if !f.readerLeaseFresh() {
+		if !f.readerMayServe() {
 			return fmt.Errorf("replica lease expired (not renewed within %s): files this replica reads may have been deleted; it serves again after its next catch-up", f.cfg.ReaderTTL)
 		}
 		return nil
@@ -782,6 +788,10 @@ func (f *FS) replaceCurrent(path string) error {
 	f.mu.Lock()
 	f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(content))}
 	f.mu.Unlock()
+	f.storedCurrent.Store(manifestOf(content))
+	if f.cfg.OnDurable != nil {
+		f.cfg.OnDurable() // readers follow the MANIFEST switch at once
+	}
 	return nil
 }
 

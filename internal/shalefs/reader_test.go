@@ -37,6 +37,9 @@ func catchUp(t *testing.T, r *FS, d *engine.DB, want map[string]string) {
 		if err == nil {
 			err = d.TryCatchUp()
 		}
+		if err == nil {
+			r.CaughtUp()
+		}
 		missing := ""
 		if err == nil {
 			for k, v := range want {
@@ -123,7 +126,11 @@ func TestReaderFollowsPrimary(t *testing.T) {
 // and reads keep working; once the secondary caught up and its lease moved
 // on, they go. A secondary that cannot renew its lease refuses reads.
 func TestReaderLeaseProtectsFiles(t *testing.T) {
-	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	storetest.ForEachBackend(t, testReaderLeaseProtectsFiles)
+}
+
+func testReaderLeaseProtectsFiles(t *testing.T, loc storetest.Location) {
+	store, err := objstore.Open(loc.NewURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,5 +239,57 @@ func TestReaderLeaseProtectsFiles(t *testing.T) {
 	catchUp(t, r, d2, want)
 	if err := r.ReadAllowed(); err != nil {
 		t.Fatalf("after catching up again: %v", err)
+	}
+
+	// The primary compacts again and the secondary neither catches up nor
+	// renews (paused): once its lease expires the old tables go, and it
+	// refuses reads instead of reading deleted files.
+	for i := 0; i < 200; i++ {
+		k, v := fmt.Sprintf("k%04d", i%100), fmt.Sprintf("w%d", i)
+		d1.Put([]byte(k), []byte(v), false)
+		want[k] = v
+		if i%100 == 99 {
+			if err := d1.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	catchUp(t, r, d2, want)
+	old = map[string]bool{}
+	for _, n := range f1.List() {
+		if KindOf(n) == KindTable {
+			old[n] = true
+		}
+	}
+	if err := d1.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for left := len(old); left > 0; {
+		left = 0
+		for n := range old {
+			if _, err := store.Stat(ctx, objectKey(n, 1)); err == nil {
+				left++
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d compacted tables still in the store a minute after the secondary stopped renewing its lease", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := r.ReadAllowed(); err == nil {
+		t.Fatal("the primary deleted the tables of a paused secondary, which still allows reads")
+	}
+	// A refresh renews the lease, but RocksDB's version may still use the
+	// deleted tables until it catches up: still no reads.
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReadAllowed(); err == nil {
+		t.Fatal("a secondary whose lease lapsed allows reads before RocksDB caught up")
+	}
+	catchUp(t, r, d2, want)
+	if err := r.ReadAllowed(); err != nil {
+		t.Fatalf("after the paused secondary caught up: %v", err)
 	}
 }

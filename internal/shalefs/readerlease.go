@@ -86,9 +86,27 @@ func (f *FS) readerLeaseFresh() bool {
 	return time.Duration(f.mono()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL
 }
 
-// ReaderLeaseFresh reports whether a reader renewed its lease within its
-// TTL (it refuses reads otherwise), and ReaderTTL is that TTL.
-func (f *FS) ReaderLeaseFresh() bool { return f.readerLeaseFresh() }
+// readerMayServe: the lease is fresh, and if it had lapsed RocksDB has
+// caught up since. A refresh renews the lease before RocksDB catches up;
+// until then RocksDB's version may still use tables the owner deleted
+// while the lease was out.
+func (f *FS) readerMayServe() bool {
+	return f.readerLeaseFresh() && !f.lapsed.Load()
+}
+
+// ReaderLeaseFresh reports whether a reader may serve reads: it renewed
+// its lease within its TTL and, if the lease lapsed, caught up since (it
+// refuses reads otherwise).
+func (f *FS) ReaderLeaseFresh() bool { return f.readerMayServe() }
+
+// CaughtUp tells a reader that RocksDB caught up with its latest refresh:
+// if its lease had lapsed, RocksDB no longer uses what may have been
+// deleted meanwhile, and reads are served again.
+func (f *FS) CaughtUp() {
+	if f.readerLeaseFresh() {
+		f.lapsed.Store(false)
+	}
+}
 
 // ReaderTTL is how long a reader's lease protects its files.
 func (f *FS) ReaderTTL() time.Duration { return f.cfg.ReaderTTL }

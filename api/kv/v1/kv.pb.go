@@ -1056,9 +1056,16 @@ type WatchEvent struct {
 	// Latest sequence number of the primary when the event was sent.
 	LatestSequence uint64 `protobuf:"varint,1,opt,name=latest_sequence,json=latestSequence,proto3" json:"latest_sequence,omitempty"`
 	// Epoch of the primary.
-	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The logs (WALs and MANIFESTs) the primary writes, as stored in the
+	// object store when the event was sent, so that a secondary fetches just
+	// the new segments instead of listing the store. A hint: the secondary
+	// reads the data from the store, and lists it when the hint falls short.
+	Logs []*LogTail `protobuf:"bytes,3,rep,name=logs,proto3" json:"logs,omitempty"`
+	// The MANIFEST the primary's CURRENT names.
+	CurrentManifest string `protobuf:"bytes,4,opt,name=current_manifest,json=currentManifest,proto3" json:"current_manifest,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WatchEvent) Reset() {
@@ -1105,6 +1112,93 @@ func (x *WatchEvent) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *WatchEvent) GetLogs() []*LogTail {
+	if x != nil {
+		return x.Logs
+	}
+	return nil
+}
+
+func (x *WatchEvent) GetCurrentManifest() string {
+	if x != nil {
+		return x.CurrentManifest
+	}
+	return ""
+}
+
+// LogTail is what a primary has stored of one log it writes.
+type LogTail struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// File name: "000012.log", "MANIFEST-000005".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Epoch of the writer (the version of the log in the store).
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Highest segment slot stored.
+	LastSegment uint64 `protobuf:"varint,3,opt,name=last_segment,json=lastSegment,proto3" json:"last_segment,omitempty"`
+	// Bytes of the log stored.
+	Bytes         uint64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogTail) Reset() {
+	*x = LogTail{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogTail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogTail) ProtoMessage() {}
+
+func (x *LogTail) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogTail.ProtoReflect.Descriptor instead.
+func (*LogTail) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *LogTail) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LogTail) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LogTail) GetLastSegment() uint64 {
+	if x != nil {
+		return x.LastSegment
+	}
+	return 0
+}
+
+func (x *LogTail) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Role  Role                   `protobuf:"varint,1,opt,name=role,proto3,enum=shale.kv.v1.Role" json:"role,omitempty"`
@@ -1132,7 +1226,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1238,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1251,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatusResponse) GetRole() Role {
@@ -1242,7 +1336,7 @@ type DBStats struct {
 
 func (x *DBStats) Reset() {
 	*x = DBStats{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1348,7 @@ func (x *DBStats) String() string {
 func (*DBStats) ProtoMessage() {}
 
 func (x *DBStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1361,7 @@ func (x *DBStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DBStats.ProtoReflect.Descriptor instead.
 func (*DBStats) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DBStats) GetEstimatedKeys() uint64 {
@@ -1343,7 +1437,7 @@ type Mutation_Put struct {
 
 func (x *Mutation_Put) Reset() {
 	*x = Mutation_Put{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1449,7 @@ func (x *Mutation_Put) String() string {
 func (*Mutation_Put) ProtoMessage() {}
 
 func (x *Mutation_Put) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1488,7 @@ type Mutation_Delete struct {
 
 func (x *Mutation_Delete) Reset() {
 	*x = Mutation_Delete{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1500,7 @@ func (x *Mutation_Delete) String() string {
 func (*Mutation_Delete) ProtoMessage() {}
 
 func (x *Mutation_Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1534,7 @@ type MultiGetResponse_Result struct {
 
 func (x *MultiGetResponse_Result) Reset() {
 	*x = MultiGetResponse_Result{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1546,7 @@ func (x *MultiGetResponse_Result) String() string {
 func (*MultiGetResponse_Result) ProtoMessage() {}
 
 func (x *MultiGetResponse_Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,11 +1646,18 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x03end\x18\x02 \x01(\fR\x03end\"\x11\n" +
 	"\x0fCompactResponse\"\x0f\n" +
 	"\rStatusRequest\"\x0e\n" +
-	"\fWatchRequest\"K\n" +
+	"\fWatchRequest\"\xa0\x01\n" +
 	"\n" +
 	"WatchEvent\x12'\n" +
 	"\x0flatest_sequence\x18\x01 \x01(\x04R\x0elatestSequence\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xc1\x02\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12(\n" +
+	"\x04logs\x18\x03 \x03(\v2\x14.shale.kv.v1.LogTailR\x04logs\x12)\n" +
+	"\x10current_manifest\x18\x04 \x01(\tR\x0fcurrentManifest\"l\n" +
+	"\aLogTail\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
+	"\flast_segment\x18\x03 \x01(\x04R\vlastSegment\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x04R\x05bytes\"\xc1\x02\n" +
 	"\x0eStatusResponse\x12%\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x11.shale.kv.v1.RoleR\x04role\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12'\n" +
@@ -1607,7 +1708,7 @@ func file_api_kv_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_api_kv_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_api_kv_v1_kv_proto_goTypes = []any{
 	(Role)(0),                       // 0: shale.kv.v1.Role
 	(*PutRequest)(nil),              // 1: shale.kv.v1.PutRequest
@@ -1631,45 +1732,47 @@ var file_api_kv_v1_kv_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 19: shale.kv.v1.StatusRequest
 	(*WatchRequest)(nil),            // 20: shale.kv.v1.WatchRequest
 	(*WatchEvent)(nil),              // 21: shale.kv.v1.WatchEvent
-	(*StatusResponse)(nil),          // 22: shale.kv.v1.StatusResponse
-	(*DBStats)(nil),                 // 23: shale.kv.v1.DBStats
-	(*Mutation_Put)(nil),            // 24: shale.kv.v1.Mutation.Put
-	(*Mutation_Delete)(nil),         // 25: shale.kv.v1.Mutation.Delete
-	(*MultiGetResponse_Result)(nil), // 26: shale.kv.v1.MultiGetResponse.Result
+	(*LogTail)(nil),                 // 22: shale.kv.v1.LogTail
+	(*StatusResponse)(nil),          // 23: shale.kv.v1.StatusResponse
+	(*DBStats)(nil),                 // 24: shale.kv.v1.DBStats
+	(*Mutation_Put)(nil),            // 25: shale.kv.v1.Mutation.Put
+	(*Mutation_Delete)(nil),         // 26: shale.kv.v1.Mutation.Delete
+	(*MultiGetResponse_Result)(nil), // 27: shale.kv.v1.MultiGetResponse.Result
 }
 var file_api_kv_v1_kv_proto_depIdxs = []int32{
-	24, // 0: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
-	25, // 1: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
+	25, // 0: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
+	26, // 1: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
 	7,  // 2: shale.kv.v1.WriteRequest.mutations:type_name -> shale.kv.v1.Mutation
-	26, // 3: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
+	27, // 3: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
 	13, // 4: shale.kv.v1.ScanResponse.pairs:type_name -> shale.kv.v1.KeyValue
-	0,  // 5: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
-	23, // 6: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
-	1,  // 7: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
-	3,  // 8: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
-	5,  // 9: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
-	8,  // 10: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
-	10, // 11: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
-	12, // 12: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
-	15, // 13: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
-	17, // 14: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
-	19, // 15: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
-	20, // 16: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
-	2,  // 17: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
-	4,  // 18: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
-	6,  // 19: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
-	9,  // 20: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
-	11, // 21: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
-	14, // 22: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
-	16, // 23: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
-	18, // 24: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
-	22, // 25: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
-	21, // 26: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
-	17, // [17:27] is the sub-list for method output_type
-	7,  // [7:17] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	22, // 5: shale.kv.v1.WatchEvent.logs:type_name -> shale.kv.v1.LogTail
+	0,  // 6: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
+	24, // 7: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
+	1,  // 8: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
+	3,  // 9: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
+	5,  // 10: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
+	8,  // 11: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
+	10, // 12: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
+	12, // 13: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
+	15, // 14: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
+	17, // 15: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
+	19, // 16: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
+	20, // 17: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
+	2,  // 18: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
+	4,  // 19: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
+	6,  // 20: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
+	9,  // 21: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
+	11, // 22: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
+	14, // 23: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
+	16, // 24: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
+	18, // 25: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
+	23, // 26: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
+	21, // 27: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_kv_v1_kv_proto_init() }
@@ -1687,7 +1790,7 @@ func file_api_kv_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_kv_v1_kv_proto_rawDesc), len(file_api_kv_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

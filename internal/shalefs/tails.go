@@ -1,0 +1,266 @@
+package shalefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/shale-rocks/shale/internal/objstore"
+)
+
+// Hints for readers. An owner announces, with each notification (KV.Watch),
+// what it has stored of the logs it writes; a reader driven by the
+// notification fetches exactly the segments it lacks, by key, instead of
+// listing the store (RefreshHinted). A hint only saves requests: the data
+// still comes from the store, and when a hint falls short (a segment
+// folded away, an unknown epoch, a MANIFEST CURRENT does not name yet) the
+// reader lists the store as without one.
+
+// LogTail is what an owner has stored of one log it writes.
+type LogTail struct {
+	Name        string
+	Epoch       uint64
+	LastSegment uint64 // highest segment slot stored
+	Bytes       int64
+}
+
+// Hint is what an owner announced: its epoch, its logs, and the MANIFEST
+// its CURRENT names.
+type Hint struct {
+	Epoch           uint64
+	Logs            []LogTail
+	CurrentManifest string
+}
+
+// Tails returns what this owner has stored of the logs it writes, and the
+// MANIFEST its CURRENT names in the store. A log whose segment is being
+// uploaded right now is left out: the notification that follows the
+// upload announces it.
+func (f *FS) Tails() ([]LogTail, string) {
+	f.mu.Lock()
+	type own struct {
+		name string
+		st   *file
+	}
+	var logs []own
+	for name, st := range f.files {
+		if st.kind == KindLog && st.ownLog {
+			logs = append(logs, own{name, st})
+		}
+	}
+	f.mu.Unlock()
+	var tails []LogTail
+	for _, l := range logs {
+		if !l.st.mu.TryLock() {
+			continue
+		}
+		if l.st.nextSeq > 1 {
+			tails = append(tails, LogTail{Name: l.name, Epoch: l.st.epoch, LastSegment: l.st.nextSeq - 1, Bytes: l.st.size})
+		}
+		l.st.mu.Unlock()
+	}
+	if m, ok := f.storedCurrent.Load().(string); ok {
+		return tails, m
+	}
+	// Not replaced since the takeover: the local copy is the store's.
+	cur, _ := os.ReadFile(f.localPath("CURRENT"))
+	return tails, manifestOf(currentContent(cur))
+}
+
+// errHintShort: the hint cannot bring the view up to date by itself; the
+// reader lists the store instead.
+var errHintShort = errors.New("the hint falls short")
+
+// maxHintSlots bounds the segments one hinted refresh fetches from a log;
+// beyond, listing (which finds folds) is cheaper.
+const maxHintSlots = 256
+
+// refreshHinted brings the view up to date from a hint (refreshMu held):
+// the segments the hint names that the view lacks are fetched by key, and
+// appended to the local copies; the top level is listed only when a
+// MANIFEST grew (for the tables its edits name, after them), CURRENT only
+// read when the hint says it changed. It returns errHintShort, having
+// changed nothing the view relies on, when it cannot.
+func (f *FS) refreshHinted(ctx context.Context, h *Hint) error {
+	rs := &f.rs
+	if rs.full || !f.readerLeaseFresh() || time.Since(rs.fullAt) >= readerFullEvery ||
+		rs.opened == nil || h.Epoch != rs.opened.Epoch || rs.ownerEpoch != h.Epoch {
+		return errHintShort // a takeover, an unknown epoch, or a full refresh due
+	}
+	const activity = "catchup"
+	start := time.Now()
+	if err := f.listTrashIfDue(ctx, false, activity); err != nil {
+		return err
+	}
+	trashed := rs.trashed
+	f.mu.Lock()
+	old := f.files
+	f.mu.Unlock()
+	files := map[string]*file{}
+	for name, st := range old {
+		if !trashed[versionRef{name, st.epoch}] || st.kind == KindCurrent {
+			files[name] = st
+		}
+	}
+	type job struct {
+		t    LogTail
+		of   *file
+		from uint64
+	}
+	var jobs []job
+	for _, t := range h.Logs {
+		if KindOf(t.Name) != KindLog || trashed[versionRef{t.Name, t.Epoch}] {
+			continue
+		}
+		switch of := files[t.Name]; {
+		case of == nil:
+			jobs = append(jobs, job{t, nil, 1})
+		case of.epoch != t.Epoch:
+			return errHintShort
+		default:
+			if end := lastSlot(of); end < t.LastSegment {
+				jobs = append(jobs, job{t, of, end + 1})
+			}
+		}
+	}
+	got := make([]*file, len(jobs))
+	data := make([][]byte, len(jobs))
+	if err := parallel(ctx, len(jobs), openParallelism, func(ctx context.Context, i int) (err error) {
+		j := jobs[i]
+		got[i], data[i], err = f.fetchSlots(ctx, j.t, j.of, j.from, activity)
+		return err
+	}); err != nil {
+		return err
+	}
+	manifestGrew := false
+	fresh := map[string][]byte{}
+	for i, st := range got {
+		name := jobs[i].t.Name
+		files[name] = st
+		if jobs[i].of == nil {
+			fresh[name] = data[i]
+		}
+		manifestGrew = manifestGrew || isManifest(name)
+	}
+	current, tag := f.current, rs.currentTag
+	if h.CurrentManifest != "" && h.CurrentManifest != manifestOf(f.current) {
+		var b []byte
+		var info objstore.ObjectInfo
+		if err := f.background().do(ctx, func(ctx context.Context) (err error) {
+			b, info, err = f.get(ctx, "CURRENT", "CURRENT", activity)
+			return err
+		}); err != nil {
+			return fmt.Errorf("read CURRENT: %w", err)
+		}
+		current, tag = currentContent(b), info.ETag
+		manifestGrew = true
+	}
+	if m := manifestOf(current); m == "" || files[m] == nil {
+		return errHintShort
+	}
+	if manifestGrew {
+		// The tables the new MANIFEST bytes name, listed after them.
+		top, err := f.readerList(ctx, "", true, activity)
+		if err != nil {
+			return err
+		}
+		for name, st := range files {
+			if st.kind == KindTable || st.kind == KindObject {
+				delete(files, name)
+			}
+		}
+		for _, o := range top {
+			name, e, ok := parseObjectKey(o.Key)
+			if !ok || trashed[versionRef{name, e}] {
+				continue
+			}
+			if st := files[name]; st == nil || e > st.epoch {
+				files[name] = &file{kind: KindOf(name), epoch: e, size: o.Size}
+			}
+		}
+	}
+	files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(current))}
+	return f.install(ctx, old, files, fresh, current, tag, false, start, manifestGrew, activity, true)
+}
+
+// lastSlot is the last segment slot a log version of the view reaches.
+func lastSlot(st *file) uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if n := len(st.segments); n > 0 {
+		return st.segments[n-1].end()
+	}
+	return 0
+}
+
+// fetchSlots reads the segments from..t.LastSegment of the log t names and
+// returns it grown by them: of extended in place (its local copy too), or
+// for a log new to the view (of nil) a new version and its bytes. A
+// segment that is not there (folded away meanwhile) makes the hint fall
+// short; a seal ends the log.
+func (f *FS) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, activity string) (*file, []byte, error) {
+	n := t.LastSegment - from + 1
+	if n > maxHintSlots {
+		return nil, nil, errHintShort
+	}
+	parts := make([][]byte, n)
+	err := parallel(ctx, int(n), 16, func(ctx context.Context, i int) error {
+		return f.foreground().do(ctx, func(ctx context.Context) (err error) {
+			parts[i], _, err = f.get(ctx, segmentKey(t.Name, t.Epoch, from+uint64(i)), t.Name, activity)
+			return err
+		})
+	})
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, nil, errHintShort
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var segs []segment
+	var data []byte
+	for i, p := range parts {
+		if len(p) == 0 {
+			break // a seal: the log ends here
+		}
+		segs = append(segs, segment{seq: from + uint64(i), last: from + uint64(i), size: int64(len(p))})
+		data = append(data, p...)
+	}
+	whole := len(segs) == int(n) // no seal: all of it is the log the hint describes
+	if of == nil {
+		if len(segs) == 0 || (whole && int64(len(data)) != t.Bytes) {
+			return nil, nil, errHintShort
+		}
+		return &file{kind: KindLog, epoch: t.Epoch, size: int64(len(data)), segments: segs, nextSeq: segs[len(segs)-1].seq + 1}, data, nil
+	}
+	of.mu.Lock()
+	defer of.mu.Unlock()
+	if whole && of.size+int64(len(data)) != t.Bytes {
+		return nil, nil, errHintShort
+	}
+	if len(segs) == 0 {
+		return of, nil, nil
+	}
+	path := f.localPath(t.Name)
+	if fi, err := os.Stat(path); err == nil {
+		if fi.Size() != of.size {
+			return nil, nil, fmt.Errorf("local copy of %s is %d bytes, the reader had %d", t.Name, fi.Size(), of.size)
+		}
+		fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		_, err = fh.Write(data)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("extend the local copy of %s: %w", t.Name, err)
+		}
+	}
+	of.segments = append(append([]segment(nil), of.segments...), segs...)
+	of.size += int64(len(data))
+	of.nextSeq = segs[len(segs)-1].seq + 1
+	return of, nil, nil
+}
