@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/linxGnu/grocksdb"
 	"golang.org/x/sys/unix"
@@ -34,6 +35,11 @@ type Options struct {
 	// directory is then only a local cache of a database that lives in an
 	// object store, and may start empty.
 	FileSystem rocksshim.FileSystemHooks
+	// ColdAfter, when positive, turns on tiered placement (tiering.go):
+	// last-level tables are cold, keys younger than ColdAfter stay out of
+	// the last level, and an age-out pass moves older ones there. The
+	// FileSystem puts cold tables in the cold tier.
+	ColdAfter time.Duration
 	// SecondaryDir, when set, opens the database as a read-only secondary
 	// (DB::OpenAsSecondary) that keeps its own files there; it follows the
 	// primary with TryCatchUp.
@@ -76,6 +82,7 @@ type DB struct {
 
 	lockFile *os.File // flock on <dir>/LOCK, held while open
 	fs       *rocksshim.FileSystem
+	tier     *ageOut // nil without tiering
 }
 
 // Open opens the database in dir, creating it (and missing parent
@@ -148,6 +155,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	if o.FileSystem != nil {
 		d.fs = rocksshim.AttachFileSystem(d.opts, dir, o.FileSystem)
 	}
+	if o.ColdAfter > 0 && o.SecondaryDir == "" {
+		rocksshim.SetTiering(d.opts, o.ColdAfter)
+	}
 
 	if o.SecondaryDir != "" {
 		// A secondary keeps every table open (RocksDB requires it) and
@@ -167,6 +177,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.wSync.SetSync(true)
 	d.wNoSync = grocksdb.NewDefaultWriteOptions()
 	d.ro = grocksdb.NewDefaultReadOptions()
+	if o.ColdAfter > 0 && o.SecondaryDir == "" {
+		d.startAgeOut(o.ColdAfter)
+	}
 	return d, nil
 }
 
@@ -287,6 +300,7 @@ func (d *DB) free() {
 
 // Close closes the database after running calls finish.
 func (d *DB) Close() {
+	d.stopAgeOut()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
