@@ -28,6 +28,11 @@ import (
 // Config is what a primary needs to run.
 type Config struct {
 	DB            string // store URL of the database, e.g. file:///var/lib/shale/db
+	// ColdDB is the cold tier's store URL ("": none), reached through
+	// ColdEndpoint when that is set (an s3:// cold tier on its own server,
+	// with the same credentials). Engine.ColdAfter says which data goes
+	// there (docs/tiering.md).
+	ColdDB, ColdEndpoint string
 	Listen        string // gRPC address
 	MetricsListen string // HTTP address for /metrics; "" disables it
 	Limits        kvserver.Limits
@@ -88,6 +93,20 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("--db %s: %w", u, err)
 		}
 	}
+	cold := cfg.Storage.Cold // set by tests that wrap the store
+	if cold == nil {
+		if cold, err = shalefs.OpenColdTier(cfg.ColdDB, cfg.ColdEndpoint); err != nil {
+			return nil, err
+		}
+	}
+	if cold != nil {
+		if err := shalefs.CheckTierLocations(u.String(), cold.URL(), cfg.ColdEndpoint == ""); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Engine.ColdAfter > 0 && cold == nil {
+		return nil, errors.New("--cold-after needs --cold-db: the cold tier's location (s3://BUCKET/PREFIX or file:///ABS/PATH)")
+	}
 	s := &Server{cfg: cfg}
 	// Bind before opening so a busy port creates nothing on disk.
 	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
@@ -102,6 +121,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	io := iometrics.New(reg)
 	sc := cfg.Storage
 	sc.Store = store
+	sc.Cold = cold
 	sc.Logger = cfg.Logger
 	sc.Observe = io.Observe
 	durable := kvserver.NewNotifier()
@@ -165,6 +185,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		s.ep.Fail(s.fs.FenceError())
 	}()
 	reg.MustRegister(engine.NewCollector(s.db))
+	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, s.db.AgeOutStats)
 	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: durable}), reg, cfg.Limits, cfg.Logger)
 	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr())
 	return s, nil
@@ -230,3 +251,4 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 }
+

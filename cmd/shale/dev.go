@@ -20,8 +20,9 @@ func newDevCmd() *cobra.Command {
 		Long: `Dev runs a primary on the file:// database DIR/db, with its cache in
 DIR/cache unless --cache-dir says otherwise, and a read-only secondary
 beside it (--secondary-listen; empty: none), and prints how to reach them.
-It takes the same flags as "shale primary" (except --db). Data stays in DIR
-across restarts.`,
+It takes the same flags as "shale primary" (except --db). With --cold-after
+and no --cold-db, the cold tier is DIR/cold. Data stays in DIR across
+restarts.`,
 		Example: `  shale dev --data ./.shale-dev
   shale dev --data /tmp/shale --listen 127.0.0.1:7170 --secondary-listen 127.0.0.1:7171 --metrics-listen ""`,
 		Args: exactArgs(),
@@ -47,6 +48,9 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen string)
 		return fmt.Errorf("--data %s: %w", data, err)
 	}
 	cfg.DB = "file://" + filepath.Join(abs, "db")
+	if cfg.Engine.ColdAfter > 0 && cfg.ColdDB == "" {
+		cfg.ColdDB = "file://" + filepath.Join(abs, "cold") // the cold tier beside the database
+	}
 	if cfg.Storage.CacheDir == "" {
 		cfg.Storage.CacheDir = filepath.Join(abs, "cache")
 	}
@@ -61,7 +65,7 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen string)
 	defer s.Stop(10 * time.Second)
 	var sec *secondary.Server
 	if secondaryListen != "" {
-		sc := secondary.Config{DB: cfg.DB, Listen: secondaryListen, Limits: cfg.Limits, Engine: cfg.Engine, Primary: s.Addr(), Logger: cfg.Logger}
+		sc := secondary.Config{DB: cfg.DB, ColdDB: cfg.ColdDB, ColdEndpoint: cfg.ColdEndpoint, Listen: secondaryListen, Limits: cfg.Limits, Engine: cfg.Engine, Primary: s.Addr(), Logger: cfg.Logger}
 		sc.Storage.CacheDir = filepath.Join(abs, "secondary-cache")
 		if sec, err = secondary.Start(sc); err != nil {
 			return fmt.Errorf("secondary: %w", err)
@@ -77,6 +81,9 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen string)
   database  %s
   KV API    %s  (gRPC; health and reflection enabled)
 `, abs, cfg.DB, s.Addr())
+	if cfg.ColdDB != "" {
+		fmt.Fprintf(stdout, "  cold tier %s  (bin/shale admin tiers --db %s --cold-db %s)\n", cfg.ColdDB, cfg.DB, cfg.ColdDB)
+	}
 	if m := s.MetricsAddr(); m != "" {
 		fmt.Fprintf(stdout, "  metrics   http://%s/metrics\n", m)
 	}

@@ -49,6 +49,9 @@ func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	if len(top) == 0 {
 		return nil, fmt.Errorf("%s holds no database yet: start its primary first", cfg.Store.URL())
 	}
+	if err := f.checkTiers(ctx, false); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cache dir: %w", err)
 	}

@@ -1,0 +1,439 @@
+package shalefs
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/miniotest"
+	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/rocksshim"
+)
+
+func TestTierFor(t *testing.T) {
+	cold, hot := rocksshim.TemperatureCold, rocksshim.TemperatureUnknown
+	for _, tc := range []struct {
+		name     string
+		temp     rocksshim.Temperature
+		haveCold bool
+		want     Tier
+	}{
+		{"000012.sst", cold, true, TierCold},
+		{"000012.sst", hot, true, TierHot},
+		{"000012.sst", rocksshim.TemperatureWarm, true, TierHot}, // only cold goes cold
+		{"000012.sst", cold, false, TierHot},                     // no cold tier: everything hot
+		{"000012.blob", cold, true, TierCold},
+		{"000011.log", cold, true, TierHot}, // logs never leave the hot tier
+		{"MANIFEST-000005", cold, true, TierHot},
+		{"OPTIONS-000007", cold, true, TierHot},
+	} {
+		if got := TierFor(tc.name, tc.temp, tc.haveCold); got != tc.want {
+			t.Errorf("TierFor(%s, %s, %v) = %s, want %s", tc.name, tc.temp, tc.haveCold, got, tc.want)
+		}
+	}
+}
+
+func TestDecideTiers(t *testing.T) {
+	rec := &tierRecord{ID: "a", Cold: "s3://cold/db"}
+	mine := &coldMarker{ID: "a", Hot: "s3://hot/db"}
+	other := &coldMarker{ID: "b", Hot: "s3://hot/other"}
+	for _, tc := range []struct {
+		name            string
+		rec             *tierRecord
+		mark            *coldMarker
+		haveCold, empty bool
+		owner           bool
+		want            tierAction
+		err             string
+	}{
+		{"no tiering", nil, nil, false, false, true, tiersOK, ""},
+		{"new cold tier", nil, nil, true, true, true, tiersCreate, ""},
+		{"new cold tier, location not empty", nil, nil, true, false, true, 0, "holds objects but no Shale cold tier"},
+		{"tiered, cold given", rec, mine, true, false, true, tiersOK, ""},
+		{"tiered, cold missing", rec, nil, false, false, true, 0, "pass --cold-db s3://cold/db"},
+		{"reader, tiered, cold missing", rec, nil, false, false, false, 0, "pass --cold-db s3://cold/db"},
+		{"another database's cold tier", rec, other, true, false, true, 0, "cold tier of another database (whose hot tier is s3://hot/other)"},
+		{"another database's, new here", nil, other, true, false, true, 0, "cold tier of another database"},
+		{"record without marker: finish it", rec, nil, true, true, true, tiersCreateMark, ""},
+		{"record without marker, location used", rec, nil, true, false, true, 0, "not this database's cold tier"},
+		{"reader: record without marker", rec, nil, true, true, false, 0, "not this database's cold tier"},
+		{"reader before the primary recorded it", nil, nil, true, true, false, tiersIgnoreCold, ""},
+		{"reader, tiered", rec, mine, true, false, false, tiersOK, ""},
+		{"reader, another database's", rec, other, true, false, false, 0, "another database"},
+	} {
+		got, err := decideTiers(tc.rec, tc.mark, tc.haveCold, tc.empty, tc.owner)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: decideTiers = %v, %v; want error containing %q", tc.name, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: decideTiers = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+func TestMergeColdTables(t *testing.T) {
+	files := map[string]*file{
+		"000010.sst":      {kind: KindTable, epoch: 2, size: 10},
+		"000011.sst":      {kind: KindTable, epoch: 3, size: 11},
+		"MANIFEST-000005": {kind: KindLog, epoch: 3},
+	}
+	cold := []objstore.ObjectInfo{
+		{Key: "000010.sst." + pad(3), Size: 100}, // a newer version, cold
+		{Key: "000011.sst." + pad(2), Size: 110}, // an older one: the hot one stays
+		{Key: "000012.sst." + pad(1), Size: 120}, // only in the cold tier
+		{Key: "000013.sst." + pad(1), Size: 130}, // trashed
+		{Key: "000011.sst." + pad(3), Size: 999}, // the same version as the hot one: hot wins
+		{Key: "_shale/"},                         // the marker's directory
+		{Key: "OPTIONS-000007." + pad(1)},        // never cold; ignored
+	}
+	mergeColdTables(files, cold, map[versionRef]bool{{"000013.sst", 1}: true})
+	want := map[string]string{
+		"000010.sst": "e3 cold 100",
+		"000011.sst": "e3 hot 11",
+		"000012.sst": "e1 cold 120",
+	}
+	for name, w := range want {
+		st := files[name]
+		if st == nil {
+			t.Errorf("%s missing", name)
+			continue
+		}
+		if got := fmt.Sprintf("e%d %s %d", st.epoch, st.tier, st.size); got != w {
+			t.Errorf("%s: %s, want %s", name, got, w)
+		}
+	}
+	if _, ok := files["000013.sst"]; ok {
+		t.Error("a trashed cold table was listed")
+	}
+	if _, ok := files["OPTIONS-000007"]; ok {
+		t.Error("an object in the cold store other than a table was listed")
+	}
+}
+
+// twoTiers starts two MinIO servers, one per tier (the cold one stands for
+// HDD-class storage), and returns a store on each.
+func twoTiers(t *testing.T) (hot, cold objstore.Store) {
+	hot, cold, _ = twoTierServers(t)
+	return hot, cold
+}
+
+// storeAt opens s3://BUCKET/PREFIX on srv.
+func storeAt(t *testing.T, srv *miniotest.Server, url string) objstore.Store {
+	t.Helper()
+	s, err := objstore.OpenS3(url, srv.S3Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func twoTierServers(t *testing.T) (hot, cold objstore.Store, srv [2]*miniotest.Server) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range srv {
+		wg.Add(1)
+		go func() { defer wg.Done(); srv[i] = miniotest.Start(t) }()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	srv[0].CreateBucket(t, "hot")
+	srv[1].CreateBucket(t, "cold")
+	return storeAt(t, srv[0], "s3://hot/db"), storeAt(t, srv[1], "s3://cold/db"), srv
+}
+
+func openTiered(t *testing.T, hot, cold objstore.Store, cache string, observe func(Request)) *FS {
+	t.Helper()
+	f, err := Open(context.Background(), Config{Store: hot, Cold: cold, CacheDir: cache, Lease: 200 * time.Millisecond, DeleteGrace: 500 * time.Millisecond, Observe: observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	return f
+}
+
+// tableObjects lists the table objects of a store.
+func tableObjects(t *testing.T, s objstore.Store) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	err := s.ListDir(context.Background(), "", func(o objstore.ObjectInfo) error {
+		if name, _, ok := parseObjectKey(o.Key); ok && KindOf(name) == KindTable {
+			out[o.Key] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// tierCounter counts table gets per tier.
+type tierCounter struct {
+	mu   sync.Mutex
+	gets map[string]int
+}
+
+func (c *tierCounter) observe(r Request) {
+	if r.Op == "get" && r.FileType == "sst" {
+		c.mu.Lock()
+		c.gets[r.Tier]++
+		c.mu.Unlock()
+	}
+}
+
+func (c *tierCounter) get(tier string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gets[tier]
+}
+
+// The tests on real MinIO with two stores: with a short cold-after,
+// data older than it ends in the cold store after compaction and recent
+// data stays hot; every key reads back from the primary and a secondary;
+// a primary restarted on an empty cache keeps placement and reads; trashed
+// cold tables leave the cold store.
+func TestTieredPlacementOnTwoStores(t *testing.T) {
+	hot, cold := twoTiers(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	cache := filepath.Join(root, "primary")
+	f := openTiered(t, hot, cold, cache, nil)
+
+	const coldAfter = 3 * time.Second
+	o := engine.DefaultOptions()
+	o.FileSystem = f
+	o.ColdAfter = coldAfter
+	d, err := engine.Open(cache, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			d.Close()
+		}
+	}()
+	f.Serving()
+
+	const n = 1000
+	want := map[string]string{}
+	put := func(prefix string) {
+		for i := 0; i < n; i++ {
+			k, v := fmt.Sprintf("k%04d-%s", i, prefix), fmt.Sprintf("%s-%d", prefix, i)
+			if err := d.Put([]byte(k), []byte(v), i == n-1); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = v
+		}
+	}
+	waitFor := func(what string, limit time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(limit)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %s", what, limit)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// As in engine.TestTieredPlacement: RocksDB ages keys by samples it
+	// takes once a second and stores in flushed tables.
+	put("old")
+	oldWritten := time.Now()
+	waitFor("a sample after the old keys", 5*time.Second, func() bool { return time.Since(oldWritten) > 1200*time.Millisecond })
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; time.Since(oldWritten) < coldAfter+1200*time.Millisecond; i++ {
+		d.Put([]byte("trickle"), []byte(fmt.Sprint(i)), false)
+		time.Sleep(50 * time.Millisecond)
+	}
+	put("new")
+	newWritten := time.Now()
+	waitFor("a sample after the new keys", 5*time.Second, func() bool { return time.Since(newWritten) > 1200*time.Millisecond })
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(newWritten) >= coldAfter {
+		t.Skip("the machine is too slow for a 3s cold-after: the recent keys aged before the compaction")
+	}
+
+	// Where each live table is: cold exactly when RocksDB wrote it cold,
+	// and in exactly one store.
+	checkPlacement := func(f *FS, d *engine.DB) (coldKeys, hotKeys uint64) {
+		t.Helper()
+		hotObjs, coldObjs := tableObjects(t, hot), tableObjects(t, cold)
+		for _, lf := range d.LiveFiles() {
+			f.mu.Lock()
+			st := f.files[lf.Name]
+			f.mu.Unlock()
+			if st == nil {
+				t.Fatalf("live table %s is not in the FS listing", lf.Name)
+			}
+			key := objectKey(lf.Name, st.epoch)
+			inHot, inCold := hotObjs[key], coldObjs[key]
+			if inHot == inCold {
+				t.Fatalf("table %s: in the hot store %v, in the cold store %v; want exactly one", key, inHot, inCold)
+			}
+			if inCold != (st.tier == TierCold) {
+				t.Fatalf("table %s is in the %s store but recorded %s", key, map[bool]string{true: "cold", false: "hot"}[inCold], st.tier)
+			}
+			if lf.Temperature != rocksshim.TemperatureUnknown && (lf.Temperature == rocksshim.TemperatureCold) != inCold {
+				t.Fatalf("table %s: RocksDB wrote it %s, the FS put it in the %s tier", lf.Name, lf.Temperature, st.tier)
+			}
+			if inCold {
+				coldKeys += lf.Entries
+			} else {
+				hotKeys += lf.Entries
+			}
+		}
+		return coldKeys, hotKeys
+	}
+	coldKeys, hotKeys := checkPlacement(f, d)
+	if coldKeys < n || coldKeys > n+1 || hotKeys < n || coldKeys+hotKeys != 2*n+1 {
+		t.Fatalf("after the compaction: %d keys in the cold store, %d in the hot one; want the %d old ones cold and the %d new ones hot", coldKeys, hotKeys, n, n)
+	}
+	if u := f.TierUsage(); u[TierCold].Files == 0 || u[TierHot].Files == 0 {
+		t.Fatalf("TierUsage %+v: want both tiers in use", u)
+	}
+	readAll := func(d *engine.DB, who string) {
+		t.Helper()
+		for k, v := range want {
+			got, ok, err := d.Get([]byte(k))
+			if err != nil || !ok || string(got) != v {
+				t.Fatalf("%s: %s = %q, %v, %v; want %q", who, k, got, ok, err, v)
+			}
+		}
+	}
+	readAll(d, "primary")
+
+	// A secondary on a reader of both stores reads every key.
+	rc := &tierCounter{gets: map[string]int{}}
+	rcache := filepath.Join(root, "reader")
+	r, err := OpenReader(ctx, Config{Store: hot, Cold: cold, CacheDir: rcache, ReaderTTL: time.Minute, Observe: rc.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := openSecondary(t, r, rcache)
+	catchUp(t, r, sec, want)
+	if rc.get("cold") == 0 {
+		t.Fatal("the secondary read every key without reading the cold store")
+	}
+	sec.Close()
+	r.Stop()
+
+	// Without a manual compaction, the age-out pass moves the new keys
+	// cold once they are old; the cold table they replace leaves the cold
+	// store after the delete grace.
+	waitFor("the recent keys moving cold", 30*time.Second, func() bool {
+		c, h := checkPlacement(f, d)
+		return c == 2*n+1 && h == 0
+	})
+	waitFor("the replaced cold tables leaving the cold store", 30*time.Second, func() bool {
+		live := map[string]bool{}
+		for _, lf := range d.LiveFiles() {
+			live[lf.Name] = true
+		}
+		for key := range tableObjects(t, cold) {
+			if name, _, _ := parseObjectKey(key); !live[name] {
+				return false
+			}
+		}
+		return true
+	})
+	readAll(d, "primary after age-out")
+	d.Close()
+	closed = true
+	f.Stop()
+
+	// A new primary on an empty cache: same placement, every key, read
+	// from the cold store.
+	pc := &tierCounter{gets: map[string]int{}}
+	cache2 := filepath.Join(root, "primary2")
+	f2 := openTiered(t, hot, cold, cache2, pc.observe)
+	o.FileSystem = f2
+	d2, err := engine.Open(cache2, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	f2.Serving()
+	if c, h := checkPlacement(f2, d2); c != 2*n+1 || h != 0 {
+		t.Fatalf("after a restart on an empty cache: %d keys cold, %d hot; want all %d cold", c, h, 2*n+1)
+	}
+	readAll(d2, "restarted primary")
+	if pc.get("cold") == 0 || pc.get("hot") != 0 {
+		t.Fatalf("the restarted primary read %d times from the cold store and %d from the hot one; every table is cold", pc.get("cold"), pc.get("hot"))
+	}
+}
+
+// A database with a cold tier refuses to open without it or with a cold
+// location that is another database's, and a reader refuses likewise.
+func TestTierRecordRefusals(t *testing.T) {
+	hot, cold, srv := twoTierServers(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	f := openTiered(t, hot, cold, filepath.Join(root, "a"), nil)
+	f.Stop()
+	other, third := storeAt(t, srv[0], "s3://hot/other"), storeAt(t, srv[0], "s3://hot/third")
+
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no cold tier", Config{Store: hot}, "pass --cold-db s3://cold/db"},
+		{"another database's cold tier", Config{Store: other, Cold: cold}, "cold tier of another database"},
+		{"a used location", Config{Store: third, Cold: hot}, "holds objects but no Shale cold tier"},
+	} {
+		tc.cfg.CacheDir = filepath.Join(root, tc.name)
+		tc.cfg.Lease = 100 * time.Millisecond
+		_, err := Open(ctx, tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Open = %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := OpenReader(ctx, Config{Store: hot, CacheDir: filepath.Join(root, "reader")}); err == nil || !strings.Contains(err.Error(), "--cold-db") {
+		t.Errorf("reader without the cold tier: %v, want an error naming --cold-db", err)
+	}
+	// Nothing of the refused opens claimed an epoch.
+	st, err := ReadFenceStatus(ctx, hot)
+	if err != nil || st.Epoch != 1 {
+		t.Fatalf("fence status %+v, %v: want epoch 1 only", st, err)
+	}
+}
+
+func TestCheckTierLocations(t *testing.T) {
+	for _, tc := range []struct {
+		hot, cold string
+		same      bool
+		bad       bool
+	}{
+		{"s3://b/db", "s3://c/db", true, false},
+		{"s3://b/db", "s3://b/db-cold", true, false}, // a sibling prefix
+		{"s3://b/db", "s3://b/db", true, true},
+		{"s3://b/db", "s3://b/db/cold", true, true}, // inside the database
+		{"s3://b/db", "s3://b", true, true},         // around it
+		{"s3://b/db", "s3://b/db", false, false},    // another server
+		{"file:///srv/db", "file:///srv/db/cold", true, true},
+		{"file:///srv/db", "file:///srv/cold", true, false},
+	} {
+		err := CheckTierLocations(tc.hot, tc.cold, tc.same)
+		if (err != nil) != tc.bad {
+			t.Errorf("CheckTierLocations(%s, %s, %v) = %v, want error %v", tc.hot, tc.cold, tc.same, err, tc.bad)
+		}
+	}
+}
