@@ -27,16 +27,16 @@ import (
 
 // Config is what a primary needs to run.
 type Config struct {
-	DB            string // store URL of the database, e.g. file:///var/lib/shale/db
+	DB string // store URL of the database, e.g. file:///var/lib/shale/db
 	// ColdDB is the cold tier's store URL ("": none), reached through
 	// ColdEndpoint when that is set (an s3:// cold tier on its own server,
 	// with the same credentials). Engine.ColdAfter says which data goes
 	// there (docs/tiering.md).
 	ColdDB, ColdEndpoint string
-	Listen        string // gRPC address
-	MetricsListen string // HTTP address for /metrics; "" disables it
-	Limits        kvserver.Limits
-	Engine        engine.Options
+	Listen               string // gRPC address
+	MetricsListen        string // HTTP address for /metrics; "" disables it
+	Limits               kvserver.Limits
+	Engine               engine.Options
 	// Storage configures the Shale FileSystem: epoch, cache dir, lease,
 	// delete grace, storage classes, timeouts. Store and Logger are set by
 	// Start; an empty CacheDir gets DefaultCacheDir(DB).
@@ -251,4 +251,3 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 }
-

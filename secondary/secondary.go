@@ -33,14 +33,14 @@ import (
 
 // Config is what a secondary needs to run.
 type Config struct {
-	DB            string // store URL of the primary's database
+	DB string // store URL of the primary's database
 	// ColdDB and ColdEndpoint name the database's cold tier, if it has one
 	// (docs/tiering.md).
 	ColdDB, ColdEndpoint string
-	Listen        string // gRPC address
-	MetricsListen string // HTTP address for /metrics; "" disables it
-	Limits        kvserver.Limits
-	Engine        engine.Options
+	Listen               string // gRPC address
+	MetricsListen        string // HTTP address for /metrics; "" disables it
+	Limits               kvserver.Limits
+	Engine               engine.Options
 	// Storage configures the reader: cache dir and size, timeouts. Store
 	// and Logger are set by Start; an empty CacheDir gets
 	// DefaultCacheDir(DB, Listen).

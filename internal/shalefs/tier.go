@@ -86,10 +86,10 @@ type coldMarker struct {
 type tierAction int
 
 const (
-	tiersOK          tierAction = iota
-	tiersCreate                 // write _shale/tiers, then the cold marker
-	tiersCreateMark             // write the cold marker of an existing record
-	tiersIgnoreCold             // readers: the database has no cold tier yet
+	tiersOK         tierAction = iota
+	tiersCreate                // write _shale/tiers, then the cold marker
+	tiersCreateMark            // write the cold marker of an existing record
+	tiersIgnoreCold            // readers: the database has no cold tier yet
 )
 
 // decideTiers checks the records of a database against the cold store this
