@@ -27,21 +27,21 @@ import (
 
 // Config is what a primary needs to run.
 type Config struct {
-	DB string // store URL of the database, e.g. file:///var/lib/shale/db
-	// ColdDB is the cold tier's store URL ("": none), reached through
-	// ColdEndpoint when that is set (an s3:// cold tier on its own server,
-	// with the same credentials). Engine.ColdAfter says which data goes
-	// there (docs/tiering.md).
-	ColdDB, ColdEndpoint string
-	Listen               string // gRPC address
-	MetricsListen        string // HTTP address for /metrics; "" disables it
-	Limits               kvserver.Limits
-	Engine               engine.Options
+	DB            string // store URL of the database, e.g. file:///var/lib/shale/db
+	Listen        string // gRPC address
+	MetricsListen string // HTTP address for /metrics; "" disables it
+	Limits        kvserver.Limits
+	Engine        engine.Options
 	// Storage configures the Shale FileSystem: epoch, cache dir, lease,
 	// delete grace, storage classes, timeouts. Store and Logger are set by
 	// Start; an empty CacheDir gets DefaultCacheDir(DB).
 	Storage shalefs.Config
 	Logger  *slog.Logger
+	// ColdDB is the cold tier's store URL ("": none), reached through
+	// ColdEndpoint when that is set (an s3:// cold tier on its own server,
+	// with the same credentials). Engine.ColdAfter says which data goes
+	// there (docs/tiering.md).
+	ColdDB, ColdEndpoint string
 }
 
 // DefaultCacheDir is where a primary keeps its local cache of db when

@@ -33,14 +33,11 @@ import (
 
 // Config is what a secondary needs to run.
 type Config struct {
-	DB string // store URL of the primary's database
-	// ColdDB and ColdEndpoint name the database's cold tier, if it has one
-	// (docs/tiering.md).
-	ColdDB, ColdEndpoint string
-	Listen               string // gRPC address
-	MetricsListen        string // HTTP address for /metrics; "" disables it
-	Limits               kvserver.Limits
-	Engine               engine.Options
+	DB            string // store URL of the primary's database
+	Listen        string // gRPC address
+	MetricsListen string // HTTP address for /metrics; "" disables it
+	Limits        kvserver.Limits
+	Engine        engine.Options
 	// Storage configures the reader: cache dir and size, timeouts. Store
 	// and Logger are set by Start; an empty CacheDir gets
 	// DefaultCacheDir(DB, Listen).
@@ -53,6 +50,9 @@ type Config struct {
 	// new durable writes, so the secondary catches up at once ("": poll).
 	Primary string
 	Logger  *slog.Logger
+	// ColdDB and ColdEndpoint name the database's cold tier, if it has one
+	// (docs/tiering.md).
+	ColdDB, ColdEndpoint string
 }
 
 // DefaultCacheDir is where a secondary keeps its cache when --cache-dir
