@@ -171,9 +171,9 @@ func stepZombie(t *testing.T, s *suite) {
 	// (_shale/opened/<E> in the store: written after it sealed the old
 	// owner's logs and waited out its lease), and no earlier: before that
 	// the old owner may still legitimately make writes durable. The
-	// operator deleted the old Pod when it failed over, so the kubelet
-	// kills the frozen process after the Pod's grace period (15 s): there
-	// is no time to lose.
+	// operator keeps the old Pod until the new primary is ready, and then
+	// deletes it (the kubelet kills the frozen process 15 s later): the
+	// marker comes before readiness, so the process is still there.
 	mc := s.minio(t)
 	opened := fmt.Sprintf("%s/_shale/opened/%020d", db.Status.StoragePath, epoch+1)
 	eventually(t, 4*time.Minute, "the primary of epoch "+fmt.Sprint(epoch+1)+" to complete its takeover", func() (bool, string) {
@@ -184,7 +184,7 @@ func stepZombie(t *testing.T, s *suite) {
 	})
 	tookOver := time.Now()
 	if p := s.pod(t, old.Name); p == nil {
-		t.Fatalf("%s is already gone: the zombie could not be unfrozen (its Pod's grace period passed before the new primary took over)", old.Name)
+		t.Fatalf("%s is already gone before the primary of epoch %d completed its takeover: the operator must keep it until then", old.Name, epoch+1)
 	}
 	s.signal(t, old, "CONT")
 	t.Logf("the primary of epoch %d completed its takeover %s after the freeze; unfrozen %s later", epoch+1,

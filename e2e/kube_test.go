@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -25,48 +24,16 @@ import (
 
 const proxyInNode = "/usr/local/bin/shale-e2e-tcpproxy"
 
-// prepareNode keeps traffic meant for the cluster's pod and Service ranges
-// inside the node when the node cannot deliver it: an "unreachable" route
-// for the pod range (each live Pod has its own, more specific route), and
-// a REJECT of Service addresses that kube-proxy did not rewrite (the
-// filter table sees packets after kube-proxy's DNAT, so only those match;
-// a route would not do, as the node's own connections look the route up
-// before kube-proxy rewrites them). The node's static CNI set-up has
-// neither, so a connection to a Pod that is gone (kube-proxy still sends
-// new connections to a terminating primary whose network is torn down) or
-// to a ClusterIP while kube-proxy resyncs its rules left the node by its
-// default route; on our machines a foreign HTTP/2 server answers there,
-// and a client stayed connected to it getting 404s. hack/kind.sh could set
-// this up for every cluster.
+// prepareNode checks that the node keeps traffic for the pod and Service
+// ranges inside it (hack/kind.sh sets this up for every cluster: without
+// it a client could stay connected to whatever answered outside the node
+// after a failover) and installs the e2e proxy.
 func (s *suite) prepareNode(t *testing.T) {
-	var cm corev1.ConfigMap
-	if err := s.kube.Get(ctx(t, time.Minute), client.ObjectKey{Namespace: "kube-system", Name: "kubeadm-config"}, &cm); err != nil {
-		t.Fatalf("kubeadm-config (for the pod and Service ranges): %v", err)
+	routes := s.nodeExec(t, "ip route show type unreachable")
+	rules := s.nodeExec(t, "iptables -w -S")
+	if !strings.Contains(routes, "10.244.0.0/16") || !strings.Contains(rules, "shale-unrewritten-service-traffic") {
+		t.Fatalf("the kind node %s does not contain cluster traffic (unreachable routes %q; no REJECT rule shale-unrewritten-service-traffic): run make kind-up (hack/kind.sh up sets both up, also on an existing cluster)", s.cfg.node, routes)
 	}
-	subnets := func(key string) []string {
-		m := regexp.MustCompile(key + `:\s*(\S+)`).FindStringSubmatch(cm.Data["ClusterConfiguration"])
-		if m == nil {
-			t.Fatalf("kubeadm-config has no %s", key)
-		}
-		var out []string
-		for _, r := range strings.Split(m[1], ",") {
-			if !strings.Contains(r, ":") { // IPv4: the node has no IPv6 pod routes
-				out = append(out, r)
-			}
-		}
-		return out
-	}
-	pods, services := subnets("podSubnet"), subnets("serviceSubnet")
-	for _, r := range pods {
-		s.nodeExec(t, "ip route replace unreachable "+r)
-	}
-	for _, r := range services {
-		for _, chain := range []string{"OUTPUT", "FORWARD"} {
-			rule := fmt.Sprintf("%s -d %s -m comment --comment shale-e2e-unrewritten-service-traffic -j REJECT --reject-with icmp-host-unreachable", chain, r)
-			s.nodeExec(t, fmt.Sprintf("iptables -w -C %s 2>/dev/null || iptables -w -I %s", rule, rule))
-		}
-	}
-	t.Logf("in the node: unreachable %v; REJECT of unrewritten traffic to %v", pods, services)
 	s.installProxy(t)
 }
 

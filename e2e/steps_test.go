@@ -8,11 +8,13 @@ package e2e
 var steps = []step{
 	{name: "install", labels: []string{"install", "smoke"}, run: stepInstall},
 	{name: "kv", labels: []string{"kv", "smoke"}, run: stepKV},
+	{name: "secondaries", labels: []string{"secondaries"}, run: stepSecondaries},
 	{name: "validation", labels: []string{"validation", "smoke"}, run: stepValidation},
 	{name: "upgrade", labels: []string{"upgrade", "chart"}, run: stepUpgrade},
 	{name: "failover-delete", labels: []string{"failover", "failover-delete"}, run: stepFailover(failoverPodDelete)},
 	{name: "failover-kill", labels: []string{"failover", "failover-kill"}, run: stepFailover(failoverSIGKILL)},
 	{name: "zombie", labels: []string{"zombie", "fencing"}, run: stepZombie},
+	{name: "secondaries-failover", labels: []string{"secondaries", "failover"}, run: stepSecondariesFailover},
 	{name: "gc", labels: []string{"gc"}, run: stepGC},
 	// Last: the dashboard's series exist once the steps above produced them.
 	{name: "metrics", labels: []string{"metrics", "chart"}, run: stepMetrics},

@@ -107,6 +107,9 @@ type suite struct {
 	top *testing.T
 	// rw is the host address of the main database's NAME-rw Service.
 	rw string
+	// ro: the NAME-ro Service; secondaryProxies: each secondary Pod.
+	ro               string
+	secondaryProxies map[string]string
 	// db is the RocksDB the traffic steps use; ledger is every write
 	// acknowledged to it (and every one refused) since the suite began.
 	db     string
@@ -151,7 +154,7 @@ func newSuite(t *testing.T) *suite {
 	if err := os.MkdirAll(cfg.artifacts, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &suite{cfg: cfg, rest: rc, kube: kc, cs: cs, db: mainDB, ledger: newLedger(), failovers: map[string][]failoverRun{}, ran: map[string]bool{}, operatorSeries: map[string]bool{}}
+	return &suite{cfg: cfg, rest: rc, kube: kc, cs: cs, db: mainDB, ledger: newLedger(), failovers: map[string][]failoverRun{}, ran: map[string]bool{}, operatorSeries: map[string]bool{}, secondaryProxies: map[string]string{}}
 }
 
 // step is one stage of the suite. Steps run in the order of the table;

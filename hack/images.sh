@@ -10,7 +10,9 @@
 #   $IMAGE_PREFIX/minio:<rev>           the pinned MinIO that hack/install-deps.sh
 #                                       builds (static), FROM scratch
 #
-# None has a shell or a package manager; all run as uid/gid 65532.
+# None has a shell or a package manager; all run as uid/gid 65532. Each has
+# Debian's CA bundle (package ca-certificates) at /etc/ssl/certs, where Go
+# looks for it, so https:// endpoints (AWS S3, a MinIO with TLS) verify.
 #
 #   hack/images.sh           build (expects `make build` and `make deps` done)
 #   hack/images.sh --print   print the three tags
@@ -35,10 +37,15 @@ for f in "$bin/shale" "$bin/shale-operator"; do
 done
 [ -x "$minio" ] || die "$minio is missing: run make deps"
 
-# skeleton DIR HOME: the files every image gets: a non-root user, /tmp.
+ca_bundle=/etc/ssl/certs/ca-certificates.crt
+[ -s "$ca_bundle" ] || die "$ca_bundle is missing: run make deps (it installs ca-certificates)"
+
+# skeleton DIR HOME: the files every image gets: a non-root user, /tmp, the
+# CA bundle.
 skeleton() {
   local root=$1 home=$2
-  mkdir -p "$root/etc" "$root/tmp" "$root$home"
+  mkdir -p "$root/etc/ssl/certs" "$root/tmp" "$root$home"
+  cp "$ca_bundle" "$root/etc/ssl/certs/ca-certificates.crt"
   chmod 1777 "$root/tmp"
   printf 'root:x:0:0:root:/root:/sbin/nologin\nshale:x:%d:%d:shale:%s:/sbin/nologin\n' "$uid" "$uid" "$home" >"$root/etc/passwd"
   printf 'root:x:0:\nshale:x:%d:\n' "$uid" >"$root/etc/group"

@@ -39,6 +39,33 @@ ensure_network() {
     --subnet fc00:f853:ccd:e793::/64 kind >/dev/null
 }
 
+pod_subnet=10.244.0.0/16
+service_subnet=10.96.0.0/16
+
+# contain_cluster_traffic keeps traffic meant for the pod and Service ranges
+# inside the node when the node cannot deliver it. The static CNI set-up has
+# no route for the pod range as a whole, and kube-proxy rewrites Service
+# addresses only while it has rules for them: a connection to a Pod that is
+# gone (kube-proxy still sends new connections to a terminating Pod whose
+# network is torn down), or to a ClusterIP while kube-proxy resyncs, left
+# the node by its default route, and on our machines a foreign HTTP/2
+# server answered there (a client stayed connected to it, getting 404s).
+# So: an "unreachable" route for the pod range (each live Pod has its own,
+# more specific route), and a REJECT of Service addresses kube-proxy did not
+# rewrite (the filter table sees packets after kube-proxy's DNAT, so only
+# those match; a route would not do, as the node's own connections look
+# the route up before the rewrite). Idempotent; not kept across a restart
+# of the node container, so `up` sets it again on an existing cluster.
+contain_cluster_traffic() {
+  local node=$cluster-control-plane chain rule
+  docker exec "$node" ip route replace unreachable "$pod_subnet"
+  for chain in OUTPUT FORWARD; do
+    rule="$chain -d $service_subnet -m comment --comment shale-unrewritten-service-traffic -j REJECT --reject-with icmp-host-unreachable"
+    # shellcheck disable=SC2086 # the rule is a list of iptables words
+    docker exec "$node" sh -c "iptables -w -C $rule 2>/dev/null || iptables -w -I $rule"
+  done
+}
+
 up() {
   local image config
   image=$("$repo/hack/node-image.sh" --tag)
@@ -57,7 +84,8 @@ kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 networking:
   disableDefaultCNI: true
-  podSubnet: 10.244.0.0/16
+  podSubnet: $pod_subnet
+  serviceSubnet: $service_subnet
 nodes:
   - role: control-plane
 EOF
@@ -65,6 +93,7 @@ EOF
     "$kind" create cluster --name "$cluster" --image "$image" --config "$config" \
       --kubeconfig "$kubeconfig" --wait 0s
   fi
+  contain_cluster_traffic
   log "waiting for the node to be Ready and CoreDNS to run"
   "$kubectl" wait --for=condition=Ready node --all --timeout=180s >/dev/null
   "$kubectl" -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null

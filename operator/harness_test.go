@@ -47,6 +47,7 @@ func testOptions() Options {
 	o.FailoverGrace = time.Second
 	o.ObjectStoreCheckInterval = 2 * time.Second
 	o.GCInterval = 0 // tests drive the collector themselves
+	o.SecondaryStatusInterval = 500 * time.Millisecond
 	return o
 }
 

@@ -79,7 +79,7 @@ func (r *rocksDBReconciler) reconcilePrimary(ctx context.Context, db *shalev1.Ro
 	}
 	switch d.Action {
 	case actionFailover:
-		return r.failover(ctx, db, store, pod, d, rep)
+		return r.failover(ctx, db, store, d, rep)
 	case actionWait:
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryNotReady, d.Message)
 		return ctrl.Result{RequeueAfter: d.RecheckAfter}, nil
@@ -199,7 +199,7 @@ func (r *rocksDBReconciler) createPrimary(ctx context.Context, db *shalev1.Rocks
 
 // failover replaces the primary of the observed epoch with one of a higher
 // epoch.
-func (r *rocksDBReconciler) failover(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, old *corev1.Pod, d failoverDecision, rep *report) (ctrl.Result, error) {
+func (r *rocksDBReconciler) failover(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, d failoverDecision, rep *report) (ctrl.Result, error) {
 	observed := db.Status.Epoch
 	if store == nil {
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, d.Reason, d.Message)
@@ -244,22 +244,19 @@ func (r *rocksDBReconciler) failover(ctx context.Context, db *shalev1.RocksDB, s
 	rep.set(failing.Type, failing.Status, failing.Reason, failing.Message)
 	rep.set(starting.Type, starting.Status, starting.Reason, starting.Message)
 
+	// The old Pod is kept until the new primary is ready
+	// (deleteStalePrimaries): its logs stay readable during the failover,
+	// and a primary that is only slow or frozen finds its fence in the
+	// store and exits by itself. Nothing depends on its deletion: the new
+	// epoch fences it in the store whether or not its Pod goes away.
 	if err := r.createPrimary(ctx, db, store, next); err != nil {
 		return ctrl.Result{}, err
-	}
-	if old != nil && old.DeletionTimestamp == nil {
-		// Best effort: the new epoch fences the old primary whether or not
-		// its Pod goes away.
-		uid := old.UID
-		if err := r.Delete(ctx, old, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			log.FromContext(ctx).Error(err, "deleting the old primary", "pod", old.Name)
-		}
 	}
 	return ctrl.Result{}, nil
 }
 
 // deleteStalePrimaries deletes the Pods of older epochs once the current
-// primary is ready (Failed ones stay until then, for their logs).
+// primary is ready (until then they stay, for their logs).
 func (r *rocksDBReconciler) deleteStalePrimaries(ctx context.Context, db *shalev1.RocksDB, epoch int64) {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels{shalev1.LabelRocksDB: db.Name, shalev1.LabelRole: shalev1.RolePrimary}); err != nil {

@@ -49,6 +49,11 @@ type rocksDBReconciler struct {
 	// failoverStarted: when this process decided a database's current
 	// failover (more precise than status.lastFailoverTime's seconds).
 	failoverStarted map[types.NamespacedName]failoverStart
+	// secondaryPolled: when this process last asked a database's
+	// secondaries for their Status.
+	secondaryPolled map[types.NamespacedName]time.Time
+	// secondaryStatus asks one secondary (grpcSecondaryStatus).
+	secondaryStatus secondaryStatusFunc
 }
 
 type recordState struct {
@@ -119,6 +124,8 @@ type report struct {
 	failoverCompleted bool
 	// secondaries: the ready secondaries, when the reconcile looked.
 	secondaries *int32
+	// secondaryStatus: each secondary's Status, when the reconcile asked.
+	secondaryStatus *[]shalev1.SecondaryStatus
 }
 
 // get returns the condition of a type the reconcile observed, or nil.
@@ -209,6 +216,10 @@ func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB
 	if serr := r.reconcileSecondaries(ctx, db, store, rep); serr != nil && err == nil {
 		err = serr
 	}
+	if db.Spec.Secondaries.Replicas > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > r.opts.SecondaryStatusInterval) {
+		// Come back to ask the secondaries again.
+		res.RequeueAfter = r.opts.SecondaryStatusInterval
+	}
 	if store != nil && db.Status.Epoch > 0 {
 		// Keep the owner record's reclaim policy current (one write per
 		// change, and one per database when the operator starts).
@@ -284,6 +295,9 @@ func (r *rocksDBReconciler) writeStatus(ctx context.Context, db *shalev1.RocksDB
 		if rep.secondaries != nil {
 			st.Secondaries = *rep.secondaries
 		}
+		if rep.secondaryStatus != nil {
+			st.SecondaryStatus = *rep.secondaryStatus
+		}
 		st.Phase = phaseOf(st)
 		st.ObservedGeneration = generation
 		return nil
@@ -340,4 +354,5 @@ func (r *rocksDBReconciler) forget(key types.NamespacedName) {
 	defer r.mu.Unlock()
 	delete(r.records, key)
 	delete(r.failoverStarted, key)
+	delete(r.secondaryPolled, key)
 }

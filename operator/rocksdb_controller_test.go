@@ -232,11 +232,15 @@ func testFailover(h *harness) {
 		return db.Status.Epoch == 3 && db.Status.CurrentPrimary == "orders-primary-3" && c != nil && c.Reason == shalev1.ReasonPrimaryFailed, "want epoch 3, PrimaryFailed"
 	})
 	h.waitPod(ns, "orders-primary-3")
-	h.waitPodGone(ns, "orders-primary-2") // the operator deletes the failed one
+	// The failed Pod is kept, for its logs, until its replacement is ready.
+	if p := h.primaries(ns, "orders"); !slices.Contains(p, "orders-primary-2") {
+		t.Errorf("primary Pods %v while orders-primary-3 starts, want orders-primary-2 kept", p)
+	}
 	h.setPod(ns, "orders-primary-3", corev1.PodRunning, true, time.Now())
 	h.waitDB(ns, "orders", "ready at epoch 3", func(db *shalev1.RocksDB) (bool, string) {
 		return db.Status.Phase == shalev1.PhaseReady && db.Status.Epoch == 3, "want Ready"
 	})
+	h.waitPodGone(ns, "orders-primary-2")
 
 	// 3. Not ready for longer than the failover grace (1 s in tests).
 	h.setPod(ns, "orders-primary-3", corev1.PodRunning, false, time.Now())
@@ -247,10 +251,17 @@ func testFailover(h *harness) {
 	if db.Status.Failovers != 3 {
 		t.Errorf("failovers %d, want 3", db.Status.Failovers)
 	}
+	// A primary that is only not ready (slow, frozen) is left running
+	// until its replacement is ready: the store fences it meanwhile.
+	h.waitPod(ns, "orders-primary-4")
+	if p := h.primaries(ns, "orders"); !slices.Contains(p, "orders-primary-3") {
+		t.Errorf("primary Pods %v while orders-primary-4 starts, want orders-primary-3 kept", p)
+	}
 	h.setPod(ns, "orders-primary-4", corev1.PodRunning, true, time.Now())
 	h.waitDB(ns, "orders", "ready at epoch 4", func(db *shalev1.RocksDB) (bool, string) {
 		return db.Status.Phase == shalev1.PhaseReady && db.Status.Epoch == 4, "want Ready"
 	})
+	h.waitPodGone(ns, "orders-primary-3")
 
 	// 4. The store holds a higher epoch than status (a primary started by
 	// hand, or a status lost in a restore): the next epoch is above it.

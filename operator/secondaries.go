@@ -60,6 +60,7 @@ func (r *rocksDBReconciler) reconcileSecondaries(ctx context.Context, db *shalev
 			r.recorder.Eventf(db, corev1.EventTypeNormal, eventSecondariesScaled, "removed the secondaries (Deployment %s): spec.secondaries.replicas is 0", cur.Name)
 		}
 		rep.setSecondaries(observeSecondaries(0, nil))
+		rep.secondaryStatus = &[]shalev1.SecondaryStatus{}
 		return nil
 	}
 
@@ -86,6 +87,13 @@ func (r *rocksDBReconciler) reconcileSecondaries(ctx context.Context, db *shalev
 		}
 	}
 	rep.setSecondaries(observeSecondaries(want, cur))
+	if cur != nil && r.secondaryStatusDue(client.ObjectKeyFromObject(db), r.now()) {
+		st, err := r.pollSecondaries(ctx, db)
+		if err != nil {
+			return firstErr(svcErr, err)
+		}
+		rep.secondaryStatus = &st
+	}
 	return svcErr
 }
 

@@ -1,21 +1,27 @@
 package operator
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/objstore"
 )
@@ -98,6 +104,8 @@ func testSecondaries(h *harness) {
 		return db.Status.Secondaries == 2 && db.Status.Phase == shalev1.PhaseReady &&
 			condIs(db, shalev1.ConditionSecondariesReady, metav1.ConditionTrue, shalev1.ReasonSecondariesReady), fmt.Sprintf("want 2 ready, have %d", db.Status.Secondaries)
 	})
+
+	testSecondaryStatus(h, ns)
 
 	// Neither a reconcile for another reason nor a failover touches the
 	// Deployment (what an operator restart does too: compute the same
@@ -272,4 +280,99 @@ func (h *harness) updateDB(ns, name string, mutate func(*shalev1.RocksDB)) {
 		}
 		return true, ""
 	})
+}
+
+// testSecondaryStatus: the operator asks each running secondary Pod for
+// its Status and reports it in status.secondaryStatus. envtest runs no
+// Pods: a gRPC server on loopback answers for one Pod, nothing listens for
+// the other. (e2e checks the same against real secondaries.)
+func testSecondaryStatus(h *harness, ns string) {
+	t := h.t
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	kvv1.RegisterKVServer(srv, statusOnly{st: &kvv1.StatusResponse{Role: kvv1.Role_ROLE_SECONDARY, LatestSequence: 90, PrimarySequence: 100, LagSeconds: 0.25}})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := closed.Addr().(*net.TCPAddr).Port
+	closed.Close()
+
+	for name, port := range map[string]int{"orders-secondary-a": lis.Addr().(*net.TCPAddr).Port, "orders-secondary-b": closedPort} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{shalev1.LabelRocksDB: "orders", shalev1.LabelRole: shalev1.RoleSecondary, shalev1.LabelAppManagedBy: shalev1.ManagedBy}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "shale", Image: "x",
+				Ports: []corev1.ContainerPort{{Name: portNameKV, ContainerPort: int32(port)}}}}},
+		}
+		if err := h.c.Create(h.ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.PodIP = "127.0.0.1"
+		if err := h.c.Status().Update(h.ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := h.waitDB(ns, "orders", "status.secondaryStatus of both Pods", func(db *shalev1.RocksDB) (bool, string) {
+		return len(db.Status.SecondaryStatus) == 2, fmt.Sprintf("secondaryStatus %+v", db.Status.SecondaryStatus)
+	})
+	a, b := db.Status.SecondaryStatus[0], db.Status.SecondaryStatus[1]
+	if a.Pod != "orders-secondary-a" || a.AppliedSequence != 90 || a.LagSequences != 10 || a.Lag == nil || a.Lag.Duration != 250*time.Millisecond || a.Error != "" {
+		t.Errorf("the answering secondary: %+v, want applied 90, 10 behind, lag 250ms", a)
+	}
+	if b.Pod != "orders-secondary-b" || b.Error == "" || b.Lag != nil || b.CheckedAt.IsZero() {
+		t.Errorf("the silent secondary: %+v, want an error and no lag", b)
+	}
+	for _, name := range []string{"orders-secondary-a", "orders-secondary-b"} {
+		if err := h.c.Delete(h.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitDB(ns, "orders", "status.secondaryStatus without the deleted Pods", func(db *shalev1.RocksDB) (bool, string) {
+		return len(db.Status.SecondaryStatus) == 0, fmt.Sprintf("secondaryStatus %+v", db.Status.SecondaryStatus)
+	})
+}
+
+// statusOnly answers Status with a fixed response.
+type statusOnly struct {
+	kvv1.UnimplementedKVServer
+	st *kvv1.StatusResponse
+}
+
+func (s statusOnly) Status(context.Context, *kvv1.StatusRequest) (*kvv1.StatusResponse, error) {
+	return s.st, nil
+}
+
+func TestSecondaryStatusEntry(t *testing.T) {
+	now := metav1.NewTime(time.Unix(1700000000, 0))
+	ms := func(d int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(d) * time.Millisecond} }
+	for _, tc := range []struct {
+		name string
+		st   *kvv1.StatusResponse
+		err  error
+		want shalev1.SecondaryStatus
+	}{
+		{"caught up", &kvv1.StatusResponse{Role: kvv1.Role_ROLE_SECONDARY, LatestSequence: 7, PrimarySequence: 7},
+			nil, shalev1.SecondaryStatus{Pod: "p", AppliedSequence: 7, Lag: ms(0), CheckedAt: now}},
+		{"behind", &kvv1.StatusResponse{Role: kvv1.Role_ROLE_SECONDARY, LatestSequence: 7, PrimarySequence: 12, LagSeconds: 1.5004},
+			nil, shalev1.SecondaryStatus{Pod: "p", AppliedSequence: 7, LagSequences: 5, Lag: ms(1500), CheckedAt: now}},
+		{"primary announced nothing yet", &kvv1.StatusResponse{Role: kvv1.Role_ROLE_SECONDARY, LatestSequence: 7},
+			nil, shalev1.SecondaryStatus{Pod: "p", AppliedSequence: 7, Lag: ms(0), CheckedAt: now}},
+		{"answers as a primary", &kvv1.StatusResponse{Role: kvv1.Role_ROLE_PRIMARY, LatestSequence: 7},
+			nil, shalev1.SecondaryStatus{Pod: "p", Error: "it answers as ROLE_PRIMARY, not as a secondary", CheckedAt: now}},
+		{"unreachable", nil, fmt.Errorf("connection refused"),
+			shalev1.SecondaryStatus{Pod: "p", Error: "connection refused", CheckedAt: now}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := secondaryStatusEntry("p", tc.st, tc.err, now)
+			if !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
 }

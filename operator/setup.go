@@ -37,6 +37,9 @@ type Options struct {
 	GCGrace time.Duration
 	// GCDryRun reports orphans without deleting them.
 	GCDryRun bool
+	// SecondaryStatusInterval is how often each database's secondaries
+	// are asked for their Status (status.secondaryStatus).
+	SecondaryStatusInterval time.Duration
 }
 
 // DefaultOptions are the flags' defaults.
@@ -47,6 +50,7 @@ func DefaultOptions() Options {
 		ObjectStoreCheckInterval: 5 * time.Minute,
 		GCInterval:               time.Hour,
 		GCGrace:                  24 * time.Hour,
+		SecondaryStatusInterval:  30 * time.Second,
 	}
 }
 
@@ -118,6 +122,8 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		now:             time.Now,
 		records:         make(map[types.NamespacedName]recordState),
 		failoverStarted: make(map[types.NamespacedName]failoverStart),
+		secondaryPolled: make(map[types.NamespacedName]time.Time),
+		secondaryStatus: grpcSecondaryStatus,
 	}
 	if err := dbr.setup(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("RocksDB controller: %w", err)

@@ -63,6 +63,7 @@ type Server struct {
 	fs        *shalefs.FS
 	db        *engine.DB
 	ep        *kvserver.Endpoint
+	durable   *kvserver.Notifier // wakes, and at Stop ends, Watch streams
 }
 
 // Start opens the database and starts serving. On error nothing is left
@@ -124,8 +125,8 @@ func Start(cfg Config) (_ *Server, err error) {
 	sc.Cold = cold
 	sc.Logger = cfg.Logger
 	sc.Observe = io.Observe
-	durable := kvserver.NewNotifier()
-	sc.OnDurable = durable.Notify
+	s.durable = kvserver.NewNotifier()
+	sc.OnDurable = s.durable.Notify
 	if sc.CacheDir == "" {
 		sc.CacheDir = DefaultCacheDir(u.String())
 	}
@@ -186,7 +187,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	}()
 	reg.MustRegister(engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, s.db.AgeOutStats)
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: durable}), reg, cfg.Limits, cfg.Logger)
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable}), reg, cfg.Limits, cfg.Logger)
 	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr())
 	return s, nil
 }
@@ -210,6 +211,7 @@ func (s *Server) Done() <-chan error { return s.ep.Done() }
 // Stop stops accepting requests, lets running ones finish (up to a grace
 // period), and closes the database.
 func (s *Server) Stop(grace time.Duration) {
+	s.durable.Close()
 	s.ep.Stop(grace)
 	s.db.Close()
 	s.fs.Stop()

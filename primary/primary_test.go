@@ -505,3 +505,32 @@ func TestStartFailuresLeaveNothingRunning(t *testing.T) {
 		t.Fatalf("s3 URL without an endpoint: %v", err)
 	}
 }
+
+// TestStopEndsWatchStreams: a secondary's Watch stream never ends by
+// itself, and a graceful stop waits for running calls. Stop must end the
+// streams first, or a primary with secondaries would take its whole grace
+// period to stop (and to record its release, which spares its successor
+// a lease wait). The grace here is an hour: the test hangs without it.
+func TestStopEndsWatchStreams(t *testing.T) {
+	f := start(t, kvserver.DefaultLimits())
+	stream, err := f.kv.Watch(f.ctx, &kvv1.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("first watch event: %v", err)
+	}
+	stopped := make(chan struct{})
+	go func() { f.srv.Stop(time.Hour); close(stopped) }()
+	for {
+		_, err := stream.Recv()
+		if err == nil {
+			continue
+		}
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "the primary is stopping") {
+			t.Fatalf("the watch stream ended with %v, want UNAVAILABLE saying the primary is stopping", err)
+		}
+		break
+	}
+	<-stopped
+}

@@ -270,6 +270,42 @@ type RocksDBStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Secondaries int32 `json:"secondaries,omitempty"`
+
+	// SecondaryStatus is what each running secondary Pod last reported
+	// about itself (its Status call), polled by the operator about every
+	// 30 s while secondaries are requested.
+	// +optional
+	// +listType=map
+	// +listMapKey=pod
+	SecondaryStatus []SecondaryStatus `json:"secondaryStatus,omitempty"`
+}
+
+// SecondaryStatus is one secondary's replication state.
+type SecondaryStatus struct {
+	// Pod is the secondary's Pod.
+	Pod string `json:"pod"`
+
+	// AppliedSequence is the last sequence number the secondary applied.
+	// +optional
+	AppliedSequence int64 `json:"appliedSequence,omitempty"`
+
+	// LagSequences is how many sequence numbers the secondary is behind
+	// the latest one the primary announced to it.
+	// +optional
+	LagSequences int64 `json:"lagSequences,omitempty"`
+
+	// Lag is how old the oldest write is that the primary announced and
+	// the secondary has not applied yet (0 when it is caught up).
+	// +optional
+	Lag *metav1.Duration `json:"lag,omitempty"`
+
+	// Error is why the secondary could not be asked (its Pod not ready
+	// or not answering); the other fields are then unset.
+	// +optional
+	Error string `json:"error,omitempty"`
+
+	// CheckedAt is when the operator asked.
+	CheckedAt metav1.Time `json:"checkedAt"`
 }
 
 // RocksDB is one database, served by a primary the operator runs and

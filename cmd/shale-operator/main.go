@@ -59,6 +59,7 @@ func run() int {
 	fs.DurationVar(&opts.GCInterval, "gc-interval", opts.GCInterval, "time between garbage-collection passes over each ObjectStore (0: no garbage collection)")
 	fs.DurationVar(&opts.GCGrace, "gc-grace", opts.GCGrace, "delete an orphaned database directory only when nothing in it changed for this long")
 	fs.BoolVar(&opts.GCDryRun, "gc-dry-run", false, "report orphaned database directories (events, metrics, log) without deleting them")
+	fs.DurationVar(&opts.SecondaryStatusInterval, "secondary-status-interval", opts.SecondaryStatusInterval, "how often each database's secondaries are asked for their replication state (status.secondaryStatus)")
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime's config package.
 	flag.Parse()

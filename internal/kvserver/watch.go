@@ -10,14 +10,25 @@ import (
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 )
 
-// Notifier tells watchers that writes became durable in the store.
+// Notifier tells watchers that writes became durable in the store, and
+// that the primary is stopping.
 type Notifier struct {
-	mu sync.Mutex
-	ch chan struct{}
+	mu     sync.Mutex
+	ch     chan struct{}
+	closed chan struct{}
+	once   sync.Once
 }
 
 // NewNotifier returns a Notifier with no watchers.
-func NewNotifier() *Notifier { return &Notifier{ch: make(chan struct{})} }
+func NewNotifier() *Notifier {
+	return &Notifier{ch: make(chan struct{}), closed: make(chan struct{})}
+}
+
+// Close ends every Watch stream. A stopping primary calls it before its
+// graceful stop, which would otherwise wait for the streams (they never
+// end by themselves) for its whole grace period, delaying the release
+// that lets the next primary take over without waiting out a lease.
+func (n *Notifier) Close() { n.once.Do(func() { close(n.closed) }) }
 
 // Notify wakes every watcher.
 func (n *Notifier) Notify() {
@@ -49,6 +60,11 @@ func (s *Server) Watch(_ *kvv1.WatchRequest, stream kvv1.KV_WatchServer) error {
 		if err := s.canWrite(); err != nil {
 			return err // fenced: the secondary falls back to polling
 		}
+		select {
+		case <-s.info.Durable.closed:
+			return status.Error(codes.Unavailable, "the primary is stopping; follow its successor")
+		default:
+		}
 		ch := s.info.Durable.wait()
 		if err := stream.Send(&kvv1.WatchEvent{LatestSequence: s.db.LatestSequence(), Epoch: s.info.Epoch}); err != nil {
 			return err
@@ -56,6 +72,7 @@ func (s *Server) Watch(_ *kvv1.WatchRequest, stream kvv1.KV_WatchServer) error {
 		select {
 		case <-ch:
 		case <-hb.C:
+		case <-s.info.Durable.closed:
 		case <-stream.Context().Done():
 			return nil
 		}
