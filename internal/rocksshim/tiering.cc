@@ -3,6 +3,8 @@
 // (levels, sequence numbers, creation times), and CompactFiles into the
 // last level, where per-key placement splits old keys (cold) from recent
 // ones (hot).
+#include <pthread.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -77,7 +79,14 @@ char* shale_compact_files(rocksdb_t* db, const char* const* names, int n, int ou
   std::vector<std::string> in;
   for (int i = 0; i < n; i++) in.emplace_back(names[i]);
   CompactionJobInfo info;
+  // CompactFiles runs in this thread; the Shale FileSystem tells
+  // compaction I/O from foreground reads by thread name (fs.cc), so this
+  // thread is a compaction thread for the duration.
+  char saved[16] = {0};
+  pthread_getname_np(pthread_self(), saved, sizeof(saved));
+  pthread_setname_np(pthread_self(), "rocksdb:low");
   Status s = db->rep->CompactFiles(CompactionOptions(), in, output_level, -1, nullptr, &info);
+  pthread_setname_np(pthread_self(), saved);
   *outputs = static_cast<int>(info.output_file_infos.size());
   *at_output_level = 0;
   for (const auto& o : info.output_file_infos) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -477,4 +478,105 @@ func CheckTierLocations(hotURL, coldURL string, sameServer bool) error {
 		return fmt.Errorf("--cold-db %s overlaps --db %s: give the cold tier a location of its own (another bucket, or a prefix outside the database's)", coldURL, hotURL)
 	}
 	return nil
+}
+
+// TierStatus is the placement of a database's live tables, as `shale
+// admin tiers` prints it.
+type TierStatus struct {
+	Tiers []TierReport `json:"tiers"`
+	// ColdFraction is the share of table bytes in the cold tier.
+	ColdFraction float64 `json:"coldFraction"`
+	// OldestHotData is when the oldest data in the hot tier was written
+	// (RocksDB's creation time of the oldest ancestor of a hot table).
+	OldestHotData  time.Time `json:"oldestHotData,omitempty"`
+	OldestHotTable string    `json:"oldestHotTable,omitempty"`
+}
+
+// TierReport is one tier's line.
+type TierReport struct {
+	Tier     string `json:"tier"`
+	Location string `json:"location,omitempty"` // "" when the database has no such tier
+	Files    int    `json:"files"`
+	Bytes    int64  `json:"bytes"`
+}
+
+// RecordedColdTier returns the cold location a database recorded ("" if it
+// has no cold tier): a hint, written when the tier was created.
+func RecordedColdTier(ctx context.Context, hot objstore.Store) (string, error) {
+	r, _, err := hot.Get(ctx, tiersKey, 0, -1)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(r)
+	r.Close()
+	if err != nil {
+		return "", err
+	}
+	var rec tierRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return "", fmt.Errorf("%s is unreadable: %w", tiersKey, err)
+	}
+	return rec.Cold, nil
+}
+
+// ReadTierStatus lists the live tables of the database in hot (and cold)
+// as a reader sees them, writing nothing (no lease either), and reads the
+// properties of the hot tables to date their oldest data.
+func ReadTierStatus(ctx context.Context, hot, cold objstore.Store) (TierStatus, error) {
+	f := &FS{cfg: Config{Store: hot, Cold: cold}, store: hot, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), base: time.Now(), readOnly: true, epoch: math.MaxUint64}
+	f.cfg.defaults()
+	if err := f.checkTiers(ctx, false); err != nil {
+		return TierStatus{}, err
+	}
+	last, err := f.lastOpened(ctx, f.epoch)
+	if err != nil {
+		return TierStatus{}, err
+	}
+	files, err := f.listStore(ctx, last, false)
+	if err != nil {
+		return TierStatus{}, err
+	}
+	st := TierStatus{Tiers: []TierReport{{Tier: "hot", Location: hot.URL()}, {Tier: "cold"}}}
+	if f.cfg.Cold != nil {
+		st.Tiers[1].Location = f.cfg.Cold.URL()
+	}
+	var hotNames []string
+	for name, fl := range files {
+		if fl.kind != KindTable {
+			continue
+		}
+		st.Tiers[fl.tier].Files++
+		st.Tiers[fl.tier].Bytes += fl.size
+		if fl.tier == TierHot {
+			hotNames = append(hotNames, name)
+		}
+	}
+	if total := st.Tiers[0].Bytes + st.Tiers[1].Bytes; total > 0 {
+		st.ColdFraction = float64(st.Tiers[1].Bytes) / float64(total)
+	}
+	times := make([]time.Time, len(hotNames))
+	err = parallel(ctx, len(hotNames), openParallelism, func(ctx context.Context, i int) error {
+		fl := files[hotNames[i]]
+		props, err := tableProperties(ctx, hot, objectKey(hotNames[i], fl.epoch), fl.size)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil // deleted since the listing
+		}
+		if err != nil {
+			return fmt.Errorf("read the properties of %s: %w", hotNames[i], err)
+		}
+		times[i] = dataTime(props)
+		return nil
+	})
+	if err != nil {
+		return TierStatus{}, err
+	}
+	for i, t := range times {
+		if !t.IsZero() && (st.OldestHotData.IsZero() || t.Before(st.OldestHotData)) {
+			st.OldestHotData, st.OldestHotTable = t, hotNames[i]
+		}
+	}
+	return st, nil
 }

@@ -306,8 +306,31 @@ func TestTieredPlacementOnTwoStores(t *testing.T) {
 	if coldKeys < n || coldKeys > n+1 || hotKeys < n || coldKeys+hotKeys != 2*n+1 {
 		t.Fatalf("after the compaction: %d keys in the cold store, %d in the hot one; want the %d old ones cold and the %d new ones hot", coldKeys, hotKeys, n, n)
 	}
-	if u := f.TierUsage(); u[TierCold].Files == 0 || u[TierHot].Files == 0 {
+	u := f.TierUsage()
+	if u[TierCold].Files == 0 || u[TierHot].Files == 0 {
 		t.Fatalf("TierUsage %+v: want both tiers in use", u)
+	}
+	// What `shale admin tiers` reports, from the stores alone.
+	ts, err := ReadTierStatus(ctx, hot, cold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tu := range u {
+		if r := ts.Tiers[i]; r.Files != tu.Files || r.Bytes != tu.Bytes {
+			t.Fatalf("ReadTierStatus %+v, the primary's FS %+v", ts.Tiers, u)
+		}
+	}
+	if ts.Tiers[1].Location != cold.URL() || ts.ColdFraction <= 0 || ts.ColdFraction >= 1 {
+		t.Fatalf("ReadTierStatus %+v", ts)
+	}
+	var oldestHot time.Time
+	for _, lf := range d.LiveFiles() {
+		if lf.Temperature != rocksshim.TemperatureCold && (oldestHot.IsZero() || lf.OldestAncestor.Before(oldestHot)) {
+			oldestHot = lf.OldestAncestor
+		}
+	}
+	if !ts.OldestHotData.Equal(oldestHot) {
+		t.Fatalf("oldest hot data %v (%s), RocksDB says %v", ts.OldestHotData, ts.OldestHotTable, oldestHot)
 	}
 	readAll := func(d *engine.DB, who string) {
 		t.Helper()
@@ -435,5 +458,22 @@ func TestCheckTierLocations(t *testing.T) {
 		if (err != nil) != tc.bad {
 			t.Errorf("CheckTierLocations(%s, %s, %v) = %v, want error %v", tc.hot, tc.cold, tc.same, err, tc.bad)
 		}
+	}
+}
+
+func TestTablePropertiesRefusesGarbage(t *testing.T) {
+	if _, err := parseFooter(make([]byte, footerLen)); err == nil {
+		t.Error("a footer of zeros parsed")
+	}
+	for _, b := range [][]byte{nil, {1, 2}, {0, 0, 0, 0}, {5, 0, 0, 0, 1, 0, 0, 0}, {9, 9, 9, 0, 0, 0, 0, 1, 0, 0, 0}} {
+		if _, err := parseBlock(b); err == nil {
+			t.Errorf("block %v parsed", b)
+		}
+	}
+	// A block of two entries, the second sharing a prefix.
+	blk := []byte{0, 3, 1, 'a', 'b', 'c', 'x', 2, 1, 1, 'd', 'y', 0, 0, 0, 0, 1, 0, 0, 0}
+	got, err := parseBlock(blk)
+	if err != nil || string(got["abc"]) != "x" || string(got["abd"]) != "y" || len(got) != 2 {
+		t.Fatalf("parseBlock = %q, %v", got, err)
 	}
 }
