@@ -47,7 +47,7 @@ func sumMetric(t *testing.T, addr, name, match string) float64 {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var sum float64
-	for _, m := range regexp.MustCompile(`(?m)^` + name + `\{([^}]*)\} (\S+)$`).FindAllSubmatch(body, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^`+name+`\{([^}]*)\} (\S+)$`).FindAllSubmatch(body, -1) {
 		if strings.Contains(string(m[1]), match) {
 			v, _ := strconv.ParseFloat(string(m[2]), 64)
 			sum += v
