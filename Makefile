@@ -11,7 +11,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 # Go from its usual install location, for shells whose PATH lacks it.
 export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
-.PHONY: help deps build test stress bench-storage bench-idle bench-takeover dev generate lint clean
+.PHONY: help deps build test stress bench-storage bench-idle bench-takeover bench-tiering dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -53,6 +53,9 @@ bench-idle: deps build ## object-store requests of an idle primary (IDLE_SECONDS
 
 bench-takeover: deps ## takeover time to serve on MinIO after many SSTs, WAL segments, takeovers (TAKEOVER_SST, _SEGMENTS, _ROUNDS)
 	hack/bench-takeover.sh
+
+bench-tiering: deps ## tiered placement on two MinIOs, cold one behind TIERING_LATENCY: cold share over time, readrandom recent vs old keys
+	hack/bench-tiering.sh
 
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
 	$(BIN)/shale dev --data $(DEV_DATA)
