@@ -346,7 +346,10 @@ func run(c config) error {
 	var mixedRecent, mixedOld phase
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); mixedOld = read("mixed: old", []string{"old"}, []int{c.oldKeys}, c.reads, c.threads) }()
+	go func() {
+		defer wg.Done()
+		mixedOld = read("mixed: old", []string{"old"}, []int{c.oldKeys}, c.reads, c.threads)
+	}()
 	go func() {
 		defer wg.Done()
 		mixedRecent = read("mixed: recent", []string{"recent"}, []int{c.recentKeys}, c.reads, c.threads)
