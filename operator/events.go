@@ -25,4 +25,5 @@ const (
 	eventSecondariesScaled      = "SecondariesScaled"
 	eventSecondariesUpdated     = "SecondariesUpdated"
 	eventDeploymentConflict     = "DeploymentConflict"
+	eventColdTierMissing        = "ColdTierMissing"
 )

@@ -187,7 +187,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	}()
 	reg.MustRegister(engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, s.db.AgeOutStats)
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable}), reg, cfg.Limits, cfg.Logger)
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Tiers: tierUsage(s.fs)}), reg, cfg.Limits, cfg.Logger)
 	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr())
 	return s, nil
 }
@@ -251,5 +251,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		s.Stop(time.Second)
 		return err
+	}
+}
+
+// tierUsage reports fs's live tables per tier for the Status call.
+func tierUsage(fs *shalefs.FS) func() []*kvv1.TierUsage {
+	return func() []*kvv1.TierUsage {
+		var out []*kvv1.TierUsage
+		for _, u := range fs.TierUsage() {
+			out = append(out, &kvv1.TierUsage{Tier: u.Tier, Files: uint64(u.Files), Bytes: uint64(max(u.Bytes, 0))})
+		}
+		return out
 	}
 }

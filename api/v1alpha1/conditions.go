@@ -21,6 +21,9 @@ const (
 	// ConditionSecondariesReady (RocksDB): every requested secondary runs
 	// the current spec and is ready (True with none requested).
 	ConditionSecondariesReady = "SecondariesReady"
+	// ConditionTiering (RocksDB): old data moves to the cold tier; set only
+	// once spec.tiering was ever asked for.
+	ConditionTiering = "Tiering"
 )
 
 // Reasons.
@@ -54,4 +57,9 @@ const (
 	ReasonSecondariesUpdating = "SecondariesUpdating"
 	ReasonWaitingForPrimary   = "WaitingForPrimary"
 	ReasonSecondariesConflict = "DeploymentConflict"
+
+	ReasonColdTierInUse   = "ColdTierInUse"
+	ReasonTieringOff      = "TieringOff"
+	ReasonNoColdTier      = "ObjectStoreHasNoColdTier"
+	ReasonColdTierMissing = "ColdTierMissing"
 )
