@@ -580,3 +580,55 @@ func ReadTierStatus(ctx context.Context, hot, cold objstore.Store) (TierStatus, 
 	}
 	return st, nil
 }
+
+// InstallTable makes the object srcKey (a compaction output another
+// process wrote, e.g. under _shale/compactions/<job>/) the table name of
+// this owner: it finds srcKey in the hot store, else in the cold one, and
+// copies it within that store to name's key of this epoch, so the table
+// keeps the tier its writer chose from RocksDB's temperature. The source
+// stays; its writer's job directory is cleaned up with the job.
+func (f *FS) InstallTable(ctx context.Context, srcKey, name string) (Tier, error) {
+	if err := f.FenceError(); err != nil {
+		return TierHot, err
+	}
+	if f.readOnly {
+		return TierHot, fmt.Errorf("install %s: %w", name, ErrReadOnly)
+	}
+	if KindOf(name) != KindTable {
+		return TierHot, fmt.Errorf("install %s: not a table name", name)
+	}
+	var tier Tier
+	var info objstore.ObjectInfo
+	err := f.background().do(ctx, func(ctx context.Context) error {
+		var err error
+		for _, t := range Tiers {
+			if t == TierCold && f.cfg.Cold == nil {
+				break
+			}
+			if info, err = f.tierStore(t).Stat(ctx, srcKey); err == nil {
+				tier = t
+				return nil
+			}
+			if !errors.Is(err, objstore.ErrNotFound) {
+				return err
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return TierHot, fmt.Errorf("install %s from %s: %w", name, srcKey, err)
+	}
+	err = f.background().do(ctx, func(ctx context.Context) error {
+		start := time.Now()
+		_, err := f.tierStore(tier).Copy(ctx, srcKey, objectKey(name, f.epoch), objstore.PutOptions{StorageClass: f.cfg.TableStorageClass})
+		f.observeTier(tier, "put", name, "compaction", info.Size, start, err)
+		return err
+	})
+	if err != nil {
+		return TierHot, fmt.Errorf("install %s from %s: %w", name, srcKey, err)
+	}
+	f.mu.Lock()
+	f.files[name] = &file{kind: KindTable, epoch: f.epoch, size: info.Size, tier: tier}
+	f.mu.Unlock()
+	return tier, nil
+}

@@ -477,3 +477,58 @@ func TestTablePropertiesRefusesGarbage(t *testing.T) {
 		t.Fatalf("parseBlock = %q, %v", got, err)
 	}
 }
+
+// A compaction output written by another process into either store is
+// installed in the store that holds it, and a reader finds it there.
+func TestInstallTableKeepsItsTier(t *testing.T) {
+	hot, cold := twoTiers(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	f := openTiered(t, hot, cold, filepath.Join(root, "p"), nil)
+	put := func(s objstore.Store, key, body string) {
+		if _, err := s.Put(ctx, key, strings.NewReader(body), int64(len(body)), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(cold, "_shale/compactions/job-1/000012.sst", "cold output")
+	put(hot, "_shale/compactions/job-2/000013.sst", "hot output")
+	for _, tc := range []struct {
+		src, name string
+		want      Tier
+		store     objstore.Store
+	}{
+		{"_shale/compactions/job-1/000012.sst", "000040.sst", TierCold, cold},
+		{"_shale/compactions/job-2/000013.sst", "000041.sst", TierHot, hot},
+	} {
+		got, err := f.InstallTable(ctx, tc.src, tc.name)
+		if err != nil || got != tc.want {
+			t.Fatalf("InstallTable(%s) = %s, %v; want %s", tc.src, got, err, tc.want)
+		}
+		if _, err := tc.store.Stat(ctx, objectKey(tc.name, f.Epoch())); err != nil {
+			t.Fatalf("%s not in the %s store: %v", tc.name, tc.want, err)
+		}
+		if f.tierOf(tc.name) != tc.want {
+			t.Fatalf("%s recorded %s", tc.name, f.tierOf(tc.name))
+		}
+	}
+	if _, err := f.InstallTable(ctx, "_shale/compactions/job-3/000014.sst", "000042.sst"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("installing a missing output: %v", err)
+	}
+	// A reader (a secondary, or a primary on an empty cache) finds each
+	// where it is. No RocksDB ran here, so there is no CURRENT to open a
+	// reader with: list the stores as one does.
+	files, err := listAsReader(ctx, hot, cold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files["000040.sst"] == nil || files["000040.sst"].tier != TierCold || files["000041.sst"] == nil || files["000041.sst"].tier != TierHot {
+		t.Fatalf("listing: %+v", files)
+	}
+}
+
+// listAsReader lists a database as a reader does, without opening one.
+func listAsReader(ctx context.Context, hot, cold objstore.Store) (map[string]*file, error) {
+	f := &FS{cfg: Config{Store: hot, Cold: cold}, store: hot, files: map[string]*file{}, readOnly: true, epoch: 1 << 62}
+	f.cfg.defaults()
+	return f.listStore(ctx, nil, false)
+}
