@@ -82,6 +82,21 @@ func TestAdminTiersAfterLoad(t *testing.T) {
 		}
 	}
 
+	// kill -9, then a new primary on an empty cache: every key reads back,
+	// the old ones from the cold tier, and the placement is unchanged.
+	before := run("admin", "tiers", "--db", db, "-o", "json")
+	p.kill9(t)
+	p = startPrimary(t, db, filepath.Join(root, "cache2"), "--cold-db", cold, "--cold-after", coldAfter.String())
+	a = "--addr=" + p.addr
+	for _, k := range []string{"old-0000", "old-0299", "new-0000", "new-0299"} {
+		if got := run("kv", "get", a, k); got != strings.Repeat("v", 100)+"\n" {
+			t.Fatalf("after kill -9 and a restart on an empty cache: %s = %q", k, got)
+		}
+	}
+	if after := run("admin", "tiers", "--db", db, "-o", "json"); tierFiles(t, after) != tierFiles(t, before) {
+		t.Fatalf("placement changed across the restart: %s, then %s", before, after)
+	}
+
 	// Usage and configuration errors.
 	for _, tc := range []struct {
 		args []string
@@ -97,4 +112,14 @@ func TestAdminTiersAfterLoad(t *testing.T) {
 			t.Errorf("shale %q: exit %d, %q; want exit %d and %q", tc.args, code, e, tc.code, tc.want)
 		}
 	}
+}
+
+// tierFiles summarises admin tiers' JSON as "hot files/cold files".
+func tierFiles(t *testing.T, out string) string {
+	t.Helper()
+	var st struct{ Tiers []struct{ Files int } }
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Tiers) != 2 {
+		t.Fatalf("admin tiers -o json: %q: %v", out, err)
+	}
+	return fmt.Sprintf("%d/%d", st.Tiers[0].Files, st.Tiers[1].Files)
 }

@@ -21,12 +21,13 @@ import (
 // uncompressed key/value blocks followed by a 5-byte trailer.
 
 const (
-	footerLen   = 53
-	blockMagic  = 0x88e241b785f4cff7 // kBlockBasedTableMagicNumber
-	tailBytes   = 64 << 10           // one GET of the end usually holds every block needed
-	trailerLen  = 5
-	propsBlock  = "rocksdb.properties"
-	propCreated = "rocksdb.creation.time" // the oldest ancestor's creation time: the age of the table's data
+	footerLen     = 53
+	blockMagic    = 0x88e241b785f4cff7 // kBlockBasedTableMagicNumber
+	tailBytes     = 64 << 10           // one GET of the end usually holds every block needed
+	trailerLen    = 5
+	propsBlock    = "rocksdb.properties"
+	propCreated   = "rocksdb.creation.time" // the oldest ancestor's creation time
+	propSeqnoTime = "rocksdb.seqno.time.map"
 )
 
 type blockHandle struct{ off, size uint64 }
@@ -146,9 +147,25 @@ func tableProperties(ctx context.Context, s objstore.Store, key string, size int
 	return props, nil
 }
 
-// dataTime is when the oldest data of a table was written, as RocksDB
-// records it (the creation time of its oldest ancestor); zero if unknown.
+// dataTime is about when the oldest data of a table was written. With
+// tiering, RocksDB stores (sequence number, time) samples in each table
+// (rocksdb.seqno.time.map: a varint count, then varint deltas of sequence
+// number and time), the first one taken at most a sample interval before
+// the table's oldest key; that is the answer. Otherwise the creation time
+// of the table's oldest ancestor, which a compaction's outputs inherit from
+// all its inputs (after per-key placement, a hot table's claims the age of
+// the oldest data the compaction read). Zero if unknown.
 func dataTime(props map[string][]byte) time.Time {
+	if m := props[propSeqnoTime]; len(m) > 0 {
+		count, n := binary.Uvarint(m)
+		if n > 0 && count > 0 {
+			_, a := binary.Uvarint(m[n:])
+			t, b := binary.Uvarint(m[n+max(a, 0):])
+			if a > 0 && b > 0 && t > 0 {
+				return time.Unix(int64(t), 0)
+			}
+		}
+	}
 	v, n := binary.Uvarint(props[propCreated])
 	if n <= 0 || v == 0 {
 		return time.Time{}
