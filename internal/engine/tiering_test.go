@@ -224,8 +224,11 @@ func TestTieredPlacement(t *testing.T) {
 	// Placement follows sequence numbers, so the cold keys are the oldest
 	// ones: 2000 cold means the old keys, and the trickle key may be on
 	// either side.
+	// (The trickle key may be absent too, if a loaded machine spent the
+	// whole wait flushing.)
 	cold, hot := tierEntries(t, d)
-	if cold < n || cold > n+1 || hot < n || cold+hot != 2*n+1 {
+	total := cold + hot
+	if cold < n || cold > n+1 || hot < n || hot > n+1 || total < 2*n || total > 2*n+1 {
 		t.Fatalf("after the compaction: %d keys cold, %d hot; want the %d old ones cold and the %d new ones hot (files %+v)", cold, hot, n, n, d.LiveFiles())
 	}
 	for _, f := range d.LiveFiles() {
@@ -239,11 +242,11 @@ func TestTieredPlacement(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cold, hot = tierEntries(t, d)
-		if cold == 2*n+1 && hot == 0 {
+		if cold == total && hot == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("age-out: %d keys cold, %d hot after 30s, want all %d cold (%+v; files %+v)", cold, hot, 2*n+1, d.AgeOutStats(), d.LiveFiles())
+			t.Fatalf("age-out: %d keys cold, %d hot after 30s, want all %d cold (%+v; files %+v)", cold, hot, total, d.AgeOutStats(), d.LiveFiles())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

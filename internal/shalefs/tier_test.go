@@ -304,7 +304,10 @@ func TestTieredPlacementOnTwoStores(t *testing.T) {
 		return coldKeys, hotKeys
 	}
 	coldKeys, hotKeys := checkPlacement(f, d)
-	if coldKeys < n || coldKeys > n+1 || hotKeys < n || coldKeys+hotKeys != 2*n+1 {
+	// The trickle key is on either side, or absent when a loaded machine
+	// spent the whole wait flushing.
+	total := coldKeys + hotKeys
+	if coldKeys < n || coldKeys > n+1 || hotKeys < n || hotKeys > n+1 || total < 2*n || total > 2*n+1 {
 		t.Fatalf("after the compaction: %d keys in the cold store, %d in the hot one; want the %d old ones cold and the %d new ones hot", coldKeys, hotKeys, n, n)
 	}
 	u := f.TierUsage()
@@ -360,7 +363,7 @@ func TestTieredPlacementOnTwoStores(t *testing.T) {
 	// store after the delete grace.
 	waitFor("the recent keys moving cold", 30*time.Second, func() bool {
 		c, h := checkPlacement(f, d)
-		return c == 2*n+1 && h == 0
+		return c == total && h == 0
 	})
 	waitFor("the replaced cold tables leaving the cold store", 30*time.Second, func() bool {
 		live := map[string]bool{}
@@ -391,8 +394,8 @@ func TestTieredPlacementOnTwoStores(t *testing.T) {
 	}
 	defer d2.Close()
 	f2.Serving()
-	if c, h := checkPlacement(f2, d2); c != 2*n+1 || h != 0 {
-		t.Fatalf("after a restart on an empty cache: %d keys cold, %d hot; want all %d cold", c, h, 2*n+1)
+	if c, h := checkPlacement(f2, d2); c != total || h != 0 {
+		t.Fatalf("after a restart on an empty cache: %d keys cold, %d hot; want all %d cold", c, h, total)
 	}
 	readAll(d2, "restarted primary")
 	if pc.get("cold") == 0 || pc.get("hot") != 0 {
