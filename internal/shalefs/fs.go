@@ -177,6 +177,12 @@ type FS struct {
 	// stopMu orders starting background folds against Stop.
 	stopMu  sync.Mutex
 	stopped bool
+
+	// cold is the cold tier's store once the tier records agree;
+	// coldPending: a reader's cold store waits for the database to record
+	// its cold tier (tier.go).
+	cold        atomic.Pointer[coldRef]
+	coldPending atomic.Bool
 }
 
 // Serving tells the FS that RocksDB finished opening: later fetches are

@@ -90,6 +90,9 @@ func (f *FS) Refresh(ctx context.Context) error {
 	}
 	f.refreshMu.Lock()
 	defer f.refreshMu.Unlock()
+	if err := f.adoptPendingCold(ctx); err != nil {
+		return err
+	}
 	last, err := f.lastOpened(ctx, f.epoch)
 	if err != nil {
 		return err

@@ -124,9 +124,11 @@ func decideTiers(rec *tierRecord, mark *coldMarker, haveCold, coldEmpty, owner b
 }
 
 // checkTiers runs decideTiers against the stores, writing the records it
-// asks for (owners only). It runs before an owner claims its epoch, so a
-// misconfigured primary deposes nobody. It leaves f.cfg.Cold nil when a
-// reader must ignore the cold store.
+// asks for (owners only), and puts the configured cold store (f.cfg.Cold)
+// in use once they agree. It runs before an owner claims its epoch, so a
+// misconfigured primary deposes nobody. A reader given a cold store for a
+// database that has not recorded one yet leaves it pending: Refresh checks
+// again (adoptPendingCold), since the primary may record it later.
 func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 	pol := f.background()
 	for attempt := 0; attempt < 5; attempt++ {
@@ -169,10 +171,13 @@ func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 		}
 		switch action {
 		case tiersOK:
+			f.useCold()
 			return nil
 		case tiersIgnoreCold:
-			f.cfg.Logger.Warn("--cold-db ignored: the database has no cold tier yet (its primary records it when it starts with --cold-db)")
-			f.cfg.Cold = nil
+			if !f.coldPending.Load() {
+				f.cfg.Logger.Info("--cold-db not used yet: the database has no cold tier yet (its primary records it when it starts with --cold-db)")
+			}
+			f.coldPending.Store(true)
 			return nil
 		case tiersCreate:
 			rec = &tierRecord{ID: newNonce() + newNonce(), Cold: f.cfg.Cold.URL(), CreatedAt: time.Now().UTC()}
@@ -212,6 +217,7 @@ func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 				return fmt.Errorf("mark the cold tier: %w", err)
 			}
 			f.cfg.Logger.Info("cold tier recorded", "cold", f.cfg.Cold.URL())
+			f.useCold()
 			return nil
 		}
 	}
@@ -248,10 +254,39 @@ func storeEmpty(ctx context.Context, s objstore.Store) (bool, error) {
 	return err == nil, err
 }
 
+// useCold puts the configured cold store in use (the records agree).
+func (f *FS) useCold() {
+	if f.cfg.Cold != nil {
+		f.cold.Store(&coldRef{f.cfg.Cold})
+	}
+	f.coldPending.Store(false)
+}
+
+// coldRef holds the cold store in use.
+type coldRef struct{ store objstore.Store }
+
+// coldStore is the cold store in use, nil if none (yet).
+func (f *FS) coldStore() objstore.Store {
+	if c := f.cold.Load(); c != nil {
+		return c.store
+	}
+	return nil
+}
+
+// adoptPendingCold checks the tier records again for a reader whose cold
+// store was not in use yet, once per Refresh until the database records
+// its cold tier (one GET of _shale/tiers and one of the cold marker).
+func (f *FS) adoptPendingCold(ctx context.Context) error {
+	if !f.coldPending.Load() {
+		return nil
+	}
+	return f.checkTiers(ctx, false)
+}
+
 // tierStore is the store of a tier.
 func (f *FS) tierStore(t Tier) objstore.Store {
-	if t == TierCold && f.cfg.Cold != nil {
-		return f.cfg.Cold
+	if c := f.coldStore(); t == TierCold && c != nil {
+		return c
 	}
 	return f.store
 }
@@ -262,7 +297,7 @@ func (f *FS) CreateWithTemperature(name string, t rocksshim.Temperature) error {
 	if err := f.Create(name); err != nil {
 		return err
 	}
-	if tier := TierFor(name, t, f.cfg.Cold != nil); tier != TierHot {
+	if tier := TierFor(name, t, f.coldStore() != nil); tier != TierHot {
 		f.mu.Lock()
 		if st := f.files[name]; st != nil {
 			st.tier = tier
@@ -328,14 +363,15 @@ func readsRemotely(t Tier) bool { return t == TierCold }
 // ones. A version in both stores (never written so; an interrupted move
 // could leave one) is read from the hot store.
 func (f *FS) listColdTables(ctx context.Context, files map[string]*file, trashed map[versionRef]bool) error {
-	if f.cfg.Cold == nil {
+	cold := f.coldStore()
+	if cold == nil {
 		return nil
 	}
 	var objs []objstore.ObjectInfo
 	err := f.background().do(ctx, func(ctx context.Context) error {
 		objs = nil
 		start := time.Now()
-		err := f.cfg.Cold.ListDir(ctx, "", func(o objstore.ObjectInfo) error {
+		err := cold.ListDir(ctx, "", func(o objstore.ObjectInfo) error {
 			objs = append(objs, o)
 			return nil
 		})
@@ -343,7 +379,7 @@ func (f *FS) listColdTables(ctx context.Context, files map[string]*file, trashed
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("list the cold tier %s: %w", f.cfg.Cold.URL(), err)
+		return fmt.Errorf("list the cold tier %s: %w", cold.URL(), err)
 	}
 	mergeColdTables(files, objs, trashed)
 	return nil
@@ -366,7 +402,8 @@ func mergeColdTables(files map[string]*file, cold []objstore.ObjectInfo, trashed
 // marker does not say which tier held the table, and deleting a missing
 // key is not an error, so every trashed table key is deleted in both.
 func (f *FS) deleteCold(ctx context.Context, keys []string) error {
-	if f.cfg.Cold == nil {
+	cold := f.coldStore()
+	if cold == nil {
 		return nil
 	}
 	var tables []string
@@ -379,7 +416,7 @@ func (f *FS) deleteCold(ctx context.Context, keys []string) error {
 		return nil
 	}
 	start := time.Now()
-	err := f.cfg.Cold.DeleteMany(ctx, tables)
+	err := cold.DeleteMany(ctx, tables)
 	f.observeTier(TierCold, "delete", FileOfKey(tables[0]), "trash", 0, start, err)
 	return err
 }
@@ -407,7 +444,7 @@ func (f *FS) TierUsage() []TierUsage {
 }
 
 // HasColdTier reports whether this FS uses a cold store.
-func (f *FS) HasColdTier() bool { return f.cfg.Cold != nil }
+func (f *FS) HasColdTier() bool { return f.coldStore() != nil }
 
 // OpenColdTier opens the cold tier named by --cold-db and --cold-endpoint
 // (nil, nil when url is empty) and checks that an S3 bucket is reachable.
@@ -540,8 +577,8 @@ func ReadTierStatus(ctx context.Context, hot, cold objstore.Store) (TierStatus, 
 		return TierStatus{}, err
 	}
 	st := TierStatus{Tiers: []TierReport{{Tier: "hot", Location: hot.URL()}, {Tier: "cold"}}}
-	if f.cfg.Cold != nil {
-		st.Tiers[1].Location = f.cfg.Cold.URL()
+	if c := f.coldStore(); c != nil {
+		st.Tiers[1].Location = c.URL()
 	}
 	var hotNames []string
 	for name, fl := range files {
@@ -602,7 +639,7 @@ func (f *FS) InstallTable(ctx context.Context, srcKey, name string) (Tier, error
 	err := f.background().do(ctx, func(ctx context.Context) error {
 		var err error
 		for _, t := range Tiers {
-			if t == TierCold && f.cfg.Cold == nil {
+			if t == TierCold && f.coldStore() == nil {
 				break
 			}
 			if info, err = f.tierStore(t).Stat(ctx, srcKey); err == nil {

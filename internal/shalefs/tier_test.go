@@ -530,6 +530,9 @@ func TestInstallTableKeepsItsTier(t *testing.T) {
 func listAsReader(ctx context.Context, hot, cold objstore.Store) (map[string]*file, error) {
 	f := &FS{cfg: Config{Store: hot, Cold: cold}, store: hot, files: map[string]*file{}, readOnly: true, epoch: 1 << 62}
 	f.cfg.defaults()
+	if err := f.checkTiers(ctx, false); err != nil {
+		return nil, err
+	}
 	return f.listStore(ctx, nil, false)
 }
 
@@ -557,5 +560,48 @@ func TestDataTime(t *testing.T) {
 		if tc.want == 0 && !got.IsZero() || tc.want != 0 && got.Unix() != tc.want {
 			t.Errorf("%s: dataTime = %v, want unix %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A reader given the cold tier before the database recorded one (its
+// primary not yet started with --cold-db) starts without it and takes it
+// into use at the first refresh after the primary records it.
+func TestReaderAdoptsColdTierLater(t *testing.T) {
+	root := t.TempDir()
+	hot, err := objstore.Open("file://" + filepath.Join(root, "hot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, err := objstore.Open("file://" + filepath.Join(root, "cold"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c1 := filepath.Join(root, "p1")
+	f1 := openFS(t, hot, 1, c1)
+	d := openDB(t, f1, c1)
+	if err := d.Put([]byte("k"), []byte("v"), true); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	f1.Stop()
+
+	r, err := OpenReader(ctx, Config{Store: hot, Cold: cold, CacheDir: filepath.Join(root, "r")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	if r.HasColdTier() {
+		t.Fatal("the reader uses a cold tier the database has not recorded")
+	}
+	f2 := openTiered(t, hot, cold, filepath.Join(root, "p2"), nil)
+	if !f2.HasColdTier() {
+		t.Fatal("the primary started with the cold tier does not use it")
+	}
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !r.HasColdTier() {
+		t.Fatal("the reader did not take the recorded cold tier into use")
 	}
 }
