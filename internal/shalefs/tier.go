@@ -428,14 +428,15 @@ type TierUsage struct {
 	Bytes int64  `json:"bytes"`
 }
 
-// TierUsage counts the live tables per tier, as this FS sees them.
+// TierUsage counts the live tables per tier, as this FS sees them (tables
+// being written are not counted until they are stored).
 func (f *FS) TierUsage() []TierUsage {
 	out := []TierUsage{{Tier: TierHot.String()}, {Tier: TierCold.String()}}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, st := range f.files {
-		if st.kind != KindTable {
-			continue
+		if st.kind != KindTable || st.size == 0 {
+			continue // not a table, or one still being written
 		}
 		out[st.tier].Files++
 		out[st.tier].Bytes += st.size
