@@ -12,6 +12,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
 .PHONY: help deps build test stress bench-storage bench-idle bench-takeover bench-compaction bench-secondary dev generate lint clean
+.PHONY: help deps build test stress bench-storage bench-idle bench-takeover bench-tiering dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -59,6 +60,8 @@ bench-compaction: deps build ## fillrandom with local vs remote compaction (1 an
 
 bench-secondary: deps build ## secondaries on MinIO: visibility lag with notifications vs polling (SECONDARY_RATE, _DURATION), read ops/s vs the primary (SECONDARY_KEYS)
 	hack/bench-secondary.sh
+bench-tiering: deps ## tiered placement on two MinIOs, cold one behind TIERING_LATENCY: cold share over time, readrandom recent vs old keys
+	hack/bench-tiering.sh
 
 dev: deps build ## install dependencies, build, and run `shale dev` on DEV_DATA
 	$(BIN)/shale dev --data $(DEV_DATA)

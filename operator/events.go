@@ -28,4 +28,5 @@ const (
 	eventServiceConflict        = "ServiceConflict"
 	eventWorkersScaled          = "WorkersScaled"
 	eventCompactorPoolProblem   = "CompactorPoolProblem"
+	eventColdTierMissing        = "ColdTierMissing"
 )

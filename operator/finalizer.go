@@ -181,6 +181,11 @@ func (r *rocksDBReconciler) reclaim(ctx context.Context, db *shalev1.RocksDB, po
 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
+	// The cold tier first: the hot directory (and the owner record the
+	// garbage collector goes by) stays until the cold one is gone.
+	if res, err := r.reclaimCold(ctx, db, store); err != nil || res.RequeueAfter > 0 {
+		return res, err
+	}
 	st, err := r.stores.database(ctx, store, db.Status.StoragePath)
 	if err == nil {
 		var objects int
@@ -205,4 +210,29 @@ func (r *rocksDBReconciler) deleteOwnerRecord(ctx context.Context, db *shalev1.R
 		return err
 	}
 	return hot.Delete(ctx, ownerRecordKey(db.Namespace, db.DirName()))
+}
+
+// reclaimCold deletes the database's directory in the cold tier
+// (reclaimPolicy Delete), if it has one.
+func (r *rocksDBReconciler) reclaimCold(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) (ctrl.Result, error) {
+	if db.Status.ColdStoragePath == "" {
+		return ctrl.Result{}, nil
+	}
+	if store.Spec.Cold == nil {
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteRefused,
+			"cannot delete the cold tables under %s: ObjectStore %s has no spec.cold any more (restore it, or remove the finalizer %s to leave the data)", db.Status.ColdStoragePath, store.Name, shalev1.FinalizerStorage)
+		return ctrl.Result{RequeueAfter: time.Minute}, nil
+	}
+	url := store.ColdDatabaseURL(db.Status.ColdStoragePath)
+	cold, err := r.stores.open(ctx, store, store.ColdEndpoint(), url)
+	if err == nil {
+		var objects int
+		var bytes int64
+		if objects, bytes, err = deleteAll(ctx, cold, ""); err == nil {
+			r.recorder.Eventf(db, corev1.EventTypeNormal, eventStorageDeleted, "deleted %s: %d objects, %d bytes (reclaimPolicy Delete)", url, objects, bytes)
+			return ctrl.Result{}, nil
+		}
+	}
+	r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", url, err)
+	return ctrl.Result{}, err
 }

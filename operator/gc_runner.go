@@ -125,6 +125,15 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 	if err != nil {
 		return rep, err
 	}
+	// A database's cold tables (docs/tiering.md) live under the same
+	// NAMESPACE/NAME-UID/ in the cold tier: judged with, and deleted
+	// before, the hot directory.
+	var cold objstore.Store
+	if os.Spec.Cold != nil {
+		if cold, err = g.stores.cold(ctx, os); err != nil {
+			return rep, err
+		}
+	}
 
 	// 1. List.
 	cands := map[string]*candidate{}
@@ -189,7 +198,7 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 			rep.Verdicts[k] = keepLive
 			continue
 		}
-		obs, objects, err := g.observe(ctx, hot, c)
+		obs, objects, coldObjects, err := g.observe(ctx, hot, cold, c)
 		if err != nil {
 			return rep, err
 		}
@@ -205,7 +214,7 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 			g.recorder.Eventf(os, corev1.EventTypeNormal, eventOrphanFound, "dry run: would delete %s (%d objects, %d bytes): %s", url, obs.Objects, obs.Bytes, why)
 			continue
 		}
-		deleted, err := g.deleteOrphan(ctx, hot, c, objects)
+		deleted, err := g.deleteOrphan(ctx, hot, cold, c, objects, coldObjects)
 		if err != nil {
 			g.recorder.Eventf(os, corev1.EventTypeWarning, eventOrphanDeleteFailed, "deleting %s: %v", url, err)
 			return rep, err
@@ -223,14 +232,14 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 	return rep, nil
 }
 
-// observe lists a candidate's directory and reads its owner record.
-func (g *gc) observe(ctx context.Context, hot objstore.Store, c *candidate) (dirObservation, []string, error) {
+// observe lists a candidate's directory (in both tiers) and reads its
+// owner record.
+func (g *gc) observe(ctx context.Context, hot, cold objstore.Store, c *candidate) (dirObservation, []string, []string, error) {
 	obs := dirObservation{Namespace: c.namespace, Name: c.name, UID: c.uid}
 	dirName := c.name + "-" + string(c.uid)
-	var objects []string
-	if c.dir {
-		if err := hot.List(ctx, dbDirKey(c.namespace, dirName), func(o objstore.ObjectInfo) error {
-			objects = append(objects, o.Key)
+	list := func(st objstore.Store, keys *[]string) error {
+		if err := st.List(ctx, dbDirKey(c.namespace, dirName), func(o objstore.ObjectInfo) error {
+			*keys = append(*keys, o.Key)
 			obs.Objects++
 			obs.Bytes += o.Size
 			if o.ModTime.After(obs.Newest) {
@@ -238,14 +247,26 @@ func (g *gc) observe(ctx context.Context, hot objstore.Store, c *candidate) (dir
 			}
 			return nil
 		}); err != nil {
-			return obs, nil, fmt.Errorf("listing %s: %w", dbDirKey(c.namespace, dirName), err)
+			return fmt.Errorf("listing %s in %s: %w", dbDirKey(c.namespace, dirName), st.URL(), err)
+		}
+		return nil
+	}
+	var objects, coldObjects []string
+	if c.dir {
+		if err := list(hot, &objects); err != nil {
+			return obs, nil, nil, err
+		}
+	}
+	if cold != nil {
+		if err := list(cold, &coldObjects); err != nil {
+			return obs, nil, nil, err
 		}
 	}
 	if c.record {
 		rec, info, err := readOwnerRecord(ctx, hot, ownerRecordKey(c.namespace, dirName))
 		switch {
 		case err != nil && objstore.IsRetryable(err):
-			return obs, nil, err
+			return obs, nil, nil, err
 		case err != nil:
 			obs.RecordErr = err
 		default:
@@ -255,13 +276,13 @@ func (g *gc) observe(ctx context.Context, hot objstore.Store, c *candidate) (dir
 			obs.Newest = info.ModTime
 		}
 	}
-	return obs, objects, nil
+	return obs, objects, coldObjects, nil
 }
 
 // deleteOrphan deletes the objects observed in an orphaned directory, and
 // its owner record once nothing is left. It reports false when it found
 // the directory's RocksDB after all.
-func (g *gc) deleteOrphan(ctx context.Context, hot objstore.Store, c *candidate, objects []string) (bool, error) {
+func (g *gc) deleteOrphan(ctx context.Context, hot, cold objstore.Store, c *candidate, objects, coldObjects []string) (bool, error) {
 	var db shalev1.RocksDB
 	err := g.apiReader.Get(ctx, types.NamespacedName{Namespace: c.namespace, Name: c.name}, &db)
 	switch {
@@ -269,6 +290,13 @@ func (g *gc) deleteOrphan(ctx context.Context, hot objstore.Store, c *candidate,
 		return false, nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return false, err
+	}
+	for len(coldObjects) > 0 {
+		n := min(len(coldObjects), 1000)
+		if err := cold.DeleteMany(ctx, coldObjects[:n]); err != nil {
+			return false, err
+		}
+		coldObjects = coldObjects[n:]
 	}
 	for len(objects) > 0 {
 		n := min(len(objects), 1000)
@@ -279,11 +307,16 @@ func (g *gc) deleteOrphan(ctx context.Context, hot objstore.Store, c *candidate,
 	}
 	dirName := c.name + "-" + string(c.uid)
 	left := false
-	if err := hot.List(ctx, dbDirKey(c.namespace, dirName), func(objstore.ObjectInfo) error {
-		left = true
-		return errStopListing
-	}); err != nil && !errors.Is(err, errStopListing) {
-		return false, err
+	for _, st := range []objstore.Store{hot, cold} {
+		if st == nil {
+			continue
+		}
+		if err := st.List(ctx, dbDirKey(c.namespace, dirName), func(objstore.ObjectInfo) error {
+			left = true
+			return errStopListing
+		}); err != nil && !errors.Is(err, errStopListing) {
+			return false, err
+		}
 	}
 	if left {
 		// Written after the listing: the next pass finds it young.

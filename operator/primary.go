@@ -165,6 +165,9 @@ func (r *rocksDBReconciler) startFirstPrimary(ctx context.Context, db *shalev1.R
 // createPrimary creates the Pod of an epoch (if it does not exist) and
 // records it as the current primary.
 func (r *rocksDBReconciler) createPrimary(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64) error {
+	if err := tieringRefusal(db, store); err != nil {
+		return err
+	}
 	if err := r.ensureOwnerRecord(ctx, db, store); err != nil {
 		// Not fatal once the first primary exists: it was written then.
 		log.FromContext(ctx).Error(err, "updating the owner record")

@@ -94,6 +94,7 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 	if c := store.Spec.StorageClasses.SST; c != "" {
 		args = append(args, "--sst-storage-class", c)
 	}
+	args = append(args, planTiering(db, store).args...)
 
 	name := db.PrimaryPodName(epoch)
 	return &corev1.Pod{

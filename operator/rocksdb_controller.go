@@ -52,8 +52,12 @@ type rocksDBReconciler struct {
 	// secondaryPolled: when this process last asked a database's
 	// secondaries for their Status.
 	secondaryPolled map[types.NamespacedName]time.Time
-	// secondaryStatus asks one secondary (grpcSecondaryStatus).
+	// secondaryStatus asks one secondary (grpcSecondaryStatus), and the
+	// primary for its tiers.
 	secondaryStatus secondaryStatusFunc
+	// tiersPolled: when this process last asked a database's primary for
+	// its tiers (tiering.go).
+	tiersPolled map[types.NamespacedName]time.Time
 }
 
 type recordState struct {
@@ -134,6 +138,8 @@ type report struct {
 	// when the reconcile looked (nil then clears it).
 	compaction    *shalev1.CompactionStats
 	compactionSet bool
+	// tiers: the primary's tables per tier, when the reconcile asked.
+	tiers []shalev1.TierStatus
 }
 
 // get returns the condition of a type the reconcile observed, or nil.
@@ -217,7 +223,17 @@ func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB
 			return ctrl.Result{}, err
 		}
 	}
+	if err := r.reconcileTiering(ctx, db, store, rep); err != nil {
+		return ctrl.Result{}, err
+	}
 	res, err := r.reconcilePrimary(ctx, db, store, rep)
+	if db.Spec.Tiering != nil || db.Status.ColdStoragePath != "" {
+		rep.tiers = r.pollTiers(ctx, db)
+		if res.RequeueAfter == 0 || res.RequeueAfter > r.opts.SecondaryStatusInterval {
+			// Come back to ask the primary again.
+			res.RequeueAfter = r.opts.SecondaryStatusInterval
+		}
+	}
 	if serr := r.ensureService(ctx, db); serr != nil && err == nil {
 		err = serr
 	}
@@ -312,6 +328,9 @@ func (r *rocksDBReconciler) writeStatus(ctx context.Context, db *shalev1.RocksDB
 		if rep.compactionSet {
 			st.Compaction = rep.compaction
 		}
+		if rep.tiers != nil {
+			st.Tiers = rep.tiers
+		}
 		st.Phase = phaseOf(st)
 		st.ObservedGeneration = generation
 		return nil
@@ -369,4 +388,5 @@ func (r *rocksDBReconciler) forget(key types.NamespacedName) {
 	delete(r.records, key)
 	delete(r.failoverStarted, key)
 	delete(r.secondaryPolled, key)
+	delete(r.tiersPolled, key)
 }

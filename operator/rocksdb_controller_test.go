@@ -32,6 +32,8 @@ func TestOperator(t *testing.T) {
 	t.Run("Secondaries", func(t *testing.T) { testSecondaries(h.with(t)) })
 	t.Run("CompactorPool", func(t *testing.T) { testCompactorPool(h.with(t)) })
 	t.Run("GC", func(t *testing.T) { testGC(h.with(t)) })
+	t.Run("Tiering", func(t *testing.T) { testTiering(h.with(t)) })
+	t.Run("GCColdTier", func(t *testing.T) { testGCColdTier(h.with(t)) })
 }
 
 const samplesNS = "samples"

@@ -79,6 +79,7 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 	dur("--catchup-interval", s.CatchupInterval)
 	dur("--lease-ttl", s.LeaseTTL)
 	dur("--read-timeout", p.ReadTimeout)
+	args = append(args, secondaryColdArgs(planTiering(db, store).args)...)
 
 	env := []corev1.EnvVar{
 		{Name: envPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},

@@ -132,6 +132,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		records:         make(map[types.NamespacedName]recordState),
 		failoverStarted: make(map[types.NamespacedName]failoverStart),
 		secondaryPolled: make(map[types.NamespacedName]time.Time),
+		tiersPolled:     make(map[types.NamespacedName]time.Time),
 		secondaryStatus: grpcSecondaryStatus,
 	}
 	if err := dbr.setup(ctx, mgr); err != nil {

@@ -43,6 +43,11 @@ type Config struct {
 	CompactionMode string
 	Compaction     compactor.ClientConfig
 	Logger         *slog.Logger
+	// ColdDB is the cold tier's store URL ("": none), reached through
+	// ColdEndpoint when that is set (an s3:// cold tier on its own server,
+	// with the same credentials). Engine.ColdAfter says which data goes
+	// there (docs/tiering.md).
+	ColdDB, ColdEndpoint string
 }
 
 // DefaultCacheDir is where a primary keeps its local cache of db when
@@ -101,6 +106,20 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("--db %s: %w", u, err)
 		}
 	}
+	cold := cfg.Storage.Cold // set by tests that wrap the store
+	if cold == nil {
+		if cold, err = shalefs.OpenColdTier(cfg.ColdDB, cfg.ColdEndpoint); err != nil {
+			return nil, err
+		}
+	}
+	if cold != nil {
+		if err := shalefs.CheckTierLocations(u.String(), cold.URL(), cfg.ColdEndpoint == ""); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Engine.ColdAfter > 0 && cold == nil {
+		return nil, errors.New("--cold-after needs --cold-db: the cold tier's location (s3://BUCKET/PREFIX or file:///ABS/PATH)")
+	}
 	s := &Server{cfg: cfg}
 	// Bind before opening so a busy port creates nothing on disk.
 	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
@@ -115,6 +134,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	io := iometrics.New(reg)
 	sc := cfg.Storage
 	sc.Store = store
+	sc.Cold = cold
 	sc.Logger = cfg.Logger
 	sc.Observe = io.Observe
 	s.durable = kvserver.NewNotifier()
@@ -191,7 +211,8 @@ func Start(cfg Config) (_ *Server, err error) {
 		s.ep.Fail(s.fs.FenceError())
 	}()
 	reg.MustRegister(engine.NewCollector(s.db))
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails}), reg, cfg.Limits, cfg.Logger)
+	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, s.db.AgeOutStats)
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs)}), reg, cfg.Limits, cfg.Logger)
 	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(), "compaction", s.compactionMode())
 	return s, nil
 }
@@ -282,4 +303,15 @@ func (s *Server) logTails() ([]*kvv1.LogTail, string) {
 		out[i] = &kvv1.LogTail{Name: t.Name, Epoch: t.Epoch, LastSegment: t.LastSegment, Bytes: uint64(t.Bytes)}
 	}
 	return out, current
+}
+
+// tierUsage reports fs's live tables per tier for the Status call.
+func tierUsage(fs *shalefs.FS) func() []*kvv1.TierUsage {
+	return func() []*kvv1.TierUsage {
+		var out []*kvv1.TierUsage
+		for _, u := range fs.TierUsage() {
+			out = append(out, &kvv1.TierUsage{Tier: u.Tier, Files: uint64(u.Files), Bytes: uint64(max(u.Bytes, 0))})
+		}
+		return out
+	}
 }

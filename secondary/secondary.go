@@ -54,6 +54,9 @@ type Config struct {
 	// the sequence number now applied (make bench-secondary measures
 	// visibility lag with it).
 	OnCatchUp func(applied uint64)
+	// ColdDB and ColdEndpoint name the database's cold tier, if it has one
+	// (docs/tiering.md).
+	ColdDB, ColdEndpoint string
 }
 
 // DefaultCacheDir is where a secondary keeps its cache when --cache-dir
@@ -134,6 +137,12 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("--db %s: %w", u, err)
 		}
 	}
+	cold := cfg.Storage.Cold // set by tests that wrap the store
+	if cold == nil {
+		if cold, err = shalefs.OpenColdTier(cfg.ColdDB, cfg.ColdEndpoint); err != nil {
+			return nil, err
+		}
+	}
 	s := &Server{cfg: cfg, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
 		return nil, err
@@ -146,7 +155,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	reg := prometheus.NewRegistry()
 	io := iometrics.New(reg)
 	sc := cfg.Storage
-	sc.Store, sc.Logger, sc.Observe = store, cfg.Logger, io.Observe
+	sc.Store, sc.Cold, sc.Logger, sc.Observe = store, cold, cfg.Logger, io.Observe
 	if sc.CacheDir == "" {
 		sc.CacheDir = DefaultCacheDir(u.String(), cfg.Listen)
 	}
@@ -196,6 +205,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	lagSec := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shale_secondary_lag_seconds", Help: "How long the oldest write the primary announced has waited to be applied here (0: caught up)."},
 		func() float64 { _, l := s.lag(); return l.Seconds() })
 	reg.MustRegister(s.catchups, s.failures, s.lastCatchup, lagSeq, lagSec, engine.NewCollector(s.db))
+	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, nil)
 	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: u.String(), Guard: s.fs, Lag: s.lag}), reg, cfg.Limits, cfg.Logger)
 	s.wg.Add(1)
 	go s.catchUpLoop()

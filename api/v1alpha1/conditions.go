@@ -29,6 +29,9 @@ const (
 	// ConditionSchedulerReachable (CompactorPool): the scheduler's Stats
 	// were read at the last reconcile.
 	ConditionSchedulerReachable = "SchedulerReachable"
+	// ConditionTiering (RocksDB): old data moves to the cold tier; set only
+	// once spec.tiering was ever asked for.
+	ConditionTiering = "Tiering"
 )
 
 // Reasons.
@@ -73,4 +76,8 @@ const (
 	ReasonSchedulerNotReady     = "SchedulerNotReady"
 	ReasonWorkersNotReady       = "WorkersNotReady"
 	ReasonPoolReady             = "PoolReady"
+	ReasonColdTierInUse         = "ColdTierInUse"
+	ReasonTieringOff            = "TieringOff"
+	ReasonNoColdTier            = "ObjectStoreHasNoColdTier"
+	ReasonColdTierMissing       = "ColdTierMissing"
 )

@@ -24,6 +24,15 @@ func (s *ObjectStore) DatabaseURL(storagePath string) string {
 	return "s3://" + path.Join(s.Spec.Hot.Bucket, storagePath)
 }
 
+// ColdDatabaseURL is the --cold-db URL of a database whose cold storage
+// path (relative to the cold bucket) is coldPath.
+func (s *ObjectStore) ColdDatabaseURL(coldPath string) string {
+	if s.Spec.Cold == nil {
+		return ""
+	}
+	return "s3://" + path.Join(s.Spec.Cold.Bucket, coldPath)
+}
+
 // ColdEndpoint is the cold tier's endpoint: its own, or the hot tier's.
 func (s *ObjectStore) ColdEndpoint() string {
 	if s.Spec.Cold == nil || s.Spec.Cold.Endpoint == "" {

@@ -34,8 +34,8 @@ type ObjectStoreSpec struct {
 	Hot BucketLocation `json:"hot"`
 
 	// Cold is the optional second tier (HDD-class storage) that tiered SST
-	// placement moves cold files to. Today the operator only checks that it
-	// is reachable; primaries do not use it yet.
+	// placement moves cold files to: a RocksDB with spec.tiering keeps its
+	// cold tables in COLD.PREFIX/NAMESPACE/NAME-UID (docs/tiering.md).
 	// +optional
 	Cold *ColdTier `json:"cold,omitempty"`
 

@@ -51,6 +51,13 @@ type RocksDBSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Compaction CompactionSpec `json:"compaction,omitempty"`
+
+	// Tiering moves old data to the ObjectStore's cold tier
+	// (docs/tiering.md); the ObjectStore must have spec.cold. Once a
+	// database has used its cold tier, its primaries and secondaries keep
+	// reading it even if tiering is removed.
+	// +optional
+	Tiering *TieringSpec `json:"tiering,omitempty"`
 }
 
 // CompactionMode is where compactions run.
@@ -105,6 +112,18 @@ type CompactorPoolReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+}
+
+// TieringSpec configures tiered SST placement.
+type TieringSpec struct {
+	// ColdAfter: data older than this moves to the cold tier
+	// (--cold-after), at least 1s. Choose it so that what the database
+	// writes in this time stays well below a tenth of its size
+	// (docs/tiering.md).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="coldAfter must be a duration of at least 1s, such as 24h or 168h"
+	ColdAfter metav1.Duration `json:"coldAfter"`
 }
 
 // ObjectStoreReference names an ObjectStore in the same namespace.
@@ -283,6 +302,7 @@ const (
 // RocksDBStatus is the observed state of a database.
 //
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.storagePath) || (has(self.storagePath) && self.storagePath == oldSelf.storagePath)",message="status.storagePath is immutable once set: the database lives there"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.coldStoragePath) || (has(self.coldStoragePath) && self.coldStoragePath == oldSelf.coldStoragePath)",message="status.coldStoragePath is immutable once set: the database's cold tables live there"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.epoch) || (has(self.epoch) && self.epoch >= oldSelf.epoch)",message="status.epoch never decreases: the store refuses an owner whose epoch is not above every epoch taken"
 type RocksDBStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
@@ -344,6 +364,31 @@ type RocksDBStatus struct {
 	// (mode Remote): queue depth, running and completed jobs, fallbacks.
 	// +optional
 	Compaction *CompactionStats `json:"compaction,omitempty"`
+	// ColdStoragePath is the database's directory in the cold tier's
+	// bucket: COLDPREFIX/NAMESPACE/NAME-UID. Set once, when tiering is
+	// first enabled; from then on every primary and secondary is given
+	// the cold tier.
+	// +optional
+	ColdStoragePath string `json:"coldStoragePath,omitempty"`
+
+	// Tiers is the live table data per storage tier, as the primary last
+	// reported it (polled with the secondaries' status).
+	// +optional
+	// +listType=map
+	// +listMapKey=tier
+	Tiers []TierStatus `json:"tiers,omitempty"`
+}
+
+// TierStatus is what one storage tier holds of a database.
+type TierStatus struct {
+	// Tier is hot or cold.
+	Tier string `json:"tier"`
+	// Files is the number of live tables in the tier.
+	// +optional
+	Files int64 `json:"files,omitempty"`
+	// Bytes is their size.
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // SecondaryStatus is one secondary's replication state.

@@ -18,7 +18,7 @@ func newAdminCmd() *cobra.Command {
 		Args:  cobra.ArbitraryArgs,
 		RunE:  runGroup,
 	}
-	c.AddCommand(newFenceStatusCmd())
+	c.AddCommand(newFenceStatusCmd(), newTiersCmd())
 	return c
 }
 

@@ -24,8 +24,9 @@ DIR/cache unless --cache-dir says otherwise, a read-only secondary beside it
 (--secondary-listen; empty: none), and a compactor scheduler
 (--compactor-listen) with one worker that run the primary's compactions
 (--compaction local: none), and prints how to reach them.
-It takes the same flags as "shale primary" (except --db). Data stays in DIR
-across restarts.`,
+It takes the same flags as "shale primary" (except --db). With --cold-after
+and no --cold-db, the cold tier is DIR/cold. Data stays in DIR across
+restarts.`,
 		Example: `  shale dev --data ./.shale-dev
   shale dev --data /tmp/shale --listen 127.0.0.1:7170 --secondary-listen 127.0.0.1:7171 --compactor-listen 127.0.0.1:7180 --metrics-listen ""
   shale dev --data /tmp/shale --compaction local`,
@@ -59,6 +60,9 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen, compac
 		return fmt.Errorf("--data %s: %w", data, err)
 	}
 	cfg.DB = "file://" + filepath.Join(abs, "db")
+	if cfg.Engine.ColdAfter > 0 && cfg.ColdDB == "" {
+		cfg.ColdDB = "file://" + filepath.Join(abs, "cold") // the cold tier beside the database
+	}
 	if cfg.Storage.CacheDir == "" {
 		cfg.Storage.CacheDir = filepath.Join(abs, "cache")
 	}
@@ -98,7 +102,7 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen, compac
 	defer s.Stop(10 * time.Second)
 	var sec *secondary.Server
 	if secondaryListen != "" {
-		sc := secondary.Config{DB: cfg.DB, Listen: secondaryListen, Limits: cfg.Limits, Engine: cfg.Engine, Primary: s.Addr(), Logger: cfg.Logger}
+		sc := secondary.Config{DB: cfg.DB, ColdDB: cfg.ColdDB, ColdEndpoint: cfg.ColdEndpoint, Listen: secondaryListen, Limits: cfg.Limits, Engine: cfg.Engine, Primary: s.Addr(), Logger: cfg.Logger}
 		sc.Storage.CacheDir = filepath.Join(abs, "secondary-cache")
 		if sec, err = secondary.Start(sc); err != nil {
 			return fmt.Errorf("secondary: %w", err)
@@ -114,6 +118,9 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen, compac
   database  %s
   KV API    %s  (gRPC; health and reflection enabled)
 `, abs, cfg.DB, s.Addr())
+	if cfg.ColdDB != "" {
+		fmt.Fprintf(stdout, "  cold tier %s  (bin/shale admin tiers --db %s --cold-db %s)\n", cfg.ColdDB, cfg.DB, cfg.ColdDB)
+	}
 	if m := s.MetricsAddr(); m != "" {
 		fmt.Fprintf(stdout, "  metrics   http://%s/metrics\n", m)
 	}

@@ -375,4 +375,9 @@ func printStatus(w io.Writer, st *kvv1.StatusResponse) {
 	fmt.Fprintf(w, "SST files per level: %v\n", s.GetFilesPerLevel())
 	fmt.Fprintf(w, "pending compaction:  %d bytes\n", s.GetPendingCompactionBytes())
 	fmt.Fprintf(w, "background errors:   %d\n", s.GetBackgroundErrors())
+	for _, t := range st.GetTiers() {
+		if t.GetFiles() > 0 {
+			fmt.Fprintf(w, "%-21s%d tables, %d bytes\n", t.GetTier()+" tier:", t.GetFiles(), t.GetBytes())
+		}
+	}
 }

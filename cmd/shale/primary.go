@@ -75,6 +75,9 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	fs.Var(newDuration(&st.WriteTimeout, time.Minute), "write-timeout", "deadline of one upload attempt (flush, compaction, WAL); failed attempts are retried")
 	fs.Var(newDuration(&st.RetryFor, 5*time.Minute), "retry-for", "keep retrying a failed background upload this long before failing it")
 	fs.Var(newSize(&cfg.Engine.BlockCacheBytes, cfg.Engine.BlockCacheBytes), "block-cache-size", "RocksDB block cache size")
+	coldTierFlags(c, &cfg.ColdDB, &cfg.ColdEndpoint)
+	fs.Var(durationValue{&cfg.Engine.ColdAfter}, "cold-after", "move data older than this `duration` to the cold tier (--cold-db), e.g. 24h (default: off; docs/tiering.md)")
+	noFileCompletion(c, "cold-after")
 	c.MarkFlagDirname("cache-dir")
 	noFileCompletion(c, "listen", "metrics-listen", "max-key-size", "max-value-size", "max-batch-size",
 		"cache-size", "epoch", "lease", "idle-confirm-interval", "delete-grace", "wal-storage-class", "sst-storage-class",
@@ -88,4 +91,12 @@ func newLogger(stderr io.Writer) *slog.Logger {
 // signalContext is cancelled by SIGINT or SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// coldTierFlags registers --cold-db and --cold-endpoint (primary, dev,
+// secondary, admin tiers).
+func coldTierFlags(c *cobra.Command, url, endpoint *string) {
+	c.Flags().StringVar(url, "cold-db", "", "cold tier `URL`: s3://BUCKET/PREFIX or file:///ABS/PATH, a location of the database's own (docs/tiering.md)")
+	c.Flags().StringVar(endpoint, "cold-endpoint", "", "S3 endpoint `URL` of the cold tier when it is another server than $AWS_ENDPOINT_URL (same credentials)")
+	noFileCompletion(c, "cold-db", "cold-endpoint")
 }

@@ -60,6 +60,7 @@ func secondaryFlags(c *cobra.Command, cfg *secondary.Config) {
 	fs.Var(newDuration(&st.ReadTimeout, 10*time.Second), "read-timeout", "deadline of one foreground read from the store")
 	fs.Var(newSize(&cfg.Engine.BlockCacheBytes, cfg.Engine.BlockCacheBytes), "block-cache-size", "RocksDB block cache size")
 	fs.Var(newSize(&cfg.Limits.MaxKeyBytes, cfg.Limits.MaxKeyBytes), "max-key-size", "largest key accepted")
+	coldTierFlags(c, &cfg.ColdDB, &cfg.ColdEndpoint)
 	c.MarkFlagDirname("cache-dir")
 	noFileCompletion(c, "listen", "primary", "metrics-listen", "cache-size", "catchup-interval", "id", "lease-ttl", "read-timeout", "block-cache-size", "max-key-size")
 }

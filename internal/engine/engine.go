@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/linxGnu/grocksdb"
 	"golang.org/x/sys/unix"
@@ -43,6 +44,11 @@ type Options struct {
 	// CompactionService, when set, is offered every compaction first
 	// (remote compaction; it answers "use local" on any trouble).
 	CompactionService rocksshim.CompactionService
+	// ColdAfter, when positive, turns on tiered placement (tiering.go):
+	// last-level tables are cold, keys younger than ColdAfter stay out of
+	// the last level, and an age-out pass moves older ones there. The
+	// FileSystem puts cold tables in the cold tier.
+	ColdAfter time.Duration
 	// SecondaryDir, when set, opens the database as a read-only secondary
 	// (DB::OpenAsSecondary) that keeps its own files there; it follows the
 	// primary with TryCatchUp.
@@ -86,6 +92,7 @@ type DB struct {
 	lockFile *os.File // flock on <dir>/LOCK, held while open
 	fs       *rocksshim.FileSystem
 	cs       *rocksshim.CompactionAttachment
+	tier     *ageOut // nil without tiering
 }
 
 // Open opens the database in dir, creating it (and missing parent
@@ -170,6 +177,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 			return nil, err
 		}
 	}
+	if o.ColdAfter > 0 && o.SecondaryDir == "" {
+		rocksshim.SetTiering(d.opts, o.ColdAfter)
+	}
 
 	if o.SecondaryDir != "" {
 		// A secondary keeps every table open (RocksDB requires it) and
@@ -189,6 +199,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.wSync.SetSync(true)
 	d.wNoSync = grocksdb.NewDefaultWriteOptions()
 	d.ro = grocksdb.NewDefaultReadOptions()
+	if o.ColdAfter > 0 && o.SecondaryDir == "" {
+		d.startAgeOut(o.ColdAfter)
+	}
 	return d, nil
 }
 
@@ -310,6 +323,7 @@ func (d *DB) free() {
 
 // Close closes the database after running calls finish.
 func (d *DB) Close() {
+	d.stopAgeOut()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {

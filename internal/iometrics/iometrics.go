@@ -14,6 +14,7 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	bytes    *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	tiers    *tierReads
 }
 
 // New registers the series with reg.
@@ -35,6 +36,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, labels),
 	}
 	reg.MustRegister(m.requests, m.bytes, m.latency)
+	m.tiers = newTierReads(reg)
 	return m
 }
 
@@ -49,4 +51,5 @@ func (m *Metrics) Observe(r shalefs.Request) {
 	if r.Bytes > 0 {
 		m.bytes.WithLabelValues(r.Op, r.FileType, r.Activity).Add(float64(r.Bytes))
 	}
+	m.tiers.observe(r)
 }

@@ -70,6 +70,8 @@ type Info struct {
 	// Guard, when set, is asked before every request whether this server
 	// still owns the database (fencing); nil for a plain local database.
 	Guard Guard
+	// Tiers, when set, reports the live tables per storage tier.
+	Tiers func() []*kvv1.TierUsage
 }
 
 // Guard reports whether a server may serve. Errors that implement
@@ -431,7 +433,12 @@ func (s *Server) Status(ctx context.Context, _ *kvv1.StatusRequest) (*kvv1.Statu
 	if s.info.Lag != nil {
 		primarySeq, lag = s.info.Lag()
 	}
+	var tiers []*kvv1.TierUsage
+	if s.info.Tiers != nil {
+		tiers = s.info.Tiers()
+	}
 	return &kvv1.StatusResponse{
+		Tiers:           tiers,
 		Role:            s.info.Role,
 		Epoch:           s.info.Epoch,
 		PrimarySequence: primarySeq,

@@ -147,7 +147,11 @@ func shaleFSEvent(h C.uintptr_t, op C.int, a *C.char, alen C.int, b *C.char, ble
 	var err error
 	switch op {
 	case opCreate:
-		err = hooks.Create(name)
+		if th, ok := hooks.(TemperatureHooks); ok {
+			err = th.CreateWithTemperature(name, Temperature(size))
+		} else {
+			err = hooks.Create(name)
+		}
 	case opSync:
 		err = hooks.Sync(name, int64(size), activityName(activity, name, true))
 	case opClose:

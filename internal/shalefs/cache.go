@@ -123,7 +123,7 @@ func (f *FS) OpenTable(name, activity string) error {
 	if !ok {
 		return fmt.Errorf("open table %s: %w", name, os.ErrNotExist)
 	}
-	if f.cfg.FetchWhole != nil && !f.cfg.FetchWhole(name) {
+	if readsRemotely(f.tierOf(name)) || (f.cfg.FetchWhole != nil && !f.cfg.FetchWhole(name)) {
 		return rocksshim.ErrReadRemote
 	}
 	// Fetch whole only what leaves room for others: at most an eighth.
@@ -155,7 +155,7 @@ func (f *FS) ReadAt(name string, off int64, buf []byte, activity string) (int, e
 	var n int
 	err := pol.do(context.Background(), func(ctx context.Context) error {
 		start := time.Now()
-		r, _, err := f.store.Get(ctx, objectKey(name, st.epoch), off, int64(len(buf)))
+		r, _, err := f.tierStore(st.tier).Get(ctx, objectKey(name, st.epoch), off, int64(len(buf)))
 		if err == nil {
 			n, err = io.ReadFull(r, buf)
 			r.Close()
@@ -163,7 +163,7 @@ func (f *FS) ReadAt(name string, off int64, buf []byte, activity string) (int, e
 				err = nil // a read at the end of the table
 			}
 		}
-		f.observe("get", name, activity, int64(n), start, err)
+		f.observeTier(st.tier, "get", name, activity, int64(n), start, err)
 		return err
 	})
 	return n, err

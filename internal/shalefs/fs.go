@@ -53,6 +53,10 @@ type Config struct {
 	// CacheBytes bounds the tables kept in CacheDir (0: unbounded). Tables
 	// that do not fit are read from the store range by range.
 	CacheBytes int64
+	// Cold, when set, is the cold tier's store: tables RocksDB writes cold
+	// go there (tier.go). A database that recorded a cold tier refuses to
+	// open without it.
+	Cold objstore.Store
 	// Storage classes for logs (WAL, MANIFEST, CURRENT, ...) and tables.
 	LogStorageClass, TableStorageClass string
 	// ReadTimeout bounds one attempt of a foreground read; WriteTimeout one
@@ -100,6 +104,7 @@ type Request struct {
 	Op       string // put, get, list, delete
 	FileType string // sst, wal, manifest, other
 	Activity string // foreground_read, foreground_write, wal, flush, compaction, open, background
+	Tier     string // tables' gets, puts and deletes: hot or cold ("" for other requests)
 	Bytes    int64
 	Duration time.Duration
 	Err      error
@@ -193,6 +198,12 @@ type FS struct {
 	// stopMu orders starting background folds against Stop.
 	stopMu  sync.Mutex
 	stopped bool
+
+	// cold is the cold tier's store once the tier records agree;
+	// coldPending: a reader's cold store waits for the database to record
+	// its cold tier (tier.go).
+	cold        atomic.Pointer[coldRef]
+	coldPending atomic.Bool
 }
 
 // Serving tells the FS that RocksDB finished opening: later fetches are
@@ -205,6 +216,7 @@ type file struct {
 	kind  Kind
 	epoch uint64 // version (the writer's epoch)
 	size  int64  // bytes in the store (logs: before the seal)
+	tier  Tier   // tables: the store holding this version (tier.go)
 
 	// logs only
 	segments []segment
@@ -658,17 +670,27 @@ func (f *FS) upload(name, path, activity string) error {
 		return err
 	}
 	key := objectKey(name, f.epoch)
+	tier := f.tierOf(name) // chosen when RocksDB created it
 	err = f.background().do(context.Background(), func(ctx context.Context) error {
-		err := f.putFile(ctx, key, name, activity, path, objstore.PutOptions{StorageClass: class})
+		err := f.putFileIn(ctx, tier, key, name, activity, path, objstore.PutOptions{StorageClass: class})
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("upload %s: %w", name, err)
 	}
 	f.mu.Lock()
-	f.files[name] = &file{kind: KindOf(name), epoch: f.epoch, size: fi.Size()}
+	f.files[name] = &file{kind: KindOf(name), epoch: f.epoch, size: fi.Size(), tier: tier}
 	f.mu.Unlock()
-	if KindOf(name) == KindTable && path == f.localPath(name) {
+	if KindOf(name) == KindTable && path == f.localPath(name) && readsRemotely(tier) {
+		// Cold tables stay out of the local cache (tier.go).
+		f.cache.mu.Lock()
+		evict := f.cache.evict
+		f.cache.mu.Unlock()
+		if evict != nil {
+			evict(name)
+		}
+		os.Remove(path)
+	} else if KindOf(name) == KindTable && path == f.localPath(name) {
 		f.noteCachedVersion(name, f.epoch)
 		// The new table stays cached; older ones make room for it.
 		f.cache.add(name, fi.Size())
@@ -859,7 +881,7 @@ func (f *FS) Fetch(name, activity string) error {
 			data, _, err = f.get(ctx, "CURRENT", name, activity)
 			data = currentContent(data)
 		default:
-			data, _, err = f.get(ctx, objectKey(name, st.epoch), name, activity)
+			data, err = f.getObject(ctx, name, st, activity)
 		}
 		return err
 	})

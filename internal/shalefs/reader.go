@@ -97,6 +97,9 @@ func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	if len(top) == 0 {
 		return nil, fmt.Errorf("%s holds no database yet: start its primary first", cfg.Store.URL())
 	}
+	if err := f.checkTiers(ctx, false); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cache dir: %w", err)
 	}
@@ -151,6 +154,9 @@ func (f *FS) RefreshHinted(ctx context.Context, h *Hint) error {
 	}
 	f.refreshMu.Lock()
 	defer f.refreshMu.Unlock()
+	if err := f.adoptPendingCold(ctx); err != nil {
+		return err
+	}
 	if h != nil {
 		err := f.refreshHinted(ctx, h)
 		if err == nil {
@@ -319,6 +325,10 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 		if st := files[name]; st == nil || e > st.epoch {
 			files[name] = &file{kind: KindOf(name), epoch: e, size: o.Size}
 		}
+	}
+	// Cold tables too, also listed after every MANIFEST listing.
+	if err := f.listColdTables(ctx, files, trashed); err != nil {
+		return err
 	}
 	if current != nil {
 		files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(current))}

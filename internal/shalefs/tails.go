@@ -180,6 +180,9 @@ func (f *FS) refreshHinted(ctx context.Context, h *Hint) error {
 				files[name] = &file{kind: KindOf(name), epoch: e, size: o.Size}
 			}
 		}
+		if err := f.listColdTables(ctx, files, trashed); err != nil {
+			return err
+		}
 	}
 	files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(current))}
 	return f.install(ctx, old, files, fresh, current, tag, false, start, manifestGrew, activity, true)

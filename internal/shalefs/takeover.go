@@ -62,6 +62,11 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err := recognize(top); err != nil {
 		return nil, err
 	}
+	// The cold tier, before claiming anything: a misconfigured primary
+	// deposes nobody.
+	if err := f.checkTiers(ctx, true); err != nil {
+		return nil, err
+	}
 
 	// 1-2. Claim the epoch.
 	var existing []uint64
@@ -258,6 +263,9 @@ func (f *FS) listStore(ctx context.Context, last *openedRecord, seal bool) (map[
 		if st := files[name]; st == nil || e > st.epoch {
 			files[name] = &file{kind: KindOf(name), epoch: e, size: o.Size}
 		}
+	}
+	if err := f.listColdTables(ctx, files, trashed); err != nil {
+		return nil, err
 	}
 	return files, nil
 }
@@ -780,6 +788,9 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 		return nil
 	}
 	if err := f.delMany(ctx, keys, "trash"); err != nil {
+		return err
+	}
+	if err := f.deleteCold(ctx, keys); err != nil {
 		return err
 	}
 	if err := f.delMany(ctx, done, "trash"); err != nil {

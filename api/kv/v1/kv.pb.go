@@ -1220,8 +1220,11 @@ type StatusResponse struct {
 	// waited (0 when caught up).
 	PrimarySequence uint64  `protobuf:"varint,8,opt,name=primary_sequence,json=primarySequence,proto3" json:"primary_sequence,omitempty"`
 	LagSeconds      float64 `protobuf:"fixed64,9,opt,name=lag_seconds,json=lagSeconds,proto3" json:"lag_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Live tables per storage tier (hot, cold) as this server's FileSystem
+	// lists them (docs/tiering.md).
+	Tiers         []*TierUsage `protobuf:"bytes,10,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1317,6 +1320,73 @@ func (x *StatusResponse) GetLagSeconds() float64 {
 	return 0
 }
 
+func (x *StatusResponse) GetTiers() []*TierUsage {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+type TierUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tier          string                 `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"`
+	Files         uint64                 `protobuf:"varint,2,opt,name=files,proto3" json:"files,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TierUsage) Reset() {
+	*x = TierUsage{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TierUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TierUsage) ProtoMessage() {}
+
+func (x *TierUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
+func (*TierUsage) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TierUsage) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *TierUsage) GetFiles() uint64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *TierUsage) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 type DBStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	EstimatedKeys uint64                 `protobuf:"varint,1,opt,name=estimated_keys,json=estimatedKeys,proto3" json:"estimated_keys,omitempty"`
@@ -1336,7 +1406,7 @@ type DBStats struct {
 
 func (x *DBStats) Reset() {
 	*x = DBStats{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1418,7 @@ func (x *DBStats) String() string {
 func (*DBStats) ProtoMessage() {}
 
 func (x *DBStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1431,7 @@ func (x *DBStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DBStats.ProtoReflect.Descriptor instead.
 func (*DBStats) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DBStats) GetEstimatedKeys() uint64 {
@@ -1437,7 +1507,7 @@ type Mutation_Put struct {
 
 func (x *Mutation_Put) Reset() {
 	*x = Mutation_Put{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1519,7 @@ func (x *Mutation_Put) String() string {
 func (*Mutation_Put) ProtoMessage() {}
 
 func (x *Mutation_Put) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1558,7 @@ type Mutation_Delete struct {
 
 func (x *Mutation_Delete) Reset() {
 	*x = Mutation_Delete{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1570,7 @@ func (x *Mutation_Delete) String() string {
 func (*Mutation_Delete) ProtoMessage() {}
 
 func (x *Mutation_Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1604,7 @@ type MultiGetResponse_Result struct {
 
 func (x *MultiGetResponse_Result) Reset() {
 	*x = MultiGetResponse_Result{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1616,7 @@ func (x *MultiGetResponse_Result) String() string {
 func (*MultiGetResponse_Result) ProtoMessage() {}
 
 func (x *MultiGetResponse_Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1727,7 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
 	"\flast_segment\x18\x03 \x01(\x04R\vlastSegment\x12\x14\n" +
-	"\x05bytes\x18\x04 \x01(\x04R\x05bytes\"\xc1\x02\n" +
+	"\x05bytes\x18\x04 \x01(\x04R\x05bytes\"\xef\x02\n" +
 	"\x0eStatusResponse\x12%\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x11.shale.kv.v1.RoleR\x04role\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12'\n" +
@@ -1668,7 +1738,13 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x05stats\x18\a \x01(\v2\x14.shale.kv.v1.DBStatsR\x05stats\x12)\n" +
 	"\x10primary_sequence\x18\b \x01(\x04R\x0fprimarySequence\x12\x1f\n" +
 	"\vlag_seconds\x18\t \x01(\x01R\n" +
-	"lagSeconds\"\x83\x03\n" +
+	"lagSeconds\x12,\n" +
+	"\x05tiers\x18\n" +
+	" \x03(\v2\x16.shale.kv.v1.TierUsageR\x05tiers\"K\n" +
+	"\tTierUsage\x12\x12\n" +
+	"\x04tier\x18\x01 \x01(\tR\x04tier\x12\x14\n" +
+	"\x05files\x18\x02 \x01(\x04R\x05files\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytes\"\x83\x03\n" +
 	"\aDBStats\x12%\n" +
 	"\x0eestimated_keys\x18\x01 \x01(\x04R\restimatedKeys\x12$\n" +
 	"\x0elive_sst_bytes\x18\x02 \x01(\x04R\fliveSstBytes\x12%\n" +
@@ -1708,7 +1784,7 @@ func file_api_kv_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_api_kv_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_api_kv_v1_kv_proto_goTypes = []any{
 	(Role)(0),                       // 0: shale.kv.v1.Role
 	(*PutRequest)(nil),              // 1: shale.kv.v1.PutRequest
@@ -1734,45 +1810,47 @@ var file_api_kv_v1_kv_proto_goTypes = []any{
 	(*WatchEvent)(nil),              // 21: shale.kv.v1.WatchEvent
 	(*LogTail)(nil),                 // 22: shale.kv.v1.LogTail
 	(*StatusResponse)(nil),          // 23: shale.kv.v1.StatusResponse
-	(*DBStats)(nil),                 // 24: shale.kv.v1.DBStats
-	(*Mutation_Put)(nil),            // 25: shale.kv.v1.Mutation.Put
-	(*Mutation_Delete)(nil),         // 26: shale.kv.v1.Mutation.Delete
-	(*MultiGetResponse_Result)(nil), // 27: shale.kv.v1.MultiGetResponse.Result
+	(*TierUsage)(nil),               // 24: shale.kv.v1.TierUsage
+	(*DBStats)(nil),                 // 25: shale.kv.v1.DBStats
+	(*Mutation_Put)(nil),            // 26: shale.kv.v1.Mutation.Put
+	(*Mutation_Delete)(nil),         // 27: shale.kv.v1.Mutation.Delete
+	(*MultiGetResponse_Result)(nil), // 28: shale.kv.v1.MultiGetResponse.Result
 }
 var file_api_kv_v1_kv_proto_depIdxs = []int32{
-	25, // 0: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
-	26, // 1: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
+	26, // 0: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
+	27, // 1: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
 	7,  // 2: shale.kv.v1.WriteRequest.mutations:type_name -> shale.kv.v1.Mutation
-	27, // 3: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
+	28, // 3: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
 	13, // 4: shale.kv.v1.ScanResponse.pairs:type_name -> shale.kv.v1.KeyValue
 	22, // 5: shale.kv.v1.WatchEvent.logs:type_name -> shale.kv.v1.LogTail
 	0,  // 6: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
-	24, // 7: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
-	1,  // 8: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
-	3,  // 9: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
-	5,  // 10: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
-	8,  // 11: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
-	10, // 12: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
-	12, // 13: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
-	15, // 14: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
-	17, // 15: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
-	19, // 16: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
-	20, // 17: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
-	2,  // 18: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
-	4,  // 19: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
-	6,  // 20: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
-	9,  // 21: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
-	11, // 22: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
-	14, // 23: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
-	16, // 24: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
-	18, // 25: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
-	23, // 26: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
-	21, // 27: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	25, // 7: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
+	24, // 8: shale.kv.v1.StatusResponse.tiers:type_name -> shale.kv.v1.TierUsage
+	1,  // 9: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
+	3,  // 10: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
+	5,  // 11: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
+	8,  // 12: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
+	10, // 13: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
+	12, // 14: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
+	15, // 15: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
+	17, // 16: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
+	19, // 17: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
+	20, // 18: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
+	2,  // 19: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
+	4,  // 20: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
+	6,  // 21: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
+	9,  // 22: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
+	11, // 23: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
+	14, // 24: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
+	16, // 25: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
+	18, // 26: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
+	23, // 27: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
+	21, // 28: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
+	19, // [19:29] is the sub-list for method output_type
+	9,  // [9:19] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_api_kv_v1_kv_proto_init() }
@@ -1790,7 +1868,7 @@ func file_api_kv_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_kv_v1_kv_proto_rawDesc), len(file_api_kv_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

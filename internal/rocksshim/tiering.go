@@ -1,0 +1,147 @@
+package rocksshim
+
+/*
+#include <stdlib.h>
+#include "tiering.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"github.com/linxGnu/grocksdb"
+)
+
+// Temperature is rocksdb::Temperature: the hint RocksDB gives the
+// FileSystem for a new file (FileOptions::temperature) and records in the
+// MANIFEST.
+type Temperature uint8
+
+// RocksDB 7.8.3's values (include/rocksdb/types.h).
+const (
+	TemperatureUnknown Temperature = 0x00
+	TemperatureHot     Temperature = 0x04
+	TemperatureWarm    Temperature = 0x08
+	TemperatureCold    Temperature = 0x0C
+)
+
+func (t Temperature) String() string {
+	switch t {
+	case TemperatureUnknown:
+		return "unknown"
+	case TemperatureHot:
+		return "hot"
+	case TemperatureWarm:
+		return "warm"
+	case TemperatureCold:
+		return "cold"
+	}
+	return fmt.Sprintf("temperature(%d)", uint8(t))
+}
+
+// TemperatureHooks is implemented by FileSystemHooks that place files by
+// temperature: a new file's Create then carries RocksDB's hint.
+type TemperatureHooks interface {
+	CreateWithTemperature(name string, t Temperature) error
+}
+
+func init() {
+	t := reflect.TypeOf(grocksdb.DB{})
+	if t.NumField() == 0 || t.Field(0).Name != "c" || t.Field(0).Type.Kind() != reflect.Pointer || t.Field(0).Offset != 0 {
+		panic(fmt.Sprintf("rocksshim: grocksdb.DB no longer starts with its C handle (first field %v); update rocksshim.dbHandle", t.Field(0)))
+	}
+}
+
+func dbHandle(db *grocksdb.DB) *C.rocksdb_t {
+	return *(**C.rocksdb_t)(unsafe.Pointer(db))
+}
+
+// SetTiering makes last-level SSTs cold and keeps keys younger than
+// coldAfter out of the last level (per-key placement); call before the
+// DB opens. Seconds are RocksDB's unit: coldAfter is rounded up to one.
+func SetTiering(opts *grocksdb.Options, coldAfter time.Duration) {
+	secs := uint64((coldAfter + time.Second - 1) / time.Second)
+	C.shale_options_set_tiering(optionsHandle(opts), C.uint64_t(max(secs, 1)))
+	runtime.KeepAlive(opts)
+}
+
+// NumLevels is the number of LSM levels opts configure.
+func NumLevels(opts *grocksdb.Options) int {
+	n := int(C.shale_options_num_levels(optionsHandle(opts)))
+	runtime.KeepAlive(opts)
+	return n
+}
+
+// LiveFile describes one live SST file.
+type LiveFile struct {
+	Name                         string // "000012.sst"
+	Level                        int
+	Size                         uint64
+	Entries                      uint64
+	SmallestSeqno, LargestSeqno  uint64
+	CreationTime, OldestAncestor time.Time // zero: unknown
+	BeingCompacted               bool
+	Temperature                  Temperature // as the MANIFEST records it
+}
+
+func unixOrZero(s C.uint64_t) time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(int64(s), 0)
+}
+
+// LiveFiles lists the live SST files of db.
+func LiveFiles(db *grocksdb.DB) []LiveFile {
+	var files *C.shale_live_file_t
+	n := int(C.shale_live_files(dbHandle(db), &files))
+	runtime.KeepAlive(db)
+	defer C.shale_live_files_free(files, C.int(n))
+	out := make([]LiveFile, n)
+	for i, f := range unsafe.Slice(files, n) {
+		out[i] = LiveFile{
+			Name: C.GoString(f.name), Level: int(f.level), Size: uint64(f.size), Entries: uint64(f.entries),
+			SmallestSeqno: uint64(f.smallest_seqno), LargestSeqno: uint64(f.largest_seqno),
+			CreationTime: unixOrZero(f.file_creation_time), OldestAncestor: unixOrZero(f.oldest_ancester_time),
+			BeingCompacted: f.being_compacted != 0, Temperature: Temperature(f.temperature),
+		}
+	}
+	return out
+}
+
+// Compacted says where a CompactFiles put its output tables.
+type Compacted struct {
+	Outputs       int // tables written
+	AtOutputLevel int // of which in the output level (the rest in the level above it)
+}
+
+// CompactFiles compacts the named live SST files (and whatever RocksDB
+// must add to make a valid compaction) into outputLevel, in this thread.
+func CompactFiles(db *grocksdb.DB, names []string, outputLevel int) (Compacted, error) {
+	if len(names) == 0 {
+		return Compacted{}, errors.New("compact files: no files")
+	}
+	cs := make([]*C.char, len(names))
+	for i, n := range names {
+		cs[i] = C.CString(n)
+	}
+	defer func() {
+		for _, c := range cs {
+			C.free(unsafe.Pointer(c))
+		}
+	}()
+	var outputs, at C.int
+	msg := C.shale_compact_files(dbHandle(db), &cs[0], C.int(len(cs)), C.int(outputLevel), &outputs, &at)
+	runtime.KeepAlive(db)
+	res := Compacted{Outputs: int(outputs), AtOutputLevel: int(at)}
+	if msg == nil {
+		return res, nil
+	}
+	defer C.free(unsafe.Pointer(msg))
+	return res, errors.New(C.GoString(msg))
+}
