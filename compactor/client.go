@@ -37,6 +37,11 @@ type ClientConfig struct {
 	// SweepEvery is how often leftover job directories are looked for
 	// (default 10m; one LIST each time, plus deletes).
 	SweepEvery time.Duration
+	// KeepLocal, when set, names compactions to run locally without
+	// asking (by output level): with tiering on, 7.8.3 installs every
+	// remote output in the output level, so compactions into the last
+	// level, which split data per key between hot and cold, stay local.
+	KeepLocal  func(outputLevel int32) bool
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -236,6 +241,10 @@ func (c *Client) Start(job rocksshim.CompactionJob) rocksshim.CompactionStatus {
 	level, _, _ := rocksshim.CompactionField(job.Input, "output_level")
 	var outLevel int32
 	fmt.Sscan(level, &outLevel)
+	if c.cfg.KeepLocal != nil && c.cfg.KeepLocal(outLevel) {
+		c.jobs.WithLabelValues("kept_local").Inc()
+		return rocksshim.CompactionUseLocal
+	}
 	id := c.fs.NewJobID()
 	c.mu.Lock()
 	report := c.unreported

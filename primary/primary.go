@@ -182,6 +182,10 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.CompactionMode == "remote" {
 		cc := cfg.Compaction
 		cc.DB, cc.Logger, cc.Registerer = u.String(), cfg.Logger, reg
+		coldAfter := cfg.Engine.ColdAfter
+		cc.KeepLocal = func(outputLevel int32) bool {
+			return engine.KeepCompactionLocal(int(outputLevel), engine.NumLevels, coldAfter)
+		}
 		if s.compactor, err = compactor.NewClient(cc, s.fs); err != nil {
 			return nil, err
 		}
