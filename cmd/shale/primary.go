@@ -55,6 +55,7 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	st := &cfg.Storage
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "gRPC `address` to serve the KV API on")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9090", "HTTP `address` for Prometheus /metrics and /healthz (empty: off)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's /debug/pprof profiles on --metrics-listen (off by default: they show internals and cost CPU while taken)")
 	fs.Var(newSize(&cfg.Limits.MaxKeyBytes, cfg.Limits.MaxKeyBytes), "max-key-size", "largest key accepted")
 	fs.Var(newSize(&cfg.Limits.MaxValueBytes, cfg.Limits.MaxValueBytes), "max-value-size", "largest value accepted")
 	fs.Var(newSize(&cfg.Limits.MaxBatchBytes, cfg.Limits.MaxBatchBytes), "max-batch-size", "largest total of keys and values in one Write batch")

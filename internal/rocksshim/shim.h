@@ -50,6 +50,22 @@ void shale_fs_destroy(shale_fs_t* fs);
 // (its local copy is about to be deleted).
 void shale_fs_evict(shale_fs_t* fs, const char* name, int n);
 
+// ---- Fast paths (db.cc) ----------------------------------------------------
+// Get: 1 found (value copied to buf when *vlen <= cap), 0 not found, -1
+// error (*err malloc'd).
+int shale_db_get(rocksdb_t* db, rocksdb_readoptions_t* ro, const char* key, size_t klen, char* buf,
+                 size_t cap, size_t* vlen, char** err);
+// Applies a batch given in WriteBatch's serialized form.
+void shale_db_write_rep(rocksdb_t* db, rocksdb_writeoptions_t* wo, const char* rep, size_t len,
+                        char** err);
+// Batched MultiGet of n keys laid end to end in keys (lengths in klens).
+// vlens[i] is -1 for a missing key. Returns the total value bytes; the
+// values are copied back to back into buf only when that total fits cap.
+// -1 on error (*err malloc'd).
+int64_t shale_db_multiget(rocksdb_t* db, rocksdb_readoptions_t* ro, size_t n, const char* keys,
+                          const size_t* klens, char* buf, size_t cap, int64_t* vlens, char** err);
+void shale_readoptions_set_async_io(rocksdb_readoptions_t* ro, int async_io, int optimize_multiget);
+
 #ifdef __cplusplus
 }
 #endif
