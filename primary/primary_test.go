@@ -505,3 +505,32 @@ func TestStartFailuresLeaveNothingRunning(t *testing.T) {
 		t.Fatalf("s3 URL without an endpoint: %v", err)
 	}
 }
+
+// /debug/pprof is served on the metrics listener only with --pprof.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		s, err := Start(Config{
+			DB:            "file://" + filepath.Join(t.TempDir(), "db"),
+			Listen:        "127.0.0.1:0",
+			MetricsListen: "127.0.0.1:0",
+			Pprof:         on,
+			Limits:        kvserver.DefaultLimits(),
+			Engine:        engine.DefaultOptions(),
+			Storage:       shalefs.Config{CacheDir: filepath.Join(t.TempDir(), "cache"), Lease: 200 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get("http://" + s.MetricsAddr() + "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		served := resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte("goroutine profile"))
+		if served != on {
+			t.Errorf("pprof %v: GET /debug/pprof/goroutine answered %d", on, resp.StatusCode)
+		}
+		s.Stop(5 * time.Second)
+	}
+}

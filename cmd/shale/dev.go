@@ -51,6 +51,7 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen string)
 		cfg.Storage.CacheDir = filepath.Join(abs, "cache")
 	}
 	cfg.Logger = newLogger(c.ErrOrStderr())
+	serverGC()
 
 	ctx, stop := signalContext()
 	defer stop()

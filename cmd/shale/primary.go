@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -35,6 +36,7 @@ release the database. A primary deposed by a newer epoch exits with status 1.`,
 				return usageErrorf("primary: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
 			}
 			cfg.Logger = newLogger(c.ErrOrStderr())
+			serverGC()
 			ctx, stop := signalContext()
 			defer stop()
 			return primary.Run(ctx, cfg)
@@ -75,6 +77,17 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	noFileCompletion(c, "listen", "metrics-listen", "max-key-size", "max-value-size", "max-batch-size",
 		"cache-size", "epoch", "lease", "idle-confirm-interval", "delete-grace", "wal-storage-class", "sst-storage-class",
 		"read-timeout", "write-timeout", "retry-for", "block-cache-size")
+}
+
+// serverGC makes the Go collector of a server run a quarter as often as
+// by default (GOGC=400) unless GOGC is set. A server's Go heap is small
+// (RocksDB's memory is not Go's), so at GOGC=100 every few thousand
+// requests started a collection: 5-8% of the CPU of a unary Put or Get.
+// The price is a Go heap up to five times the live one: megabytes.
+func serverGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 }
 
 func newLogger(stderr io.Writer) *slog.Logger {

@@ -28,6 +28,7 @@ shows its sequence number. It stops on SIGINT or SIGTERM.`,
 				return usageErrorf("secondary: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
 			}
 			cfg.Logger = newLogger(c.ErrOrStderr())
+			serverGC()
 			ctx, stop := signalContext()
 			defer stop()
 			return secondary.Run(ctx, cfg)

@@ -122,6 +122,7 @@ type DB struct {
 	wNoSync *grocksdb.WriteOptions
 	ro      *grocksdb.ReadOptions
 	tuning  Tuning
+	commit  committer // merges concurrent non-durable writes
 
 	lockFile *os.File // flock on <dir>/LOCK, held while open
 	fs       *rocksshim.FileSystem
@@ -392,7 +393,19 @@ func (d *DB) Put(key, value []byte, sync bool) error {
 		return err
 	}
 	defer d.leave()
-	return d.db.Put(d.writeOptions(sync), key, value)
+	if sync || len(key)+len(value) > coalesceMaxBytes {
+		return d.db.Put(d.writeOptions(sync), key, value)
+	}
+	p := pendingPool.Get().(*pendingWrite)
+	p.key, p.value = key, value
+	err := d.commit.write(p, d.applyNoSync)
+	p.key, p.value = nil, nil
+	pendingPool.Put(p)
+	return err
+}
+
+func (d *DB) applyNoSync(b *rocksshim.Batch) error {
+	return rocksshim.WriteRep(d.db, d.wNoSync, b.Data())
 }
 
 // Delete removes key.
@@ -401,7 +414,15 @@ func (d *DB) Delete(key []byte, sync bool) error {
 		return err
 	}
 	defer d.leave()
-	return d.db.Delete(d.writeOptions(sync), key)
+	if sync || len(key) > coalesceMaxBytes {
+		return d.db.Delete(d.writeOptions(sync), key)
+	}
+	p := pendingPool.Get().(*pendingWrite)
+	p.key, p.del = key, true
+	err := d.commit.write(p, d.applyNoSync)
+	p.key, p.del = nil, false
+	pendingPool.Put(p)
+	return err
 }
 
 // Mutation is one put (Delete false) or delete in a batch.
@@ -425,7 +446,19 @@ func (d *DB) Write(ms []Mutation, sync bool) error {
 			b.Put(m.Key, m.Value)
 		}
 	}
-	return rocksshim.WriteRep(d.db, d.writeOptions(sync), b.Data())
+	return d.writeBatch(b, sync)
+}
+
+func (d *DB) writeBatch(b *rocksshim.Batch, sync bool) error {
+	if sync || b.Size() > coalesceMaxBytes {
+		return rocksshim.WriteRep(d.db, d.writeOptions(sync), b.Data())
+	}
+	p := pendingPool.Get().(*pendingWrite)
+	p.own = b
+	err := d.commit.write(p, d.applyNoSync)
+	p.own = nil
+	pendingPool.Put(p)
+	return err
 }
 
 // WriteBatch applies a batch built with rocksshim.Batch atomically (the
@@ -438,7 +471,7 @@ func (d *DB) WriteBatch(b *rocksshim.Batch, sync bool) error {
 		return err
 	}
 	defer d.leave()
-	return rocksshim.WriteRep(d.db, d.writeOptions(sync), b.Data())
+	return d.writeBatch(b, sync)
 }
 
 // batches recycles the serialized batches of Write.

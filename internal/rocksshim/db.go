@@ -190,6 +190,16 @@ func (b *Batch) Delete(key []byte) {
 	b.count++
 }
 
+// Append adds o's operations after b's.
+func (b *Batch) Append(o *Batch) {
+	if o.count == 0 {
+		return
+	}
+	b.header()
+	b.rep = append(b.rep, o.rep[batchHeader:]...)
+	b.count += o.count
+}
+
 // Count is the number of operations.
 func (b *Batch) Count() int { return int(b.count) }
 
