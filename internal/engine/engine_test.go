@@ -238,3 +238,67 @@ func TestTunedDatabase(t *testing.T) {
 		t.Fatalf("a refused open left %s behind: %v", dir, err)
 	}
 }
+
+// Concurrent non-durable puts, deletes and batches (merged into shared
+// RocksDB writes) all land, each batch whole, and a mix with durable and
+// oversized writes keeps working.
+func TestConcurrentWritesMerged(t *testing.T) {
+	d := open(t, t.TempDir())
+	const writers, rounds = 16, 200
+	big := strings.Repeat("b", coalesceMaxBytes+1)
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		go func() {
+			var err error
+			for i := 0; i < rounds && err == nil; i++ {
+				k := fmt.Sprintf("w%02d-%03d", w, i)
+				switch i % 5 {
+				case 0, 1:
+					err = d.Put([]byte(k), []byte(k), false)
+				case 2:
+					err = d.Write([]Mutation{{Key: []byte(k), Value: []byte(k)}, {Key: []byte(k + "-pair"), Value: []byte(k)}}, false)
+				case 3:
+					if err = d.Put([]byte(k), []byte("doomed"), false); err == nil {
+						err = d.Delete([]byte(k), false)
+					}
+				case 4:
+					if w == 0 {
+						err = d.Put([]byte(k), []byte(big), false) // too large to merge
+					} else {
+						err = d.Put([]byte(k), []byte(k), w%2 == 0)
+					}
+				}
+			}
+			errs <- err
+		}()
+	}
+	for w := 0; w < writers; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for w := 0; w < writers; w++ {
+		for i := 0; i < rounds; i++ {
+			k := fmt.Sprintf("w%02d-%03d", w, i)
+			v, ok, err := d.Get([]byte(k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := k
+			switch {
+			case i%5 == 3:
+				want = ""
+			case i%5 == 4 && w == 0:
+				want = big
+			}
+			if (want == "") == ok || string(v) != want {
+				t.Fatalf("%s = %.20q (found %v), want %.20q", k, v, ok, want)
+			}
+			if i%5 == 2 {
+				if v, ok, _ := d.Get([]byte(k + "-pair")); !ok || string(v) != k {
+					t.Fatalf("%s-pair of the same batch missing", k)
+				}
+			}
+		}
+	}
+}
