@@ -164,6 +164,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 			d.lockFile.Close()
 		}
 	}()
+	if o.SecondaryDir == "" {
+		clearStaging(dir) // ours now: files a crashed owner staged
+	}
 	d.opts = grocksdb.NewDefaultOptions()
 	d.opts.SetCreateIfMissing(true)
 	d.opts.IncreaseParallelism(o.BackgroundThreads)
