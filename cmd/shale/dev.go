@@ -29,6 +29,9 @@ across restarts.`,
 			if data == "" {
 				return usageErrorf("dev: --data is required (a directory for all local state)")
 			}
+			if err := cfg.Engine.Tuning.Validate(); err != nil {
+				return usageErrorf("dev: %v", err)
+			}
 			return runDev(c, &cfg, data, secondaryListen)
 		},
 	}

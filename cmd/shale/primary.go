@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -34,6 +35,9 @@ release the database. A primary deposed by a newer epoch exits with status 1.`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if cfg.DB == "" {
 				return usageErrorf("primary: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
+			}
+			if err := cfg.Engine.Tuning.Validate(); err != nil {
+				return usageErrorf("primary: %v", err)
 			}
 			cfg.Logger = newLogger(c.ErrOrStderr())
 			serverGC()
@@ -73,11 +77,50 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	fs.Var(newDuration(&st.WriteTimeout, time.Minute), "write-timeout", "deadline of one upload attempt (flush, compaction, WAL); failed attempts are retried")
 	fs.Var(newDuration(&st.RetryFor, 5*time.Minute), "retry-for", "keep retrying a failed background upload this long before failing it")
 	fs.Var(newSize(&cfg.Engine.BlockCacheBytes, cfg.Engine.BlockCacheBytes), "block-cache-size", "RocksDB block cache size")
+	tuningFlags(c, &cfg.Engine.Tuning)
 	c.MarkFlagDirname("cache-dir")
 	noFileCompletion(c, "listen", "metrics-listen", "max-key-size", "max-value-size", "max-batch-size",
 		"cache-size", "epoch", "lease", "idle-confirm-interval", "delete-grace", "wal-storage-class", "sst-storage-class",
 		"read-timeout", "write-timeout", "retry-for", "block-cache-size")
 }
+
+// tuningFlags registers the RocksDB features of engine.Tuning
+// (docs/performance.md measures each).
+func tuningFlags(c *cobra.Command, t *engine.Tuning) {
+	fs := c.Flags()
+	fs.Var(&dataBlockIndexValue{&t.DataBlockHashIndex}, "data-block-index", "index within SST data blocks: binary, or binary-and-hash (a hash index point lookups try first; a little more space)")
+	fs.Float64Var(&t.DataBlockHashRatio, "data-block-hash-ratio", 0, "with --data-block-index=binary-and-hash: keys per hash bucket, in (0, 1]; lower is faster and larger (0: RocksDB's 0.75)")
+	fs.BoolVar(&t.UnorderedWrite, "unordered-write", false, "insert into the memtable without waiting for earlier writers: more write throughput, but a Scan or MultiGet may see a write before an earlier one lands")
+	fs.BoolVar(&t.PipelinedWrite, "pipelined-write", false, "overlap a write group's WAL write with the previous group's memtable insert (not with --unordered-write)")
+	fs.BoolVar(&t.AsyncIO, "async-io", false, "let RocksDB read ahead asynchronously for scans (ReadOptions.async_io)")
+	fs.BoolVar(&t.OptimizeMultiGetForIO, "optimize-multiget-for-io", false, "with --async-io: read the files of a MultiGet's keys in several levels in parallel")
+	c.RegisterFlagCompletionFunc("data-block-index", cobra.FixedCompletions([]cobra.Completion{"binary", "binary-and-hash"}, cobra.ShellCompDirectiveNoFileComp))
+	noFileCompletion(c, "data-block-hash-ratio")
+}
+
+// dataBlockIndexValue is --data-block-index.
+type dataBlockIndexValue struct{ hash *bool }
+
+func (v *dataBlockIndexValue) String() string {
+	if v.hash != nil && *v.hash {
+		return "binary-and-hash"
+	}
+	return "binary"
+}
+
+func (v *dataBlockIndexValue) Set(s string) error {
+	switch s {
+	case "binary":
+		*v.hash = false
+	case "binary-and-hash":
+		*v.hash = true
+	default:
+		return errors.New(`want "binary" or "binary-and-hash"`)
+	}
+	return nil
+}
+
+func (*dataBlockIndexValue) Type() string { return "index" }
 
 // serverGC makes the Go collector of a server run a quarter as often as
 // by default (GOGC=400) unless GOGC is set. A server's Go heap is small
