@@ -22,6 +22,15 @@ cleanup() {
 trap cleanup EXIT
 
 go build -o "$work/storagebench" "$repo/hack/storagebench"
+rows=("RocksDB 7.8.3 db_bench, local dir:local" "Shale engine, no FileSystem:engine")
+if [ -n "${BASE:-}" ]; then
+  # The engine of another revision, for before/after figures in one run.
+  mkdir -p "$work/base-src"
+  git -C "$repo" archive "$BASE" | tar -x -C "$work/base-src"
+  (cd "$work/base-src" && go build -o "$work/storagebench-base" ./hack/storagebench)
+  rows+=("Shale engine ($BASE), no FileSystem:engine-base")
+fi
+rows+=("Shale, file:// store:file" "Shale, MinIO on loopback:s3")
 
 common=(--num="$NUM" --key_size=20 --value_size=400 --cache_size=$((16 << 20)) --block_size=8192 --seed=1)
 echo "# NUM=$NUM keys; results in $work" >&2
@@ -34,6 +43,11 @@ db_bench --benchmarks=fillrandom,readrandom --db="$work/rocksdb" "${common[@]}" 
 
 echo "# 2/4 Shale's engine on a local directory" >&2
 "$work/storagebench" --db="local://$work/engine" --cache-dir="$work/unused" "${common[@]}" >"$work/engine.out"
+
+if [ -n "${BASE:-}" ]; then
+  echo "# 2b/4 Shale's engine of $BASE on a local directory" >&2
+  "$work/storagebench-base" --db="local://$work/engine-base" --cache-dir="$work/unused" "${common[@]}" >"$work/engine-base.out"
+fi
 
 echo "# 3/4 Shale on file://" >&2
 "$work/storagebench" --db="file://$work/filestore" --cache-dir="$work/cache-file" "${common[@]}" >"$work/file.out"
@@ -52,10 +66,10 @@ AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ACCESS_KEY_ID=$MINIO_ROOT_USER AWS
 # ops/sec of a benchmark in a db_bench-format output file
 ops() { awk -v b="$1" '$1 == b { for (i = 1; i <= NF; i++) if ($i == "ops/sec") print $(i-1) }' "$2"; }
 grep -h '^# store requests' "$work/s3.out" | sed 's/^# store requests/# MinIO requests (op file_type activity):/' >&2 || true
-printf '\n%-34s %14s %8s %14s %8s\n' "setup (NUM=$NUM)" "fillrandom/s" "ratio" "readrandom/s" "ratio"
+printf '\n%-40s %14s %8s %14s %8s\n' "setup (NUM=$NUM)" "fillrandom/s" "ratio" "readrandom/s" "ratio"
 base_f=$(ops fillrandom "$work/local.out"); base_r=$(ops readrandom "$work/local.out")
-for row in "RocksDB 7.8.3 db_bench, local dir:local" "Shale engine, no FileSystem:engine" "Shale, file:// store:file" "Shale, MinIO on loopback:s3"; do
+for row in "${rows[@]}"; do
   name=${row%:*}; f=$(ops fillrandom "$work/${row##*:}.out"); r=$(ops readrandom "$work/${row##*:}.out")
   awk -v n="$name" -v f="$f" -v r="$r" -v bf="$base_f" -v br="$base_r" \
-    'BEGIN { printf "%-34s %14d %8.2f %14d %8.2f\n", n, f, f/bf, r, r/br }'
+    'BEGIN { printf "%-40s %14d %8.2f %14d %8.2f\n", n, f, f/bf, r, r/br }'
 done

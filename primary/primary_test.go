@@ -445,6 +445,7 @@ func TestMetrics(t *testing.T) {
 	if _, err := f.kv.Flush(f.ctx, &kvv1.FlushRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	f.scan(t, &kvv1.ScanRequest{Prefix: []byte("m")})
 	resp, err := http.Get("http://" + f.srv.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -462,6 +463,11 @@ func TestMetrics(t *testing.T) {
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Put",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 25`,
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Get",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 5`,
 		`grpc_server_handling_seconds_count{grpc_method="Put",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 25`,
+		`grpc_server_msg_received_total{grpc_method="Get",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 5`,
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="Scan",grpc_service="shale.kv.v1.KV",grpc_type="server_stream"} 1`,
+		`grpc_server_msg_sent_total{grpc_method="Scan",grpc_service="shale.kv.v1.KV",grpc_type="server_stream"} 1`,
+		`grpc_server_started_total{grpc_method="Load",grpc_service="shale.kv.v1.KV",grpc_type="client_stream"} 0`,
+		`grpc_server_handled_total{grpc_code="NotFound",grpc_method="Get",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 0`,
 	} {
 		if !strings.Contains(string(body), want+"\n") {
 			t.Errorf("/metrics lacks %q", want)

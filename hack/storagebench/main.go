@@ -99,8 +99,9 @@ func run(url, cache string, num, keySize, valueSize int, cacheSize uint64, block
 
 func bench(d *engine.DB, num, keySize, valueSize int, seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, seed))
+	// One key buffer, as db_bench reuses its key: the engine copies it.
+	k := make([]byte, keySize)
 	key := func(n uint64) []byte {
-		k := make([]byte, keySize)
 		binary.BigEndian.PutUint64(k, n)
 		return k
 	}

@@ -123,6 +123,7 @@ type DB struct {
 	ro      *grocksdb.ReadOptions
 	tuning  Tuning
 	commit  committer // merges concurrent non-durable writes
+	merge   bool      // use commit (not with RocksDB's own write modes)
 
 	lockFile *os.File // flock on <dir>/LOCK, held while open
 	fs       *rocksshim.FileSystem
@@ -153,7 +154,10 @@ func Open(dir string, o Options) (_ *DB, err error) {
 		}
 	}()
 
-	d := &DB{dir: dir, tuning: o.Tuning}
+	// Unordered and pipelined writes are RocksDB's own ways of running
+	// many writers at once: merging writes before RocksDB would leave
+	// them one writer to work with.
+	d := &DB{dir: dir, tuning: o.Tuning, merge: !o.Tuning.UnorderedWrite && !o.Tuning.PipelinedWrite}
 	// Take our own lock before RocksDB runs: its open rotates the info log
 	// before it checks its LOCK, which would disturb a live owner.
 	if d.lockFile, err = lockDir(dir); err != nil {
@@ -396,7 +400,7 @@ func (d *DB) Put(key, value []byte, sync bool) error {
 		return err
 	}
 	defer d.leave()
-	if sync || len(key)+len(value) > coalesceMaxBytes {
+	if sync || !d.merge || len(key)+len(value) > coalesceMaxBytes {
 		return d.db.Put(d.writeOptions(sync), key, value)
 	}
 	p := pendingPool.Get().(*pendingWrite)
@@ -417,7 +421,7 @@ func (d *DB) Delete(key []byte, sync bool) error {
 		return err
 	}
 	defer d.leave()
-	if sync || len(key) > coalesceMaxBytes {
+	if sync || !d.merge || len(key) > coalesceMaxBytes {
 		return d.db.Delete(d.writeOptions(sync), key)
 	}
 	p := pendingPool.Get().(*pendingWrite)
@@ -453,7 +457,7 @@ func (d *DB) Write(ms []Mutation, sync bool) error {
 }
 
 func (d *DB) writeBatch(b *rocksshim.Batch, sync bool) error {
-	if sync || b.Size() > coalesceMaxBytes {
+	if sync || !d.merge || b.Size() > coalesceMaxBytes {
 		return rocksshim.WriteRep(d.db, d.writeOptions(sync), b.Data())
 	}
 	p := pendingPool.Get().(*pendingWrite)

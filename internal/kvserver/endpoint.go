@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -72,7 +71,7 @@ func (e *Endpoint) EnableProfiling() { e.pprof = true }
 // which it adds the Go, process and gRPC collectors) with /healthz.
 func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Limits, logger *slog.Logger) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	grpcMetrics := newRPCMetrics()
 	reg.MustRegister(grpcMetrics)
 	onPanic := recovery.WithRecoveryHandler(func(p any) error {
 		logger.Error("panic in request handler", "panic", p)
@@ -86,14 +85,14 @@ func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Lim
 		// copies were a tenth of a Get's server CPU. Requests beyond the
 		// pool still get a goroutine of their own.
 		grpc.NumStreamWorkers(uint32(streamWorkers())),
-		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(onPanic)),
-		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(onPanic)),
+		grpc.ChainUnaryInterceptor(grpcMetrics.unary, recovery.UnaryServerInterceptor(onPanic)),
+		grpc.ChainStreamInterceptor(grpcMetrics.stream, recovery.StreamServerInterceptor(onPanic)),
 	)
 	kvv1.RegisterKVServer(e.grpc, svc)
 	e.health = health.NewServer()
 	healthpb.RegisterHealthServer(e.grpc, e.health)
 	reflection.Register(e.grpc)
-	grpcMetrics.InitializeMetrics(e.grpc)
+	grpcMetrics.init(e.grpc)
 	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	e.health.SetServingStatus(kvv1.KV_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 
