@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -299,85 +300,115 @@ func (l *loader) pairLine(err error, sent []sentMessage) error {
 type sstPair struct{ k, v []byte }
 
 // loadSST sorts chunks of the input, writes each to an SST file and
-// ingests it.
+// ingests it, in order. Building the next file overlaps ingesting this one.
 func (l *loader) loadSST(ctx context.Context, kv kvv1.KVClient, sum *loadSummary) (lineErr, err error) {
 	if err := os.MkdirAll(l.cfg.tmpDir, 0o755); err != nil {
 		return nil, fmt.Errorf("--tmp-dir: %w", err)
 	}
-	var arena []byte
-	var pairs []sstPair
 	sum.Durable = true // an ingested file is durable when Ingest returns
-	for eof := false; !eof && lineErr == nil; {
-		arena, pairs = arena[:0], pairs[:0]
-		for len(arena) < l.cfg.sstBytes {
-			k, v, err := l.r.Next()
-			if errors.Is(err, io.EOF) {
-				eof = true
-				break
-			}
-			if err != nil {
-				lineErr = err
-				break
-			}
-			// Offsets first: the arena moves as it grows.
-			off := len(arena)
-			arena = append(append(arena, k...), v...)
-			pairs = append(pairs, sstPair{k: arena[off : off+len(k)], v: arena[off+len(k) : len(arena)]})
-		}
-		if len(pairs) == 0 {
-			break
-		}
-		// Re-slice from the final arena (appends may have moved it).
-		off := 0
-		for i := range pairs {
-			kl, vl := len(pairs[i].k), len(pairs[i].v)
-			pairs[i] = sstPair{k: arena[off : off+kl], v: arena[off+kl : off+kl+vl]}
-			off += kl + vl
-		}
-		n, b, seq, err := l.ingestChunk(ctx, kv, pairs)
-		if err != nil {
-			return lineErr, err
-		}
-		sum.Pairs += n
-		sum.Bytes += b
-		sum.Sequence = seq
-		sum.SSTFiles++
-		l.pairs.Store(sum.Pairs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type built struct {
+		path        string
+		pairs, size uint64
 	}
-	return lineErr, nil
+	files := make(chan built, 1)
+	var buildErr error
+	go func() {
+		defer close(files)
+		var arena []byte
+		var pairs []sstPair
+		for eof := false; !eof && lineErr == nil; {
+			arena, pairs = arena[:0], pairs[:0]
+			for len(arena) < l.cfg.sstBytes {
+				k, v, err := l.r.Next()
+				if errors.Is(err, io.EOF) {
+					eof = true
+					break
+				}
+				if err != nil {
+					lineErr = err
+					break
+				}
+				// Lengths now, slices once the arena stops moving.
+				arena = append(append(arena, k...), v...)
+				pairs = append(pairs, sstPair{k: k[:len(k):len(k)], v: v[:len(v):len(v)]})
+			}
+			if len(pairs) == 0 {
+				return
+			}
+			off := 0
+			for i := range pairs {
+				kl, vl := len(pairs[i].k), len(pairs[i].v)
+				pairs[i] = sstPair{k: arena[off : off+kl], v: arena[off+kl : off+kl+vl]}
+				off += kl + vl
+			}
+			path, n, size, err := l.buildSST(pairs)
+			if err != nil {
+				buildErr = err
+				return
+			}
+			select {
+			case files <- built{path, n, size}:
+			case <-ctx.Done():
+				os.Remove(path)
+				return
+			}
+		}
+	}()
+	for f := range files {
+		if err == nil {
+			var seq uint64
+			if seq, err = l.sendFile(ctx, kv, f.path); err == nil {
+				sum.Pairs += f.pairs
+				sum.Bytes += f.size
+				sum.Sequence = seq
+				sum.SSTFiles++
+				l.pairs.Store(sum.Pairs)
+			} else {
+				cancel()
+			}
+		}
+		os.Remove(f.path)
+	}
+	if err == nil {
+		err = buildErr
+	}
+	return lineErr, err
 }
 
-// ingestChunk sorts pairs (the last of equal keys wins), writes them to
-// an SST file and streams it to the server.
-func (l *loader) ingestChunk(ctx context.Context, kv kvv1.KVClient, pairs []sstPair) (n, size, seq uint64, err error) {
-	slices.SortStableFunc(pairs, func(a, b sstPair) int { return strings.Compare(string(a.k), string(b.k)) })
+// buildSST sorts pairs (the last of equal keys wins) and writes them to a
+// new SST file in --tmp-dir, whose path it returns.
+func (l *loader) buildSST(pairs []sstPair) (path string, n, size uint64, err error) {
+	slices.SortStableFunc(pairs, func(a, b sstPair) int { return bytes.Compare(a.k, b.k) })
 	f, err := os.CreateTemp(l.cfg.tmpDir, "shale-load-*.sst")
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("--tmp-dir: %w", err)
+		return "", 0, 0, fmt.Errorf("--tmp-dir: %w", err)
 	}
-	path := f.Name()
+	path = f.Name()
 	f.Close()
-	defer os.Remove(path)
 	w, err := engine.NewSSTWriter(path)
 	if err != nil {
-		return 0, 0, 0, err
+		os.Remove(path)
+		return "", 0, 0, err
 	}
 	for i, p := range pairs {
-		if i+1 < len(pairs) && string(pairs[i+1].k) == string(p.k) {
+		if i+1 < len(pairs) && bytes.Equal(pairs[i+1].k, p.k) {
 			continue // a later pair of the same key wins
 		}
 		if err := w.Put(p.k, p.v); err != nil {
 			w.Abort()
-			return 0, 0, 0, fmt.Errorf("building %s: %w", path, err)
+			os.Remove(path)
+			return "", 0, 0, fmt.Errorf("building %s: %w", path, err)
 		}
 		n++
 		size += uint64(len(p.k) + len(p.v))
 	}
 	if err := w.Finish(); err != nil {
-		return 0, 0, 0, fmt.Errorf("building %s: %w", path, err)
+		os.Remove(path)
+		return "", 0, 0, fmt.Errorf("building %s: %w", path, err)
 	}
-	seq, err = l.sendFile(ctx, kv, path)
-	return n, size, seq, err
+	return path, n, size, nil
 }
 
 func (l *loader) sendFile(ctx context.Context, kv kvv1.KVClient, path string) (uint64, error) {
