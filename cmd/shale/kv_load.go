@@ -214,24 +214,24 @@ func (l *loader) loadStream(ctx context.Context, kv kvv1.KVClient, sum *loadSumm
 	if err != nil {
 		return nil, err
 	}
-	req := &kvv1.LoadRequest{Sync: l.cfg.sync}
-	var arena []byte
-	var kvs []kvv1.KeyValue
+	// Pairs go packed (LoadRequest.packed): no message per pair to build
+	// on this side or to decode on the server's.
+	req := &kvv1.LoadRequest{Sync: l.cfg.sync, Packed: make([]byte, 0, l.cfg.batchBytes+64<<10)}
 	var sent []sentMessage // the last few, to map a refused pair to its line
 	var npairs uint64
 	cur := sentMessage{firstPair: 1}
 	size := 0
 	send := func() error {
-		if len(req.Pairs) == 0 {
+		if len(req.Packed) == 0 {
 			return nil
 		}
-		err := stream.Send(req) // marshals req: its buffers are free again after
+		err := stream.Send(req) // marshals req: its buffer is free again after
 		sent = append(sent, cur)
 		if len(sent) > 256 {
 			sent = slices.Delete(sent, 0, 128)
 		}
 		cur = sentMessage{firstPair: npairs + 1}
-		req.Pairs, arena, kvs, size = req.Pairs[:0], arena[:0], kvs[:0], 0
+		req.Packed, size = req.Packed[:0], 0
 		return err
 	}
 	for {
@@ -243,26 +243,16 @@ func (l *loader) loadStream(ctx context.Context, kv kvv1.KVClient, sum *loadSumm
 			lineErr = err
 			break
 		}
-		// The reader reuses its buffers: keys and values are copied into
-		// the message's arena (a new one when full: the pairs sent keep
-		// pointing into the old one until the message is sent).
-		if cap(arena)-len(arena) < len(k)+len(v) {
-			arena = make([]byte, 0, max(len(k)+len(v), l.cfg.batchBytes+64<<10))
-		}
-		off := len(arena)
-		arena = append(append(arena, k...), v...)
-		kvs = append(kvs, kvv1.KeyValue{Key: arena[off : off+len(k) : off+len(k)], Value: arena[off+len(k) : len(arena) : len(arena)]})
+		req.Packed = kvload.AppendPacked(req.Packed, k, v)
 		npairs++
 		cur.lines = append(cur.lines, l.r.Line())
 		size += len(k) + len(v)
 		if size >= l.cfg.batchBytes {
-			l.fill(req, kvs)
 			if err := send(); err != nil {
 				break // the server's error comes from CloseAndRecv
 			}
 		}
 	}
-	l.fill(req, kvs)
 	send()
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
@@ -271,14 +261,6 @@ func (l *loader) loadStream(ctx context.Context, kv kvv1.KVClient, sum *loadSumm
 	sum.Pairs, sum.Bytes, sum.Sequence, sum.Durable = resp.Pairs, resp.Bytes, resp.Sequence, l.cfg.sync
 	l.pairs.Store(resp.Pairs)
 	return lineErr, nil
-}
-
-// fill points req.Pairs at kvs.
-func (l *loader) fill(req *kvv1.LoadRequest, kvs []kvv1.KeyValue) {
-	req.Pairs = req.Pairs[:0]
-	for i := range kvs {
-		req.Pairs = append(req.Pairs, &kvs[i])
-	}
 }
 
 // pairLine adds the input line to the server's "pair N of the load" error.

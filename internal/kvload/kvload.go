@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -187,4 +188,36 @@ func field(dst []byte, plain, b64 *string, name string) ([]byte, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("no %q (or %q); %s", name, name+"Base64", jsonWant)
+}
+
+// AppendPacked appends a pair to dst in the packed form of
+// LoadRequest.packed: varint key length, key, varint value length, value.
+func AppendPacked(dst, key, value []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	dst = append(dst, key...)
+	dst = binary.AppendUvarint(dst, uint64(len(value)))
+	return append(dst, value...)
+}
+
+// ErrPacked is a malformed packed pair.
+var ErrPacked = errors.New("malformed packed pairs: want a varint length, the key, a varint length, the value, repeated")
+
+// ForEachPacked calls fn with each pair of packed, in order (the slices
+// point into packed), and stops at fn's first error.
+func ForEachPacked(packed []byte, fn func(key, value []byte) error) error {
+	for len(packed) > 0 {
+		var kv [2][]byte
+		for i := range kv {
+			n, w := binary.Uvarint(packed)
+			if w <= 0 || n > uint64(len(packed)-w) {
+				return ErrPacked
+			}
+			kv[i] = packed[w : w+int(n) : w+int(n)]
+			packed = packed[w+int(n):]
+		}
+		if err := fn(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

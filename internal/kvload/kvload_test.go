@@ -83,3 +83,27 @@ func TestParseFormat(t *testing.T) {
 		t.Errorf("ParseFormat(csv): %v", err)
 	}
 }
+
+func TestPacked(t *testing.T) {
+	var b []byte
+	pairs := [][2]string{{"a", "1"}, {"", ""}, {strings.Repeat("k", 200), strings.Repeat("v", 70000)}}
+	for _, p := range pairs {
+		b = AppendPacked(b, []byte(p[0]), []byte(p[1]))
+	}
+	var got [][2]string
+	if err := ForEachPacked(b, func(k, v []byte) error { got = append(got, [2]string{string(k), string(v)}); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(pairs) || got[0] != pairs[0] || got[1] != pairs[1] || got[2] != pairs[2] {
+		t.Fatalf("round trip: %d pairs", len(got))
+	}
+	for _, bad := range [][]byte{b[:len(b)-1], {0x05, 'a'}, {0x01, 'a'}, {0x80}} {
+		if err := ForEachPacked(bad, func(k, v []byte) error { return nil }); !errors.Is(err, ErrPacked) {
+			t.Errorf("%q: %v, want ErrPacked", bad[:min(len(bad), 8)], err)
+		}
+	}
+	stop := errors.New("stop")
+	if err := ForEachPacked(b, func(k, v []byte) error { return stop }); err != stop {
+		t.Errorf("fn's error not returned: %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/kvload"
 	"github.com/shale-rocks/shale/internal/rocksshim"
 )
 
@@ -74,21 +75,38 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 		default:
 			j = &loadBatch{}
 		}
-		for _, p := range req.Pairs {
+		add := func(k, v []byte) error {
 			received++
-			err := s.checkKey(p.Key)
+			err := s.checkKey(k)
 			if err == nil {
-				err = s.checkValue(p.Key, p.Value)
+				err = s.checkValue(k, v)
 			}
 			if err != nil {
-				stop()
-				return status.Errorf(codes.InvalidArgument, "pair %d of the load: %s; the %d pairs before its message were loaded",
-					received, status.Convert(err).Message(), appliedPairs)
+				return err
 			}
-			j.b.Put(p.Key, p.Value)
-			j.bytes += uint64(len(p.Key) + len(p.Value))
+			j.b.Put(k, v)
+			j.bytes += uint64(len(k) + len(v))
+			j.pairs++
+			return nil
 		}
-		j.pairs = uint64(len(req.Pairs))
+		var bad error
+		for _, p := range req.Pairs {
+			if bad = add(p.Key, p.Value); bad != nil {
+				break
+			}
+		}
+		if bad == nil {
+			bad = kvload.ForEachPacked(req.Packed, add)
+		}
+		if errors.Is(bad, kvload.ErrPacked) {
+			stop()
+			return status.Errorf(codes.InvalidArgument, "load message after pair %d: %v; the %d pairs before its message were loaded", received, bad, appliedPairs)
+		}
+		if bad != nil {
+			stop()
+			return status.Errorf(codes.InvalidArgument, "pair %d of the load: %s; the %d pairs before its message were loaded",
+				received, status.Convert(bad).Message(), appliedPairs)
+		}
 		if j.bytes > uint64(s.limits.MaxBatchBytes) {
 			stop()
 			return invalid("load message ending at pair %d is %d bytes of keys and values, over the %d-byte batch limit (send smaller messages, or raise --max-batch-size); the %d pairs before it were loaded",
