@@ -30,12 +30,23 @@ void SaveError(const Status& s, char** err) {
   *err = strdup(s.ToString().c_str());
 }
 
+// Copies n bytes to buf when they fit cap, else to a malloc'd buffer
+// returned in *overflow (the caller frees it).
+void CopyOut(const char* data, size_t n, char* buf, size_t cap, char** overflow) {
+  if (n <= cap) {
+    if (n > 0) memcpy(buf, data, n);
+    return;
+  }
+  *overflow = static_cast<char*>(malloc(n));
+  memcpy(*overflow, data, n);
+}
+
 }  // namespace
 
 extern "C" {
 
 int shale_db_get(rocksdb_t* db, rocksdb_readoptions_t* ro, const char* key, size_t klen, char* buf,
-                 size_t cap, size_t* vlen, char** err) {
+                 size_t cap, size_t* vlen, char** overflow, char** err) {
   PinnableSlice v;
   Status s = db->rep->Get(RO(ro), db->rep->DefaultColumnFamily(), Slice(key, klen), &v);
   if (s.IsNotFound()) return 0;
@@ -44,7 +55,7 @@ int shale_db_get(rocksdb_t* db, rocksdb_readoptions_t* ro, const char* key, size
     return -1;
   }
   *vlen = v.size();
-  if (v.size() <= cap) memcpy(buf, v.data(), v.size());
+  CopyOut(v.data(), v.size(), buf, cap, overflow);
   return 1;
 }
 
@@ -56,7 +67,8 @@ void shale_db_write_rep(rocksdb_t* db, rocksdb_writeoptions_t* wo, const char* r
 }
 
 int64_t shale_db_multiget(rocksdb_t* db, rocksdb_readoptions_t* ro, size_t n, const char* keys,
-                          const size_t* klens, char* buf, size_t cap, int64_t* vlens, char** err) {
+                          const size_t* klens, char* buf, size_t cap, int64_t* vlens, char** overflow,
+                          char** err) {
   std::vector<Slice> ks(n);
   for (size_t i = 0, off = 0; i < n; off += klens[i], i++) ks[i] = Slice(keys + off, klens[i]);
   std::vector<PinnableSlice> vs(n);
@@ -75,10 +87,11 @@ int64_t shale_db_multiget(rocksdb_t* db, rocksdb_readoptions_t* ro, size_t n, co
     vlens[i] = static_cast<int64_t>(vs[i].size());
     total += vs[i].size();
   }
-  if (total > cap) return static_cast<int64_t>(total);  // the caller retries with room
+  char* out = buf;
+  if (total > cap) out = *overflow = static_cast<char*>(malloc(total));
   for (size_t i = 0, off = 0; i < n; i++) {
-    if (vlens[i] < 0) continue;
-    memcpy(buf + off, vs[i].data(), vs[i].size());
+    if (vlens[i] <= 0) continue;
+    memcpy(out + off, vs[i].data(), vs[i].size());
     off += vs[i].size();
   }
   return static_cast<int64_t>(total);

@@ -63,27 +63,23 @@ var scratch = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }
 func Get(db *grocksdb.DB, ro *grocksdb.ReadOptions, key []byte) ([]byte, bool, error) {
 	sp := scratch.Get().(*[]byte)
 	defer scratch.Put(sp)
-	buf, exact := *sp, false
-	for {
-		var vlen C.size_t
-		var cerr *C.char
-		r := C.shale_db_get(dbHandle(db), readHandle(ro), bytesPtr(key), C.size_t(len(key)),
-			bytesPtr(buf), C.size_t(len(buf)), &vlen, &cerr)
-		runtime.KeepAlive(key)
-		switch {
-		case r < 0:
-			return nil, false, cError(cerr)
-		case r == 0:
-			return nil, false, nil
-		case int(vlen) <= len(buf) && exact:
-			return buf[:vlen], true, nil
-		case int(vlen) <= len(buf):
-			return append(make([]byte, 0, int(vlen)), buf[:vlen]...), true, nil
-		}
-		// Larger than the scratch buffer: read it again straight into a
-		// buffer of its size (it may have grown meanwhile: then again).
-		buf, exact = make([]byte, int(vlen)), true
+	buf := *sp
+	var vlen C.size_t
+	var overflow, cerr *C.char
+	r := C.shale_db_get(dbHandle(db), readHandle(ro), bytesPtr(key), C.size_t(len(key)),
+		bytesPtr(buf), C.size_t(len(buf)), &vlen, &overflow, &cerr)
+	runtime.KeepAlive(key)
+	switch {
+	case r < 0:
+		return nil, false, cError(cerr)
+	case r == 0:
+		return nil, false, nil
+	case overflow != nil:
+		// Larger than the scratch buffer: RocksDB's copy in C memory.
+		defer C.free(unsafe.Pointer(overflow))
+		return append(make([]byte, 0, int(vlen)), unsafe.Slice((*byte)(unsafe.Pointer(overflow)), int(vlen))...), true, nil
 	}
+	return append(make([]byte, 0, int(vlen)), buf[:vlen]...), true, nil
 }
 
 // WriteRep applies a batch in WriteBatch's serialized form (see Batch) in
@@ -115,31 +111,34 @@ func MultiGet(db *grocksdb.DB, ro *grocksdb.ReadOptions, keys [][]byte) (values 
 		klens[i] = C.size_t(len(k))
 	}
 	vlens := make([]C.int64_t, n)
-	buf := make([]byte, 4<<10)
-	for {
-		var cerr *C.char
-		got := C.shale_db_multiget(dbHandle(db), readHandle(ro), C.size_t(n), bytesPtr(flat), &klens[0],
-			bytesPtr(buf), C.size_t(len(buf)), &vlens[0], &cerr)
-		if got < 0 {
-			return nil, nil, cError(cerr)
-		}
-		if int(got) > len(buf) {
-			buf = make([]byte, int(got))
+	buf := make([]byte, multiGetBuf)
+	var overflow, cerr *C.char
+	got := C.shale_db_multiget(dbHandle(db), readHandle(ro), C.size_t(n), bytesPtr(flat), &klens[0],
+		bytesPtr(buf), C.size_t(len(buf)), &vlens[0], &overflow, &cerr)
+	if got < 0 {
+		return nil, nil, cError(cerr)
+	}
+	if overflow != nil {
+		// More than buf holds: RocksDB's copies are in C memory.
+		buf = append(make([]byte, 0, int(got)), unsafe.Slice((*byte)(unsafe.Pointer(overflow)), int(got))...)
+		C.free(unsafe.Pointer(overflow))
+	}
+	values, found = make([][]byte, n), make([]bool, n)
+	off := 0
+	for i, l := range vlens {
+		if l < 0 {
 			continue
 		}
-		values, found = make([][]byte, n), make([]bool, n)
-		off := 0
-		for i, l := range vlens {
-			if l < 0 {
-				continue
-			}
-			found[i] = true
-			values[i] = buf[off : off+int(l) : off+int(l)]
-			off += int(l)
-		}
-		return values, found, nil
+		found[i] = true
+		values[i] = buf[off : off+int(l) : off+int(l)]
+		off += int(l)
 	}
+	return values, found, nil
 }
+
+// multiGetBuf is the values a MultiGet holds without a second copy: 32
+// values of 1 KiB.
+const multiGetBuf = 32 << 10
 
 // Batch builds a write batch in RocksDB's serialized WriteBatch format
 // (db/write_batch.cc: a fixed64 sequence number, a fixed32 count, then one
