@@ -34,19 +34,21 @@ func main() {
 	cacheSize := flag.Uint64("cache_size", 16<<20, "block cache bytes")
 	blockSize := flag.Int("block_size", 8192, "SST block bytes")
 	seed := flag.Uint64("seed", 1, "random seed")
+	hashIndex := flag.Int("data_block_index_type", 0, "1: a hash index in every data block (db_bench's flag)")
 	flag.Parse()
 	if *db == "" || *cache == "" {
 		fmt.Fprintln(os.Stderr, "storagebench: --db and --cache-dir are required")
 		os.Exit(2)
 	}
-	if err := run(*db, *cache, *num, *keySize, *valueSize, *cacheSize, *blockSize, *seed); err != nil {
+	if err := run(*db, *cache, *num, *keySize, *valueSize, *cacheSize, *blockSize, *seed, *hashIndex == 1); err != nil {
 		fmt.Fprintln(os.Stderr, "storagebench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, cache string, num, keySize, valueSize int, cacheSize uint64, blockSize int, seed uint64) error {
+func run(url, cache string, num, keySize, valueSize int, cacheSize uint64, blockSize int, seed uint64, hashIndex bool) error {
 	o := engine.DefaultOptions()
+	o.Tuning.DataBlockHashIndex = hashIndex
 	o.BlockCacheBytes = cacheSize
 	o.BlockSizeBytes = blockSize
 	o.BottommostCompression = grocksdb.LZ4Compression // db_bench uses one compression type
