@@ -11,8 +11,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 # Go from its usual install location, for shells whose PATH lacks it.
 export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
-.PHONY: help deps build test stress bench-storage bench-idle bench-takeover bench-compaction bench-secondary dev generate lint clean
-.PHONY: help deps build test stress bench-storage bench-idle bench-takeover bench-tiering dev generate lint clean
+.PHONY: help deps build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -46,8 +45,17 @@ test: deps envtest-assets helm-lint ## install dependencies and envtest binaries
 stress: deps ## long fencing race on MinIO: STRESS_ROUNDS (1000) takeovers under concurrent synced writes (STRESS_BACKEND=file for file://)
 	SHALE_STRESS_ROUNDS=$${STRESS_ROUNDS:-1000} go test -count=1 -timeout 120m -run "TestFencingRace/$${STRESS_BACKEND:-minio}" -v ./primary/ 2>&1 | grep --line-buffered -vE 'level=|INFO|ERROR this owner'
 
-bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on MinIO (NUM keys, default 1M)
+bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on MinIO (NUM keys, default 1M; BASE=<git ref> adds that revision's engine)
 	hack/bench-storage.sh
+
+bench-served: deps ## server and client CPU per unary Put and Get of shale primary on MinIO (NUM, ROUNDS; BASE=<git ref> also measures that revision)
+	hack/bench-served.sh
+
+bench-load: deps ## bulk loads on MinIO: in-process engine vs shale kv load vs kv load --sst (LOAD_NUM pairs, default 1M)
+	hack/bench-load.sh
+
+bench-knobs: deps ## each RocksDB knob of shale primary (hash index, unordered/pipelined writes, async IO) vs defaults, with shale bench on MinIO
+	hack/bench-knobs.sh
 
 bench-idle: deps build ## object-store requests of an idle primary (IDLE_SECONDS, default 300) and per 1,000 synced writes, priced (docs/cost.md)
 	hack/idle-cost.sh

@@ -88,6 +88,7 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 		}
 		dur("--compaction-queue-timeout", c.QueueTimeout)
 	}
+	args = append(args, tuningArgs(db.Spec.Tuning)...)
 	if c := store.Spec.StorageClasses.WAL; c != "" {
 		args = append(args, "--wal-storage-class", c)
 	}
@@ -178,4 +179,27 @@ func secretEnv(name, secret, key string) corev1.EnvVar {
 		LocalObjectReference: corev1.LocalObjectReference{Name: secret},
 		Key:                  key,
 	}}}
+}
+
+// tuningArgs are the `shale primary` flags of spec.tuning.
+func tuningArgs(t *shalev1.TuningSpec) []string {
+	if t == nil {
+		return nil
+	}
+	var args []string
+	if t.DataBlockIndexType == "BinaryAndHash" {
+		args = append(args, "--data-block-index", "binary-and-hash")
+	}
+	if t.DataBlockHashTableUtilRatio != "" {
+		args = append(args, "--data-block-hash-ratio", t.DataBlockHashTableUtilRatio)
+	}
+	for _, f := range []struct {
+		on   bool
+		flag string
+	}{{t.UnorderedWrite, "--unordered-write"}, {t.PipelinedWrite, "--pipelined-write"}, {t.AsyncIO, "--async-io"}, {t.OptimizeMultigetForIO, "--optimize-multiget-for-io"}} {
+		if f.on {
+			args = append(args, f.flag)
+		}
+	}
+	return args
 }

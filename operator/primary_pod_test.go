@@ -30,6 +30,8 @@ func TestPrimaryPodFlags(t *testing.T) {
 		}},
 		Status: shalev1.RocksDBStatus{StoragePath: "dbs/prod/orders-0a1b2c3d-0000-4000-8000-00000000abcd"},
 	}
+	db.Spec.Tuning = &shalev1.TuningSpec{DataBlockIndexType: "BinaryAndHash", DataBlockHashTableUtilRatio: "0.5",
+		UnorderedWrite: true, AsyncIO: true, OptimizeMultigetForIO: true}
 	store := &shalev1.ObjectStore{Spec: shalev1.ObjectStoreSpec{
 		Endpoint: "https://s3.example.com", Region: "eu-west-1",
 		Credentials:    shalev1.SecretReference{Name: "creds"},
@@ -45,10 +47,15 @@ func TestPrimaryPodFlags(t *testing.T) {
 		" --max-batch-size 2097152 ", " --lease 1.5s ", " --delete-grace 30m0s ", " --read-timeout 10s ", " --write-timeout 1m0s ",
 		" --retry-for 5m0s ", " --wal-storage-class EXPRESS_ONEZONE ", " --sst-storage-class STANDARD_IA ",
 		" --compaction remote ", " --compaction-scheduler pool-scheduler.prod.svc:7080 ", " --compaction-priority 40 ", " --compaction-queue-timeout 1m0s ",
+		" --data-block-index binary-and-hash ", " --data-block-hash-ratio 0.5 ", " --unordered-write ", " --async-io ",
+		" --optimize-multiget-for-io ",
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}
+	}
+	if strings.Contains(args, "--pipelined-write") {
+		t.Errorf("args %q have --pipelined-write, which the spec leaves off", args)
 	}
 	if c.Image != "registry.example/shale:1" || c.ImagePullPolicy != corev1.PullAlways {
 		t.Errorf("image %s %s", c.Image, c.ImagePullPolicy)

@@ -31,6 +31,7 @@ type Config struct {
 	DB            string // store URL of the database, e.g. file:///var/lib/shale/db
 	Listen        string // gRPC address
 	MetricsListen string // HTTP address for /metrics; "" disables it
+	Pprof         bool   // serve /debug/pprof on MetricsListen too
 	Limits        kvserver.Limits
 	Engine        engine.Options
 	// Storage configures the Shale FileSystem: epoch, cache dir, lease,
@@ -124,6 +125,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	// Bind before opening so a busy port creates nothing on disk.
 	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
 		return nil, err
+	}
+	if cfg.Pprof {
+		s.ep.EnableProfiling()
 	}
 	defer func() {
 		if err != nil {

@@ -25,6 +25,7 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/kvload"
 	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/internal/shalefs"
 )
@@ -445,6 +446,7 @@ func TestMetrics(t *testing.T) {
 	if _, err := f.kv.Flush(f.ctx, &kvv1.FlushRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	f.scan(t, &kvv1.ScanRequest{Prefix: []byte("m")})
 	resp, err := http.Get("http://" + f.srv.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -462,6 +464,11 @@ func TestMetrics(t *testing.T) {
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Put",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 25`,
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Get",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 5`,
 		`grpc_server_handling_seconds_count{grpc_method="Put",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 25`,
+		`grpc_server_msg_received_total{grpc_method="Get",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 5`,
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="Scan",grpc_service="shale.kv.v1.KV",grpc_type="server_stream"} 1`,
+		`grpc_server_msg_sent_total{grpc_method="Scan",grpc_service="shale.kv.v1.KV",grpc_type="server_stream"} 1`,
+		`grpc_server_started_total{grpc_method="Load",grpc_service="shale.kv.v1.KV",grpc_type="client_stream"} 0`,
+		`grpc_server_handled_total{grpc_code="NotFound",grpc_method="Get",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 0`,
 	} {
 		if !strings.Contains(string(body), want+"\n") {
 			t.Errorf("/metrics lacks %q", want)
@@ -533,4 +540,107 @@ func TestStopEndsWatchStreams(t *testing.T) {
 		break
 	}
 	<-stopped
+}
+
+// /debug/pprof is served on the metrics listener only with --pprof.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		s, err := Start(Config{
+			DB:            "file://" + filepath.Join(t.TempDir(), "db"),
+			Listen:        "127.0.0.1:0",
+			MetricsListen: "127.0.0.1:0",
+			Pprof:         on,
+			Limits:        kvserver.DefaultLimits(),
+			Engine:        engine.DefaultOptions(),
+			Storage:       shalefs.Config{CacheDir: filepath.Join(t.TempDir(), "cache"), Lease: 200 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get("http://" + s.MetricsAddr() + "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		served := resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte("goroutine profile"))
+		if served != on {
+			t.Errorf("pprof %v: GET /debug/pprof/goroutine answered %d", on, resp.StatusCode)
+		}
+		s.Stop(5 * time.Second)
+	}
+}
+
+// Load takes KeyValue pairs and packed pairs, applies each message whole,
+// refuses a malformed or oversized message with the count of pairs loaded;
+// Ingest refuses bytes that are not an SST file and writes nothing.
+func TestLoadAndIngestRPCs(t *testing.T) {
+	f := start(t, kvserver.Limits{MaxKeyBytes: 8, MaxValueBytes: 64, MaxBatchBytes: 1024})
+	stream, err := f.kv.Load(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var packed []byte
+	packed = kvload.AppendPacked(packed, []byte("p1"), []byte("v1"))
+	packed = kvload.AppendPacked(packed, []byte("p2"), nil)
+	for _, req := range []*kvv1.LoadRequest{
+		{Pairs: []*kvv1.KeyValue{{Key: []byte("a"), Value: []byte("1")}}, Packed: packed},
+		{Pairs: []*kvv1.KeyValue{{Key: []byte("b"), Value: []byte("2")}}, Sync: true},
+	} {
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil || resp.Pairs != 4 || resp.Bytes != 10 || resp.Sequence < 4 {
+		t.Fatalf("load: %v %v", resp, err)
+	}
+	for k, want := range map[string]string{"a": "1", "p1": "v1", "p2": "", "b": "2"} {
+		if v, ok := f.get(t, k); !ok || v != want {
+			t.Errorf("%s = %q %v after load", k, v, ok)
+		}
+	}
+
+	for _, c := range []struct {
+		name string
+		reqs []*kvv1.LoadRequest
+		msg  string
+	}{
+		{"key too long", []*kvv1.LoadRequest{{Packed: kvload.AppendPacked(nil, []byte("c"), nil)}, {Packed: kvload.AppendPacked(kvload.AppendPacked(nil, []byte("d"), nil), []byte("toolongkey"), nil)}},
+			"pair 3 of the load: key \"toolongkey\" is 10 bytes, over the 8-byte limit"},
+		{"malformed packed", []*kvv1.LoadRequest{{Packed: []byte{0x09, 'x'}}}, "malformed packed pairs"},
+		{"message over the batch limit", []*kvv1.LoadRequest{{Packed: bytes.Repeat(kvload.AppendPacked(nil, []byte("key"), bytes.Repeat([]byte("v"), 60)), 20)}},
+			"over the 1024-byte batch limit"},
+	} {
+		stream, err := f.kv.Load(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range c.reqs {
+			stream.Send(r)
+		}
+		_, err = stream.CloseAndRecv()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT with %q", c.name, err, c.msg)
+		}
+	}
+	if _, ok := f.get(t, "d"); ok {
+		t.Error("a pair of the refused message was applied")
+	}
+	if _, ok := f.get(t, "c"); !ok {
+		t.Error("the message before the refused one was not applied")
+	}
+
+	is, err := f.kv.Ingest(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is.Send(&kvv1.IngestRequest{Data: []byte("not an sst file at all, but long enough to have a footer? no")})
+	if _, err := is.CloseAndRecv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not an SST file RocksDB can ingest") {
+		t.Errorf("ingest of garbage: %v", err)
+	}
+	is, _ = f.kv.Ingest(f.ctx)
+	if _, err := is.CloseAndRecv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "received no data") {
+		t.Errorf("empty ingest: %v", err)
+	}
 }

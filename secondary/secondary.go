@@ -36,6 +36,7 @@ type Config struct {
 	DB            string // store URL of the primary's database
 	Listen        string // gRPC address
 	MetricsListen string // HTTP address for /metrics; "" disables it
+	Pprof         bool   // serve /debug/pprof on MetricsListen too
 	Limits        kvserver.Limits
 	Engine        engine.Options
 	// Storage configures the reader: cache dir and size, timeouts. Store
@@ -146,6 +147,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	s := &Server{cfg: cfg, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
 		return nil, err
+	}
+	if cfg.Pprof {
+		s.ep.EnableProfiling()
 	}
 	defer func() {
 		if err != nil {

@@ -58,6 +58,13 @@ type RocksDBSpec struct {
 	// reading it even if tiering is removed.
 	// +optional
 	Tiering *TieringSpec `json:"tiering,omitempty"`
+
+	// Tuning turns on RocksDB features that trade a guarantee or space for
+	// speed (docs/performance.md measures each). Like spec.primary, it
+	// reaches the next primary started (a failover, or the current primary
+	// Pod deleted).
+	// +optional
+	Tuning *TuningSpec `json:"tuning,omitempty"`
 }
 
 // CompactionMode is where compactions run.
@@ -124,6 +131,52 @@ type TieringSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="coldAfter must be a duration of at least 1s, such as 24h or 168h"
 	ColdAfter metav1.Duration `json:"coldAfter"`
+}
+
+// TuningSpec holds RocksDB features of the primary, off by default. The
+// rules refuse the combinations RocksDB refuses.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.unorderedWrite) && self.unorderedWrite && has(self.pipelinedWrite) && self.pipelinedWrite)",message="unorderedWrite and pipelinedWrite cannot both be true: RocksDB refuses the combination"
+// +kubebuilder:validation:XValidation:rule="!has(self.dataBlockHashTableUtilRatio) || (has(self.dataBlockIndexType) && self.dataBlockIndexType == 'BinaryAndHash')",message="dataBlockHashTableUtilRatio needs dataBlockIndexType: BinaryAndHash"
+// +kubebuilder:validation:XValidation:rule="!(has(self.optimizeMultigetForIO) && self.optimizeMultigetForIO) || (has(self.asyncIO) && self.asyncIO)",message="optimizeMultigetForIO needs asyncIO: true"
+type TuningSpec struct {
+	// DataBlockIndexType is Binary (the default: binary search within a
+	// data block) or BinaryAndHash (a hash index in every data block that
+	// point lookups use first; --data-block-index).
+	// +optional
+	// +kubebuilder:validation:Enum=Binary;BinaryAndHash
+	DataBlockIndexType string `json:"dataBlockIndexType,omitempty"`
+
+	// DataBlockHashTableUtilRatio is the hash index's keys per bucket, a
+	// decimal in (0, 1] such as "0.75" (RocksDB's default); lower is
+	// faster and larger (--data-block-hash-ratio).
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0?[.][0-9]+|1([.]0*)?)$') && double(self) > 0.0 && double(self) <= 1.0",message="dataBlockHashTableUtilRatio must be a decimal in (0, 1], such as \"0.75\""
+	DataBlockHashTableUtilRatio string `json:"dataBlockHashTableUtilRatio,omitempty"`
+
+	// UnorderedWrite lets writers insert into the memtable without waiting
+	// for earlier writers (--unordered-write): more write throughput, but
+	// snapshots are no longer immutable, so a Scan or a MultiGet may see a
+	// write without an earlier one until that one lands. Reading one's own
+	// acknowledged writes still works.
+	// +optional
+	UnorderedWrite bool `json:"unorderedWrite,omitempty"`
+
+	// PipelinedWrite overlaps a write group's WAL write with the previous
+	// group's memtable insert (--pipelined-write).
+	// +optional
+	PipelinedWrite bool `json:"pipelinedWrite,omitempty"`
+
+	// AsyncIO lets RocksDB read ahead asynchronously for scans
+	// (--async-io).
+	// +optional
+	AsyncIO bool `json:"asyncIO,omitempty"`
+
+	// OptimizeMultigetForIO reads the files of a MultiGet's keys in several
+	// levels in parallel when AsyncIO is on (--optimize-multiget-for-io).
+	// +optional
+	OptimizeMultigetForIO bool `json:"optimizeMultigetForIO,omitempty"`
 }
 
 // ObjectStoreReference names an ObjectStore in the same namespace.

@@ -187,6 +187,21 @@ func TestValidation(t *testing.T) {
 			{"compaction-pool-name", "", func(s *shalev1.RocksDBSpec) {
 				s.Compaction = shalev1.CompactionSpec{Mode: shalev1.CompactionRemote, CompactorPoolRef: &shalev1.CompactorPoolReference{}}
 			}, "spec.compaction.compactorPoolRef.name"},
+			{"tuning-unordered-pipelined", "", func(s *shalev1.RocksDBSpec) {
+				s.Tuning = &shalev1.TuningSpec{UnorderedWrite: true, PipelinedWrite: true}
+			}, "unorderedWrite and pipelinedWrite cannot both be true"},
+			{"tuning-index-type", "", func(s *shalev1.RocksDBSpec) { s.Tuning = &shalev1.TuningSpec{DataBlockIndexType: "Hash"} }, `supported values: "Binary", "BinaryAndHash"`},
+			{"tuning-ratio-without-hash", "", func(s *shalev1.RocksDBSpec) { s.Tuning = &shalev1.TuningSpec{DataBlockHashTableUtilRatio: "0.5"} }, "dataBlockHashTableUtilRatio needs dataBlockIndexType: BinaryAndHash"},
+			{"tuning-ratio-zero", "", func(s *shalev1.RocksDBSpec) {
+				s.Tuning = &shalev1.TuningSpec{DataBlockIndexType: "BinaryAndHash", DataBlockHashTableUtilRatio: "0"}
+			}, "dataBlockHashTableUtilRatio must be a decimal in (0, 1]"},
+			{"tuning-ratio-big", "", func(s *shalev1.RocksDBSpec) {
+				s.Tuning = &shalev1.TuningSpec{DataBlockIndexType: "BinaryAndHash", DataBlockHashTableUtilRatio: "1.5"}
+			}, "dataBlockHashTableUtilRatio must be a decimal in (0, 1]"},
+			{"tuning-ratio-word", "", func(s *shalev1.RocksDBSpec) {
+				s.Tuning = &shalev1.TuningSpec{DataBlockIndexType: "BinaryAndHash", DataBlockHashTableUtilRatio: "most"}
+			}, "dataBlockHashTableUtilRatio must be a decimal in (0, 1]"},
+			{"tuning-multiget-without-async", "", func(s *shalev1.RocksDBSpec) { s.Tuning = &shalev1.TuningSpec{OptimizeMultigetForIO: true} }, "optimizeMultigetForIO needs asyncIO: true"},
 		} {
 			o := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: tc.dbName, Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
 			if o.Name == "" {
@@ -224,6 +239,8 @@ func TestValidation(t *testing.T) {
 			*f.p = &v
 		}
 		full.Spec.ReclaimPolicy = shalev1.ReclaimDelete
+		full.Spec.Tuning = &shalev1.TuningSpec{DataBlockIndexType: "BinaryAndHash", DataBlockHashTableUtilRatio: "0.75",
+			UnorderedWrite: true, AsyncIO: true, OptimizeMultigetForIO: true}
 		sec := &full.Spec.Secondaries
 		sec.Replicas = 16
 		sec.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceEphemeralStorage: q("10Gi")}}

@@ -38,6 +38,9 @@ restarts.`,
 			if err := checkCompaction(c.ErrOrStderr(), "dev", cfg.CompactionMode, &cfg.Compaction); err != nil && compactorListen == "" {
 				return err
 			}
+			if err := cfg.Engine.Tuning.Validate(); err != nil {
+				return usageErrorf("dev: %v", err)
+			}
 			return runDev(c, &cfg, data, secondaryListen, compactorListen)
 		},
 	}
@@ -67,6 +70,7 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen, compac
 		cfg.Storage.CacheDir = filepath.Join(abs, "cache")
 	}
 	cfg.Logger = newLogger(c.ErrOrStderr())
+	serverGC()
 
 	ctx, stop := signalContext()
 	defer stop()

@@ -30,7 +30,7 @@ func newKVCmd() *cobra.Command {
 	kc := &kvClient{}
 	c := &cobra.Command{
 		Use:   "kv",
-		Short: "Talk to a running server: put, get, delete, scan, flush, compact, status",
+		Short: "Talk to a running server: put, get, delete, scan, load, flush, compact, status",
 		Long: `Kv talks to a running Shale server (shale primary or shale dev) over gRPC.
 
 Flags may appear anywhere on the line; "--" ends them, for keys that start
@@ -54,6 +54,7 @@ with "-". Exit status: 0 success, 1 failure (one line on stderr), 2 bad usage.`,
 		newKVFlushCmd(kc),
 		newKVCompactCmd(kc),
 		newKVStatusCmd(kc),
+		newKVLoadCmd(kc),
 	)
 	return c
 }

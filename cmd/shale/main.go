@@ -44,10 +44,16 @@ func usageErrorf(format string, a ...any) error {
 // run executes the command line and returns the exit status. It builds a
 // fresh command tree each time, so tests can call it repeatedly.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runWithStdin(args, os.Stdin, stdout, stderr)
+}
+
+// runWithStdin is run with another standard input (for tests).
+func runWithStdin(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if args == nil {
 		args = []string{} // cobra reads os.Args when given nil
 	}
 	root := newRootCmd(stdout, stderr)
+	root.SetIn(stdin)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	if err == nil {

@@ -229,6 +229,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"primary", "--db", "file:///tmp/x", "--lease", "-1s"}, []string{`invalid argument "-1s" for "--lease" flag: must be positive`}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--delete-grace", "0"}, []string{`for "--delete-grace" flag: must be positive`}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--epoch", "latest"}, []string{`invalid argument "latest" for "--epoch" flag: want a whole number >= 0`}},
+		{[]string{"primary", "--db", "file:///tmp/x", "--unordered-write", "--pipelined-write"}, []string{"primary: --unordered-write and --pipelined-write cannot be combined (RocksDB refuses it"}},
+		{[]string{"dev", "--data", "/tmp/x", "--data-block-index", "hash"}, []string{`invalid argument "hash" for "--data-block-index" flag: want "binary" or "binary-and-hash"`}},
+		{[]string{"primary", "--db", "file:///tmp/x", "--data-block-hash-ratio", "0.5"}, []string{"--data-block-hash-ratio needs --data-block-index=binary-and-hash"}},
+		{[]string{"dev", "--data", "/tmp/x", "--data-block-index", "binary-and-hash", "--data-block-hash-ratio", "2"}, []string{"dev: --data-block-hash-ratio 2 is out of range"}},
+		{[]string{"primary", "--db", "file:///tmp/x", "--optimize-multiget-for-io"}, []string{"--optimize-multiget-for-io needs --async-io"}},
 	} {
 		code, out, errOut := shale(tc.args...)
 		ok := code == 2 && out == ""

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -38,7 +40,11 @@ release the database. A primary deposed by a newer epoch exits with status 1.`,
 			if err := checkCompaction(c.ErrOrStderr(), "primary", cfg.CompactionMode, &cfg.Compaction); err != nil {
 				return err
 			}
+			if err := cfg.Engine.Tuning.Validate(); err != nil {
+				return usageErrorf("primary: %v", err)
+			}
 			cfg.Logger = newLogger(c.ErrOrStderr())
+			serverGC()
 			ctx, stop := signalContext()
 			defer stop()
 			return primary.Run(ctx, cfg)
@@ -60,6 +66,7 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	st := &cfg.Storage
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "gRPC `address` to serve the KV API on")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9090", "HTTP `address` for Prometheus /metrics and /healthz (empty: off)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's /debug/pprof profiles on --metrics-listen (off by default: they show internals and cost CPU while taken)")
 	fs.Var(newSize(&cfg.Limits.MaxKeyBytes, cfg.Limits.MaxKeyBytes), "max-key-size", "largest key accepted")
 	fs.Var(newSize(&cfg.Limits.MaxValueBytes, cfg.Limits.MaxValueBytes), "max-value-size", "largest value accepted")
 	fs.Var(newSize(&cfg.Limits.MaxBatchBytes, cfg.Limits.MaxBatchBytes), "max-batch-size", "largest total of keys and values in one Write batch")
@@ -78,10 +85,60 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	coldTierFlags(c, &cfg.ColdDB, &cfg.ColdEndpoint)
 	fs.Var(durationValue{&cfg.Engine.ColdAfter}, "cold-after", "move data older than this `duration` to the cold tier (--cold-db), e.g. 24h (default: off; docs/tiering.md)")
 	noFileCompletion(c, "cold-after")
+	tuningFlags(c, &cfg.Engine.Tuning)
 	c.MarkFlagDirname("cache-dir")
 	noFileCompletion(c, "listen", "metrics-listen", "max-key-size", "max-value-size", "max-batch-size",
 		"cache-size", "epoch", "lease", "idle-confirm-interval", "delete-grace", "wal-storage-class", "sst-storage-class",
 		"read-timeout", "write-timeout", "retry-for", "block-cache-size")
+}
+
+// tuningFlags registers the RocksDB features of engine.Tuning
+// (docs/performance.md measures each).
+func tuningFlags(c *cobra.Command, t *engine.Tuning) {
+	fs := c.Flags()
+	fs.Var(&dataBlockIndexValue{&t.DataBlockHashIndex}, "data-block-index", "index within SST data blocks: binary, or binary-and-hash (a hash index point lookups try first; a little more space)")
+	fs.Float64Var(&t.DataBlockHashRatio, "data-block-hash-ratio", 0, "with --data-block-index=binary-and-hash: keys per hash bucket, in (0, 1]; lower is faster and larger (0: RocksDB's 0.75)")
+	fs.BoolVar(&t.UnorderedWrite, "unordered-write", false, "insert into the memtable without waiting for earlier writers: more write throughput, but a Scan or MultiGet may see a write before an earlier one lands")
+	fs.BoolVar(&t.PipelinedWrite, "pipelined-write", false, "overlap a write group's WAL write with the previous group's memtable insert (not with --unordered-write)")
+	fs.BoolVar(&t.AsyncIO, "async-io", false, "let RocksDB read ahead asynchronously for scans (ReadOptions.async_io)")
+	fs.BoolVar(&t.OptimizeMultiGetForIO, "optimize-multiget-for-io", false, "with --async-io: read the files of a MultiGet's keys in several levels in parallel")
+	c.RegisterFlagCompletionFunc("data-block-index", cobra.FixedCompletions([]cobra.Completion{"binary", "binary-and-hash"}, cobra.ShellCompDirectiveNoFileComp))
+	noFileCompletion(c, "data-block-hash-ratio")
+}
+
+// dataBlockIndexValue is --data-block-index.
+type dataBlockIndexValue struct{ hash *bool }
+
+func (v *dataBlockIndexValue) String() string {
+	if v.hash != nil && *v.hash {
+		return "binary-and-hash"
+	}
+	return "binary"
+}
+
+func (v *dataBlockIndexValue) Set(s string) error {
+	switch s {
+	case "binary":
+		*v.hash = false
+	case "binary-and-hash":
+		*v.hash = true
+	default:
+		return errors.New(`want "binary" or "binary-and-hash"`)
+	}
+	return nil
+}
+
+func (*dataBlockIndexValue) Type() string { return "index" }
+
+// serverGC makes the Go collector of a server run a quarter as often as
+// by default (GOGC=400) unless GOGC is set. A server's Go heap is small
+// (RocksDB's memory is not Go's), so at GOGC=100 every few thousand
+// requests started a collection: 5-8% of the CPU of a unary Put or Get.
+// The price is a Go heap up to five times the live one: megabytes.
+func serverGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 }
 
 func newLogger(stderr io.Writer) *slog.Logger {

@@ -103,6 +103,16 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 	}
 }
 
+// optionalArg accepts at most one positional argument, named name.
+func optionalArg(name string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) <= 1 {
+			return nil
+		}
+		return usageErrorf("%swant at most one argument, [%s], got %d", commandPrefix(c), name, len(args))
+	}
+}
+
 // newHelpCmd replaces cobra's help command, which prints the root's usage
 // and succeeds for an unknown topic.
 func newHelpCmd(root *cobra.Command) *cobra.Command {

@@ -32,6 +32,7 @@ See docs/secondary.md.`,
 				return usageErrorf("secondary: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
 			}
 			cfg.Logger = newLogger(c.ErrOrStderr())
+			serverGC()
 			ctx, stop := signalContext()
 			defer stop()
 			return secondary.Run(ctx, cfg)
@@ -51,6 +52,7 @@ func secondaryFlags(c *cobra.Command, cfg *secondary.Config) {
 	st := &cfg.Storage
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7071", "gRPC `address` to serve the KV API's reads on")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9091", "HTTP `address` for Prometheus /metrics and /healthz (empty: off)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's /debug/pprof profiles on --metrics-listen (off by default: they show internals and cost CPU while taken)")
 	fs.StringVar(&st.CacheDir, "cache-dir", "", "local cache `directory`, never the primary's (default: one per --db and --listen under the user cache dir)")
 	fs.Var(newSize(&st.CacheBytes, 8<<30), "cache-size", "SST bytes kept in --cache-dir; tables that do not fit are read from the store (0: unbounded)")
 	fs.StringVar(&cfg.Primary, "primary", "", "gRPC `address` of the primary: its notifications of new writes make this replica catch up at once (empty: poll every --catchup-interval)")

@@ -53,6 +53,54 @@ type Options struct {
 	// (DB::OpenAsSecondary) that keeps its own files there; it follows the
 	// primary with TryCatchUp.
 	SecondaryDir string
+	// Tuning is the RocksDB features a user may turn on per database
+	// (docs/performance.md measures each).
+	Tuning Tuning
+}
+
+// Tuning holds RocksDB features that trade one property for speed, off by
+// default. Validate refuses the combinations RocksDB refuses.
+type Tuning struct {
+	// DataBlockHashIndex adds a hash index to every data block
+	// (kDataBlockBinaryAndHash): point lookups in a cached block skip the
+	// binary search, for a little more block space.
+	DataBlockHashIndex bool
+	// DataBlockHashRatio is the hash index's utilization ratio, keys per
+	// bucket, in (0, 1] (0: RocksDB's 0.75). Lower is faster and larger.
+	DataBlockHashRatio float64
+	// UnorderedWrite lets writers insert into the memtable without
+	// waiting for earlier writers: more write throughput, but a snapshot
+	// (and so a MultiGet or a Scan) may see a later write without an
+	// earlier one until that earlier one lands.
+	UnorderedWrite bool
+	// PipelinedWrite overlaps one write group's WAL write with the
+	// previous group's memtable insert. RocksDB refuses it with
+	// UnorderedWrite.
+	PipelinedWrite bool
+	// AsyncIO lets RocksDB prefetch for scans asynchronously
+	// (ReadOptions.async_io).
+	AsyncIO bool
+	// OptimizeMultiGetForIO reads the SST files of a MultiGet's keys in
+	// several levels in parallel when AsyncIO is on
+	// (ReadOptions.optimize_multiget_for_io).
+	OptimizeMultiGetForIO bool
+}
+
+// Validate reports a Tuning RocksDB would refuse, naming the flags.
+func (t Tuning) Validate() error {
+	switch {
+	case t.UnorderedWrite && t.PipelinedWrite:
+		// RocksDB 7.8.3 rejects this pair when the database opens
+		// (ValidateOptions) and on every write (WriteImpl).
+		return errors.New("--unordered-write and --pipelined-write cannot be combined (RocksDB refuses it: pipelined writes keep the write order that unordered writes give up); choose one")
+	case t.DataBlockHashRatio < 0 || t.DataBlockHashRatio > 1:
+		return fmt.Errorf("--data-block-hash-ratio %g is out of range: want a fraction in (0, 1], e.g. 0.75 (0: RocksDB's default)", t.DataBlockHashRatio)
+	case t.DataBlockHashRatio > 0 && !t.DataBlockHashIndex:
+		return errors.New("--data-block-hash-ratio needs --data-block-index=binary-and-hash (the ratio sizes the hash index)")
+	case t.OptimizeMultiGetForIO && !t.AsyncIO:
+		return errors.New("--optimize-multiget-for-io needs --async-io (RocksDB only uses it for asynchronous reads)")
+	}
+	return nil
 }
 
 // DefaultOptions are Shale's defaults for a database on this machine.
@@ -88,6 +136,9 @@ type DB struct {
 	wSync   *grocksdb.WriteOptions
 	wNoSync *grocksdb.WriteOptions
 	ro      *grocksdb.ReadOptions
+	tuning  Tuning
+	commit  committer // merges concurrent non-durable writes
+	merge   bool      // use commit (not with RocksDB's own write modes)
 
 	lockFile *os.File // flock on <dir>/LOCK, held while open
 	fs       *rocksshim.FileSystem
@@ -101,6 +152,9 @@ type DB struct {
 func Open(dir string, o Options) (_ *DB, err error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("database path %q must be absolute", dir)
+	}
+	if err := o.Tuning.Validate(); err != nil {
+		return nil, err
 	}
 	var created []string
 	if o.FileSystem != nil {
@@ -117,7 +171,10 @@ func Open(dir string, o Options) (_ *DB, err error) {
 		}
 	}()
 
-	d := &DB{dir: dir}
+	// Unordered and pipelined writes are RocksDB's own ways of running
+	// many writers at once: merging writes before RocksDB would leave
+	// them one writer to work with.
+	d := &DB{dir: dir, tuning: o.Tuning, merge: !o.Tuning.UnorderedWrite && !o.Tuning.PipelinedWrite}
 	// Take our own lock before RocksDB runs: its open rotates the info log
 	// before it checks its LOCK, which would disturb a live owner.
 	if d.lockFile, err = lockDir(dir); err != nil {
@@ -128,6 +185,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 			d.lockFile.Close()
 		}
 	}()
+	if o.SecondaryDir == "" {
+		clearStaging(dir) // ours now: files a crashed owner staged
+	}
 	d.opts = grocksdb.NewDefaultOptions()
 	d.opts.SetCreateIfMissing(true)
 	d.opts.IncreaseParallelism(o.BackgroundThreads)
@@ -166,6 +226,14 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	if o.BlockSizeBytes > 0 {
 		d.bbto.SetBlockSize(o.BlockSizeBytes)
 	}
+	if o.Tuning.DataBlockHashIndex {
+		d.bbto.SetDataBlockIndexType(grocksdb.KDataBlockIndexTypeBinarySearchAndHash)
+		if o.Tuning.DataBlockHashRatio > 0 {
+			d.bbto.SetDataBlockHashRatio(o.Tuning.DataBlockHashRatio)
+		}
+	}
+	d.opts.SetUnorderedWrite(o.Tuning.UnorderedWrite)
+	d.opts.SetEnablePipelinedWrite(o.Tuning.PipelinedWrite)
 	d.opts.SetBlockBasedTableFactory(d.bbto)
 	d.stats = rocksshim.AttachStatistics(d.opts)
 	if o.FileSystem != nil {
@@ -198,11 +266,18 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.wSync = grocksdb.NewDefaultWriteOptions()
 	d.wSync.SetSync(true)
 	d.wNoSync = grocksdb.NewDefaultWriteOptions()
-	d.ro = grocksdb.NewDefaultReadOptions()
+	d.ro = d.newReadOptions()
 	if o.ColdAfter > 0 && o.SecondaryDir == "" {
 		d.startAgeOut(o.ColdAfter)
 	}
 	return d, nil
+}
+
+// newReadOptions are read options with the database's tuning.
+func (d *DB) newReadOptions() *grocksdb.ReadOptions {
+	ro := grocksdb.NewDefaultReadOptions()
+	rocksshim.SetAsyncIO(ro, d.tuning.AsyncIO, d.tuning.OptimizeMultiGetForIO)
+	return ro
 }
 
 // prepareDir checks that dir can hold a database and creates it and its
@@ -362,7 +437,19 @@ func (d *DB) Put(key, value []byte, sync bool) error {
 		return err
 	}
 	defer d.leave()
-	return d.db.Put(d.writeOptions(sync), key, value)
+	if sync || !d.merge || len(key)+len(value) > coalesceMaxBytes {
+		return d.db.Put(d.writeOptions(sync), key, value)
+	}
+	p := pendingPool.Get().(*pendingWrite)
+	p.key, p.value = key, value
+	err := d.commit.write(p, d.applyNoSync)
+	p.key, p.value = nil, nil
+	pendingPool.Put(p)
+	return err
+}
+
+func (d *DB) applyNoSync(b *rocksshim.Batch) error {
+	return rocksshim.WriteRep(d.db, d.wNoSync, b.Data())
 }
 
 // Delete removes key.
@@ -371,7 +458,15 @@ func (d *DB) Delete(key []byte, sync bool) error {
 		return err
 	}
 	defer d.leave()
-	return d.db.Delete(d.writeOptions(sync), key)
+	if sync || !d.merge || len(key) > coalesceMaxBytes {
+		return d.db.Delete(d.writeOptions(sync), key)
+	}
+	p := pendingPool.Get().(*pendingWrite)
+	p.key, p.del = key, true
+	err := d.commit.write(p, d.applyNoSync)
+	p.key, p.del = nil, false
+	pendingPool.Put(p)
+	return err
 }
 
 // Mutation is one put (Delete false) or delete in a batch.
@@ -386,16 +481,52 @@ func (d *DB) Write(ms []Mutation, sync bool) error {
 		return err
 	}
 	defer d.leave()
-	wb := grocksdb.NewWriteBatch()
-	defer wb.Destroy()
+	b := batches.Get().(*rocksshim.Batch)
+	defer putBatch(b)
 	for _, m := range ms {
 		if m.Delete {
-			wb.Delete(m.Key)
+			b.Delete(m.Key)
 		} else {
-			wb.Put(m.Key, m.Value)
+			b.Put(m.Key, m.Value)
 		}
 	}
-	return d.db.Write(d.writeOptions(sync), wb)
+	return d.writeBatch(b, sync)
+}
+
+func (d *DB) writeBatch(b *rocksshim.Batch, sync bool) error {
+	if sync || !d.merge || b.Size() > coalesceMaxBytes {
+		return rocksshim.WriteRep(d.db, d.writeOptions(sync), b.Data())
+	}
+	p := pendingPool.Get().(*pendingWrite)
+	p.own = b
+	err := d.commit.write(p, d.applyNoSync)
+	p.own = nil
+	pendingPool.Put(p)
+	return err
+}
+
+// WriteBatch applies a batch built with rocksshim.Batch atomically (the
+// way to write many pairs with one call into RocksDB).
+func (d *DB) WriteBatch(b *rocksshim.Batch, sync bool) error {
+	if b.Count() == 0 {
+		return nil
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.leave()
+	return d.writeBatch(b, sync)
+}
+
+// batches recycles the serialized batches of Write.
+var batches = sync.Pool{New: func() any { return new(rocksshim.Batch) }}
+
+func putBatch(b *rocksshim.Batch) {
+	if b.Size() > 4<<20 {
+		return // let an outsized batch go rather than pin its memory
+	}
+	b.Reset()
+	batches.Put(b)
 }
 
 // Get returns a copy of key's value and whether it exists.
@@ -404,15 +535,7 @@ func (d *DB) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	defer d.leave()
-	s, err := d.db.Get(d.ro, key)
-	if err != nil {
-		return nil, false, err
-	}
-	defer s.Free()
-	if !s.Exists() {
-		return nil, false, nil
-	}
-	return append([]byte{}, s.Data()...), true, nil
+	return rocksshim.Get(d.db, d.ro, key)
 }
 
 // MultiGet reads keys from one consistent view; values[i] is nil when
@@ -422,20 +545,7 @@ func (d *DB) MultiGet(keys [][]byte) (values [][]byte, found []bool, err error) 
 		return nil, nil, err
 	}
 	defer d.leave()
-	slices, err := d.db.MultiGet(d.ro, keys...)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer slices.Destroy()
-	values = make([][]byte, len(keys))
-	found = make([]bool, len(keys))
-	for i, s := range slices {
-		if s.Exists() {
-			found[i] = true
-			values[i] = append([]byte{}, s.Data()...)
-		}
-	}
-	return values, found, nil
+	return rocksshim.MultiGet(d.db, d.ro, keys)
 }
 
 // ScanOptions select a key range. Start is inclusive, End exclusive; empty
@@ -472,7 +582,7 @@ func (d *DB) Scan(o ScanOptions, fn func(key, value []byte) error) error {
 	if len(o.Prefix) > 0 {
 		lower, upper = o.Prefix, PrefixEnd(o.Prefix)
 	}
-	ro := grocksdb.NewDefaultReadOptions()
+	ro := d.newReadOptions()
 	defer ro.Destroy()
 	if len(lower) > 0 {
 		ro.SetIterateLowerBound(lower)

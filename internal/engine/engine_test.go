@@ -171,3 +171,134 @@ func TestStatsAfterFlush(t *testing.T) {
 		t.Fatalf("Get after Close: %v", err)
 	}
 }
+
+func TestTuningValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		t    Tuning
+		err  string // "" when valid
+	}{
+		{"defaults", Tuning{}, ""},
+		{"everything compatible", Tuning{DataBlockHashIndex: true, DataBlockHashRatio: 0.5, UnorderedWrite: true, AsyncIO: true, OptimizeMultiGetForIO: true}, ""},
+		{"pipelined alone", Tuning{PipelinedWrite: true}, ""},
+		{"hash ratio 1", Tuning{DataBlockHashIndex: true, DataBlockHashRatio: 1}, ""},
+		{"unordered with pipelined", Tuning{UnorderedWrite: true, PipelinedWrite: true}, "--unordered-write and --pipelined-write cannot be combined"},
+		{"ratio above 1", Tuning{DataBlockHashIndex: true, DataBlockHashRatio: 1.5}, "--data-block-hash-ratio 1.5 is out of range"},
+		{"negative ratio", Tuning{DataBlockHashIndex: true, DataBlockHashRatio: -0.1}, "out of range"},
+		{"ratio without hash index", Tuning{DataBlockHashRatio: 0.5}, "needs --data-block-index=binary-and-hash"},
+		{"multiget io without async", Tuning{OptimizeMultiGetForIO: true}, "needs --async-io"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.t.Validate()
+			if c.err == "" && err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
+				t.Fatalf("got %v, want an error containing %q", err, c.err)
+			}
+		})
+	}
+}
+
+// A database opened with every knob on reads and writes as usual, and an
+// invalid combination is refused before anything is created.
+func TestTunedDatabase(t *testing.T) {
+	o := DefaultOptions()
+	o.Tuning = Tuning{DataBlockHashIndex: true, DataBlockHashRatio: 0.5, UnorderedWrite: true, AsyncIO: true, OptimizeMultiGetForIO: true}
+	d, err := Open(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for i := 0; i < 1000; i++ {
+		if err := d.Put([]byte(fmt.Sprintf("k%04d", i)), []byte(fmt.Sprint(i)), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 517, 999} {
+		v, ok, err := d.Get([]byte(fmt.Sprintf("k%04d", i)))
+		if err != nil || !ok || string(v) != fmt.Sprint(i) {
+			t.Fatalf("get k%04d from a hash-indexed table: %q %v %v", i, v, ok, err)
+		}
+	}
+	vals, found, err := d.MultiGet([][]byte{[]byte("k0001"), []byte("nope")})
+	if err != nil || !found[0] || found[1] || string(vals[0]) != "1" {
+		t.Fatalf("multiget: %q %v %v", vals, found, err)
+	}
+
+	dir := filepath.Join(t.TempDir(), "db")
+	o.Tuning = Tuning{UnorderedWrite: true, PipelinedWrite: true}
+	if _, err := Open(dir, o); err == nil || !strings.Contains(err.Error(), "cannot be combined") {
+		t.Fatalf("open with unordered and pipelined writes: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused open left %s behind: %v", dir, err)
+	}
+}
+
+// Concurrent non-durable puts, deletes and batches (merged into shared
+// RocksDB writes) all land, each batch whole, and a mix with durable and
+// oversized writes keeps working.
+func TestConcurrentWritesMerged(t *testing.T) {
+	d := open(t, t.TempDir())
+	const writers, rounds = 16, 200
+	big := strings.Repeat("b", coalesceMaxBytes+1)
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		go func() {
+			var err error
+			for i := 0; i < rounds && err == nil; i++ {
+				k := fmt.Sprintf("w%02d-%03d", w, i)
+				switch i % 5 {
+				case 0, 1:
+					err = d.Put([]byte(k), []byte(k), false)
+				case 2:
+					err = d.Write([]Mutation{{Key: []byte(k), Value: []byte(k)}, {Key: []byte(k + "-pair"), Value: []byte(k)}}, false)
+				case 3:
+					if err = d.Put([]byte(k), []byte("doomed"), false); err == nil {
+						err = d.Delete([]byte(k), false)
+					}
+				case 4:
+					if w == 0 {
+						err = d.Put([]byte(k), []byte(big), false) // too large to merge
+					} else {
+						err = d.Put([]byte(k), []byte(k), w%2 == 0)
+					}
+				}
+			}
+			errs <- err
+		}()
+	}
+	for w := 0; w < writers; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for w := 0; w < writers; w++ {
+		for i := 0; i < rounds; i++ {
+			k := fmt.Sprintf("w%02d-%03d", w, i)
+			v, ok, err := d.Get([]byte(k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := k
+			switch {
+			case i%5 == 3:
+				want = ""
+			case i%5 == 4 && w == 0:
+				want = big
+			}
+			if (want == "") == ok || string(v) != want {
+				t.Fatalf("%s = %.20q (found %v), want %.20q", k, v, ok, want)
+			}
+			if i%5 == 2 {
+				if v, ok, _ := d.Get([]byte(k + "-pair")); !ok || string(v) != k {
+					t.Fatalf("%s-pair of the same batch missing", k)
+				}
+			}
+		}
+	}
+}

@@ -68,6 +68,22 @@ void shale_cancel_destroy(shale_cancel_t* c);
 int shale_open_and_compact(rocksdb_options_t* env_opts, const char* name, const char* output_dir,
                            const char* input, size_t n, const char* table_options,
                            shale_cancel_t* cancel, char** result, size_t* rlen, char** err);
+// ---- Fast paths (db.cc) ----------------------------------------------------
+// Get: 1 found, 0 not found, -1 error (*err malloc'd). A found value is
+// copied to buf when *vlen <= cap, else to *overflow (malloc'd).
+int shale_db_get(rocksdb_t* db, rocksdb_readoptions_t* ro, const char* key, size_t klen, char* buf,
+                 size_t cap, size_t* vlen, char** overflow, char** err);
+// Applies a batch given in WriteBatch's serialized form.
+void shale_db_write_rep(rocksdb_t* db, rocksdb_writeoptions_t* wo, const char* rep, size_t len,
+                        char** err);
+// Batched MultiGet of n keys laid end to end in keys (lengths in klens).
+// vlens[i] is -1 for a missing key. Returns the total value bytes, with
+// the values back to back in buf when they fit cap, else in *overflow
+// (malloc'd); -1 on error (*err malloc'd).
+int64_t shale_db_multiget(rocksdb_t* db, rocksdb_readoptions_t* ro, size_t n, const char* keys,
+                          const size_t* klens, char* buf, size_t cap, int64_t* vlens, char** overflow,
+                          char** err);
+void shale_readoptions_set_async_io(rocksdb_readoptions_t* ro, int async_io, int optimize_multiget);
 
 #ifdef __cplusplus
 }

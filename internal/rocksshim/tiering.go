@@ -57,10 +57,6 @@ func init() {
 	}
 }
 
-func dbHandle(db *grocksdb.DB) *C.rocksdb_t {
-	return *(**C.rocksdb_t)(unsafe.Pointer(db))
-}
-
 // SetTiering makes last-level SSTs cold and keeps keys younger than
 // coldAfter out of the last level (per-key placement); call before the
 // DB opens. Seconds are RocksDB's unit: coldAfter is rounded up to one.

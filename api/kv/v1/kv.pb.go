@@ -979,6 +979,235 @@ func (*CompactResponse) Descriptor() ([]byte, []int) {
 	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{17}
 }
 
+type LoadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pairs to put, in order; one message is one atomic batch (at most
+	// --max-batch-size bytes of keys and values).
+	Pairs []*KeyValue `protobuf:"bytes,1,rep,name=pairs,proto3" json:"pairs,omitempty"`
+	// Make the whole load durable (one sync of the write-ahead log) before
+	// answering; set on any message.
+	Sync bool `protobuf:"varint,2,opt,name=sync,proto3" json:"sync,omitempty"`
+	// More pairs, after those of `pairs`, packed end to end: each is the
+	// key's length as a varint, the key, the value's length as a varint, the
+	// value. The same pairs cost far less to encode and decode this way than
+	// as KeyValue messages; `shale kv load` sends only these.
+	Packed        []byte `protobuf:"bytes,3,opt,name=packed,proto3" json:"packed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadRequest) Reset() {
+	*x = LoadRequest{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadRequest) ProtoMessage() {}
+
+func (x *LoadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
+func (*LoadRequest) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LoadRequest) GetPairs() []*KeyValue {
+	if x != nil {
+		return x.Pairs
+	}
+	return nil
+}
+
+func (x *LoadRequest) GetSync() bool {
+	if x != nil {
+		return x.Sync
+	}
+	return false
+}
+
+func (x *LoadRequest) GetPacked() []byte {
+	if x != nil {
+		return x.Packed
+	}
+	return nil
+}
+
+type LoadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pairs and bytes (keys and values) applied.
+	Pairs uint64 `protobuf:"varint,1,opt,name=pairs,proto3" json:"pairs,omitempty"`
+	Bytes uint64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Sequence number of the database after the load.
+	Sequence      uint64 `protobuf:"varint,3,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadResponse) Reset() {
+	*x = LoadResponse{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadResponse) ProtoMessage() {}
+
+func (x *LoadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
+func (*LoadResponse) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LoadResponse) GetPairs() uint64 {
+	if x != nil {
+		return x.Pairs
+	}
+	return 0
+}
+
+func (x *LoadResponse) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *LoadResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+type IngestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the SST file.
+	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngestRequest) Reset() {
+	*x = IngestRequest{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngestRequest) ProtoMessage() {}
+
+func (x *IngestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
+func (*IngestRequest) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *IngestRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type IngestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes of the file ingested.
+	Bytes uint64 `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Sequence number of the database after the ingestion.
+	Sequence      uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngestResponse) Reset() {
+	*x = IngestResponse{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngestResponse) ProtoMessage() {}
+
+func (x *IngestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
+func (*IngestResponse) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *IngestResponse) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *IngestResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -987,7 +1216,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1228,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1241,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{18}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
 }
 
 type WatchRequest struct {
@@ -1023,7 +1252,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1264,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1277,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
 }
 
 type WatchEvent struct {
@@ -1070,7 +1299,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1311,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1324,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{20}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchEvent) GetLatestSequence() uint64 {
@@ -1143,7 +1372,7 @@ type LogTail struct {
 
 func (x *LogTail) Reset() {
 	*x = LogTail{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1384,7 @@ func (x *LogTail) String() string {
 func (*LogTail) ProtoMessage() {}
 
 func (x *LogTail) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1397,7 @@ func (x *LogTail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogTail.ProtoReflect.Descriptor instead.
 func (*LogTail) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LogTail) GetName() string {
@@ -1229,7 +1458,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1470,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1483,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatusResponse) GetRole() Role {
@@ -1338,7 +1567,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1579,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1592,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -1406,7 +1635,7 @@ type DBStats struct {
 
 func (x *DBStats) Reset() {
 	*x = DBStats{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1647,7 @@ func (x *DBStats) String() string {
 func (*DBStats) ProtoMessage() {}
 
 func (x *DBStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1660,7 @@ func (x *DBStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DBStats.ProtoReflect.Descriptor instead.
 func (*DBStats) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{24}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DBStats) GetEstimatedKeys() uint64 {
@@ -1507,7 +1736,7 @@ type Mutation_Put struct {
 
 func (x *Mutation_Put) Reset() {
 	*x = Mutation_Put{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1748,7 @@ func (x *Mutation_Put) String() string {
 func (*Mutation_Put) ProtoMessage() {}
 
 func (x *Mutation_Put) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1787,7 @@ type Mutation_Delete struct {
 
 func (x *Mutation_Delete) Reset() {
 	*x = Mutation_Delete{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1799,7 @@ func (x *Mutation_Delete) String() string {
 func (*Mutation_Delete) ProtoMessage() {}
 
 func (x *Mutation_Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1833,7 @@ type MultiGetResponse_Result struct {
 
 func (x *MultiGetResponse_Result) Reset() {
 	*x = MultiGetResponse_Result{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1845,7 @@ func (x *MultiGetResponse_Result) String() string {
 func (*MultiGetResponse_Result) ProtoMessage() {}
 
 func (x *MultiGetResponse_Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1943,20 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x0eCompactRequest\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\fR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\fR\x03end\"\x11\n" +
-	"\x0fCompactResponse\"\x0f\n" +
+	"\x0fCompactResponse\"f\n" +
+	"\vLoadRequest\x12+\n" +
+	"\x05pairs\x18\x01 \x03(\v2\x15.shale.kv.v1.KeyValueR\x05pairs\x12\x12\n" +
+	"\x04sync\x18\x02 \x01(\bR\x04sync\x12\x16\n" +
+	"\x06packed\x18\x03 \x01(\fR\x06packed\"V\n" +
+	"\fLoadResponse\x12\x14\n" +
+	"\x05pairs\x18\x01 \x01(\x04R\x05pairs\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\x12\x1a\n" +
+	"\bsequence\x18\x03 \x01(\x04R\bsequence\"#\n" +
+	"\rIngestRequest\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"B\n" +
+	"\x0eIngestResponse\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\x0f\n" +
 	"\rStatusRequest\"\x0e\n" +
 	"\fWatchRequest\"\xa0\x01\n" +
 	"\n" +
@@ -1758,7 +2000,7 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PRIMARY\x10\x01\x12\x12\n" +
-	"\x0eROLE_SECONDARY\x10\x022\x8b\x05\n" +
+	"\x0eROLE_SECONDARY\x10\x022\x8f\x06\n" +
 	"\x02KV\x128\n" +
 	"\x03Put\x12\x17.shale.kv.v1.PutRequest\x1a\x18.shale.kv.v1.PutResponse\x128\n" +
 	"\x03Get\x12\x17.shale.kv.v1.GetRequest\x1a\x18.shale.kv.v1.GetResponse\x12A\n" +
@@ -1769,7 +2011,9 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x05Flush\x12\x19.shale.kv.v1.FlushRequest\x1a\x1a.shale.kv.v1.FlushResponse\x12D\n" +
 	"\aCompact\x12\x1b.shale.kv.v1.CompactRequest\x1a\x1c.shale.kv.v1.CompactResponse\x12A\n" +
 	"\x06Status\x12\x1a.shale.kv.v1.StatusRequest\x1a\x1b.shale.kv.v1.StatusResponse\x12=\n" +
-	"\x05Watch\x12\x19.shale.kv.v1.WatchRequest\x1a\x17.shale.kv.v1.WatchEvent0\x01B-Z+github.com/shale-rocks/shale/api/kv/v1;kvv1b\x06proto3"
+	"\x05Watch\x12\x19.shale.kv.v1.WatchRequest\x1a\x17.shale.kv.v1.WatchEvent0\x01\x12=\n" +
+	"\x04Load\x12\x18.shale.kv.v1.LoadRequest\x1a\x19.shale.kv.v1.LoadResponse(\x01\x12C\n" +
+	"\x06Ingest\x12\x1a.shale.kv.v1.IngestRequest\x1a\x1b.shale.kv.v1.IngestResponse(\x01B-Z+github.com/shale-rocks/shale/api/kv/v1;kvv1b\x06proto3"
 
 var (
 	file_api_kv_v1_kv_proto_rawDescOnce sync.Once
@@ -1784,7 +2028,7 @@ func file_api_kv_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_api_kv_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_api_kv_v1_kv_proto_goTypes = []any{
 	(Role)(0),                       // 0: shale.kv.v1.Role
 	(*PutRequest)(nil),              // 1: shale.kv.v1.PutRequest
@@ -1805,52 +2049,61 @@ var file_api_kv_v1_kv_proto_goTypes = []any{
 	(*FlushResponse)(nil),           // 16: shale.kv.v1.FlushResponse
 	(*CompactRequest)(nil),          // 17: shale.kv.v1.CompactRequest
 	(*CompactResponse)(nil),         // 18: shale.kv.v1.CompactResponse
-	(*StatusRequest)(nil),           // 19: shale.kv.v1.StatusRequest
-	(*WatchRequest)(nil),            // 20: shale.kv.v1.WatchRequest
-	(*WatchEvent)(nil),              // 21: shale.kv.v1.WatchEvent
-	(*LogTail)(nil),                 // 22: shale.kv.v1.LogTail
-	(*StatusResponse)(nil),          // 23: shale.kv.v1.StatusResponse
-	(*TierUsage)(nil),               // 24: shale.kv.v1.TierUsage
-	(*DBStats)(nil),                 // 25: shale.kv.v1.DBStats
-	(*Mutation_Put)(nil),            // 26: shale.kv.v1.Mutation.Put
-	(*Mutation_Delete)(nil),         // 27: shale.kv.v1.Mutation.Delete
-	(*MultiGetResponse_Result)(nil), // 28: shale.kv.v1.MultiGetResponse.Result
+	(*LoadRequest)(nil),             // 19: shale.kv.v1.LoadRequest
+	(*LoadResponse)(nil),            // 20: shale.kv.v1.LoadResponse
+	(*IngestRequest)(nil),           // 21: shale.kv.v1.IngestRequest
+	(*IngestResponse)(nil),          // 22: shale.kv.v1.IngestResponse
+	(*StatusRequest)(nil),           // 23: shale.kv.v1.StatusRequest
+	(*WatchRequest)(nil),            // 24: shale.kv.v1.WatchRequest
+	(*WatchEvent)(nil),              // 25: shale.kv.v1.WatchEvent
+	(*LogTail)(nil),                 // 26: shale.kv.v1.LogTail
+	(*StatusResponse)(nil),          // 27: shale.kv.v1.StatusResponse
+	(*TierUsage)(nil),               // 28: shale.kv.v1.TierUsage
+	(*DBStats)(nil),                 // 29: shale.kv.v1.DBStats
+	(*Mutation_Put)(nil),            // 30: shale.kv.v1.Mutation.Put
+	(*Mutation_Delete)(nil),         // 31: shale.kv.v1.Mutation.Delete
+	(*MultiGetResponse_Result)(nil), // 32: shale.kv.v1.MultiGetResponse.Result
 }
 var file_api_kv_v1_kv_proto_depIdxs = []int32{
-	26, // 0: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
-	27, // 1: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
+	30, // 0: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
+	31, // 1: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
 	7,  // 2: shale.kv.v1.WriteRequest.mutations:type_name -> shale.kv.v1.Mutation
-	28, // 3: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
+	32, // 3: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
 	13, // 4: shale.kv.v1.ScanResponse.pairs:type_name -> shale.kv.v1.KeyValue
-	22, // 5: shale.kv.v1.WatchEvent.logs:type_name -> shale.kv.v1.LogTail
-	0,  // 6: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
-	25, // 7: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
-	24, // 8: shale.kv.v1.StatusResponse.tiers:type_name -> shale.kv.v1.TierUsage
-	1,  // 9: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
-	3,  // 10: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
-	5,  // 11: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
-	8,  // 12: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
-	10, // 13: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
-	12, // 14: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
-	15, // 15: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
-	17, // 16: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
-	19, // 17: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
-	20, // 18: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
-	2,  // 19: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
-	4,  // 20: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
-	6,  // 21: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
-	9,  // 22: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
-	11, // 23: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
-	14, // 24: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
-	16, // 25: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
-	18, // 26: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
-	23, // 27: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
-	21, // 28: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
-	19, // [19:29] is the sub-list for method output_type
-	9,  // [9:19] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	13, // 5: shale.kv.v1.LoadRequest.pairs:type_name -> shale.kv.v1.KeyValue
+	26, // 6: shale.kv.v1.WatchEvent.logs:type_name -> shale.kv.v1.LogTail
+	0,  // 7: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
+	29, // 8: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
+	28, // 9: shale.kv.v1.StatusResponse.tiers:type_name -> shale.kv.v1.TierUsage
+	1,  // 10: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
+	3,  // 11: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
+	5,  // 12: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
+	8,  // 13: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
+	10, // 14: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
+	12, // 15: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
+	15, // 16: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
+	17, // 17: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
+	23, // 18: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
+	24, // 19: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
+	19, // 20: shale.kv.v1.KV.Load:input_type -> shale.kv.v1.LoadRequest
+	21, // 21: shale.kv.v1.KV.Ingest:input_type -> shale.kv.v1.IngestRequest
+	2,  // 22: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
+	4,  // 23: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
+	6,  // 24: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
+	9,  // 25: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
+	11, // 26: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
+	14, // 27: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
+	16, // 28: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
+	18, // 29: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
+	27, // 30: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
+	25, // 31: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
+	20, // 32: shale.kv.v1.KV.Load:output_type -> shale.kv.v1.LoadResponse
+	22, // 33: shale.kv.v1.KV.Ingest:output_type -> shale.kv.v1.IngestResponse
+	22, // [22:34] is the sub-list for method output_type
+	10, // [10:22] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_api_kv_v1_kv_proto_init() }
@@ -1868,7 +2121,7 @@ func file_api_kv_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_kv_v1_kv_proto_rawDesc), len(file_api_kv_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

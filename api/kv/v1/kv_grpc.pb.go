@@ -32,6 +32,8 @@ const (
 	KV_Compact_FullMethodName  = "/shale.kv.v1.KV/Compact"
 	KV_Status_FullMethodName   = "/shale.kv.v1.KV/Status"
 	KV_Watch_FullMethodName    = "/shale.kv.v1.KV/Watch"
+	KV_Load_FullMethodName     = "/shale.kv.v1.KV/Load"
+	KV_Ingest_FullMethodName   = "/shale.kv.v1.KV/Ingest"
 )
 
 // KVClient is the client API for KV service.
@@ -64,6 +66,17 @@ type KVClient interface {
 	// secondary catches up on instead of polling the store. A secondary
 	// answers UNIMPLEMENTED.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
+	// Load applies a stream of puts, for bulk loads: each message is one
+	// atomic batch, applied in order as it arrives (sync=false), and with
+	// sync set the whole load is made durable once, at the end, before the
+	// answer. A failed message stops the load; the messages before it stay
+	// applied (the answer's error says how many pairs).
+	Load(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[LoadRequest, LoadResponse], error)
+	// Ingest receives one SST file, built with RocksDB's SstFileWriter
+	// (bytewise key order), in chunks, and adds it to the database with
+	// IngestExternalFile once the stream ends: its pairs become visible and
+	// durable at once, newer than every earlier write.
+	Ingest(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[IngestRequest, IngestResponse], error)
 }
 
 type kVClient struct {
@@ -192,6 +205,32 @@ func (c *kVClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.Cal
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KV_WatchClient = grpc.ServerStreamingClient[WatchEvent]
 
+func (c *kVClient) Load(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[LoadRequest, LoadResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &KV_ServiceDesc.Streams[2], KV_Load_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LoadRequest, LoadResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_LoadClient = grpc.ClientStreamingClient[LoadRequest, LoadResponse]
+
+func (c *kVClient) Ingest(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[IngestRequest, IngestResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &KV_ServiceDesc.Streams[3], KV_Ingest_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[IngestRequest, IngestResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_IngestClient = grpc.ClientStreamingClient[IngestRequest, IngestResponse]
+
 // KVServer is the server API for KV service.
 // All implementations must embed UnimplementedKVServer
 // for forward compatibility.
@@ -222,6 +261,17 @@ type KVServer interface {
 	// secondary catches up on instead of polling the store. A secondary
 	// answers UNIMPLEMENTED.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
+	// Load applies a stream of puts, for bulk loads: each message is one
+	// atomic batch, applied in order as it arrives (sync=false), and with
+	// sync set the whole load is made durable once, at the end, before the
+	// answer. A failed message stops the load; the messages before it stay
+	// applied (the answer's error says how many pairs).
+	Load(grpc.ClientStreamingServer[LoadRequest, LoadResponse]) error
+	// Ingest receives one SST file, built with RocksDB's SstFileWriter
+	// (bytewise key order), in chunks, and adds it to the database with
+	// IngestExternalFile once the stream ends: its pairs become visible and
+	// durable at once, newer than every earlier write.
+	Ingest(grpc.ClientStreamingServer[IngestRequest, IngestResponse]) error
 	mustEmbedUnimplementedKVServer()
 }
 
@@ -261,6 +311,12 @@ func (UnimplementedKVServer) Status(context.Context, *StatusRequest) (*StatusRes
 }
 func (UnimplementedKVServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedKVServer) Load(grpc.ClientStreamingServer[LoadRequest, LoadResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Load not implemented")
+}
+func (UnimplementedKVServer) Ingest(grpc.ClientStreamingServer[IngestRequest, IngestResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Ingest not implemented")
 }
 func (UnimplementedKVServer) mustEmbedUnimplementedKVServer() {}
 func (UnimplementedKVServer) testEmbeddedByValue()            {}
@@ -449,6 +505,20 @@ func _KV_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KV_WatchServer = grpc.ServerStreamingServer[WatchEvent]
 
+func _KV_Load_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(KVServer).Load(&grpc.GenericServerStream[LoadRequest, LoadResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_LoadServer = grpc.ClientStreamingServer[LoadRequest, LoadResponse]
+
+func _KV_Ingest_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(KVServer).Ingest(&grpc.GenericServerStream[IngestRequest, IngestResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_IngestServer = grpc.ClientStreamingServer[IngestRequest, IngestResponse]
+
 // KV_ServiceDesc is the grpc.ServiceDesc for KV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -499,6 +569,16 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _KV_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Load",
+			Handler:       _KV_Load_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Ingest",
+			Handler:       _KV_Ingest_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "api/kv/v1/kv.proto",

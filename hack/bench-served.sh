@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# make bench-served: CPU per unary Put and Get of `shale primary` on a MinIO
+# server on loopback, under `shale bench` (16 threads, 20 B keys, 400 B
+# values compressible to half, sync=false puts): fillrandom then readrandom
+# of NUM operations (default 200000) over NUM keys.
+#
+# With BASE=<git ref> it also builds that revision's `shale` and runs it as
+# a second primary, alternating with this tree's, ROUNDS times (default 2),
+# so that the before/after figures come from one run on one machine. The
+# client is always this tree's `shale bench`. Server CPU per op is the
+# primary's utime+stime from /proc/<pid>/stat over the benchmark (through
+# process_cpu_seconds_total), client CPU per op the bench process's own.
+#
+#   BASE=main make bench-served
+#   PROFILE=/tmp/prof make bench-served   # also a 20 s CPU profile of each
+#                                         # benchmark of this tree's primary
+#   SERVED_JSON=/tmp/served.jsonl         # one JSON object per benchmark
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+NUM=${NUM:-200000}
+ROUNDS=${ROUNDS:-2}
+work=$(mktemp -d "${TMPDIR:-/tmp}/shale-served.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+go build -o "$work/new/shale" "$repo/cmd/shale"
+builds=(new)
+if [ -n "${BASE:-}" ]; then
+  mkdir -p "$work/base-src"
+  git -C "$repo" archive "$BASE" | tar -x -C "$work/base-src"
+  (cd "$work/base-src" && go build -o "$work/base/shale" ./cmd/shale)
+  builds=(base new)
+fi
+
+port=$(freeport)
+export MINIO_ROOT_USER=shalebench MINIO_ROOT_PASSWORD=shalebench-secret MINIO_BROWSER=off
+MINIO_UPDATE=off MINIO_CALLHOME_ENABLE=off \
+  "$repo/bin/minio" server "$work/minio" --address "127.0.0.1:$port" --console-address "127.0.0.1:0" --quiet >"$work/minio.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 300); do curl -fs "http://127.0.0.1:$port/minio/health/ready" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 50); do
+  curl -fs -X PUT --aws-sigv4 "aws:amz:us-east-1:s3" --user "$MINIO_ROOT_USER:$MINIO_ROOT_PASSWORD" \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "http://127.0.0.1:$port/bench" >/dev/null && break
+  sleep 0.2
+done
+export AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ACCESS_KEY_ID=$MINIO_ROOT_USER AWS_SECRET_ACCESS_KEY=$MINIO_ROOT_PASSWORD AWS_REGION=us-east-1
+echo "# MinIO on 127.0.0.1:$port; NUM=$NUM, ROUNDS=$ROUNDS, builds: ${builds[*]}${BASE:+ (base: $BASE)}" >&2
+
+results=$work/results.jsonl
+: >"$results"
+for round in $(seq "$ROUNDS"); do
+  for b in "${builds[@]}"; do
+    kv=$(freeport); m=$(freeport)
+    extra=()
+    [ -n "${PROFILE:-}" ] && [ "$b" = new ] && extra=(--pprof)
+    "$work/$b/shale" primary --db "s3://bench/$b-$round" --cache-dir "$work/cache-$b-$round" \
+      --listen "127.0.0.1:$kv" --metrics-listen "127.0.0.1:$m" "${extra[@]}" >"$work/primary-$b-$round.log" 2>&1 &
+    ppid=$!
+    pids+=("$ppid")
+    for _ in $(seq 600); do "$work/new/shale" kv --addr "127.0.0.1:$kv" status >/dev/null 2>&1 && break; sleep 0.1; done
+    for bench in fillrandom readrandom; do
+      prof_pid=
+      if [ -n "${PROFILE:-}" ] && [ "$b" = new ]; then
+        mkdir -p "$PROFILE"
+        curl -fs -o "$PROFILE/$bench-$round.pprof" "http://127.0.0.1:$m/debug/pprof/profile?seconds=20" &
+        prof_pid=$!
+      fi
+      "$work/new/shale" bench --addr "127.0.0.1:$kv" --server-metrics "127.0.0.1:$m" --benchmarks "$bench" \
+        --num "$NUM" --keys "$NUM" --threads 16 --key-size 20 --value-size 400 --compression-ratio 0.5 --seed "$round" \
+        --progress-interval 1h -o json 2>>"$work/bench.log" |
+        jq -c --arg build "$b" --argjson round "$round" '.benchmarks[] | {build: $build, round: $round, name, opsPerSec,
+          clientCpuMicrosPerOp, serverCpuMicrosPerOp, p50: .latencyMicros.p50, p99: .latencyMicros.p99, errors}' >>"$results"
+      [ -n "$prof_pid" ] && wait "$prof_pid"
+    done
+    kill "$ppid"
+    wait "$ppid" 2>/dev/null || true
+  done
+done
+[ -n "${SERVED_JSON:-}" ] && cp "$results" "$SERVED_JSON"
+
+printf '\n%-6s %-5s %-11s %10s %13s %13s %8s %8s\n' build round benchmark ops/s "client µs/op" "server µs/op" "p50 µs" "p99 µs"
+jq -r '[.build, .round, .name, (.opsPerSec|floor), (.clientCpuMicrosPerOp*10|round/10), (.serverCpuMicrosPerOp*10|round/10), (.p50|floor), (.p99|floor)] | @tsv' "$results" |
+  awk -F'\t' '{ printf "%-6s %-5s %-11s %10d %13.1f %13.1f %8d %8d\n", $1, $2, $3, $4, $5, $6, $7, $8 }'
+if [ ${#builds[@]} -eq 2 ]; then
+  echo
+  echo "# means over the rounds; ratio = new / base"
+  jq -rs 'group_by(.name)[] | . as $g | [$g[0].name,
+      ([$g[] | select(.build=="base") | .serverCpuMicrosPerOp] | add/length),
+      ([$g[] | select(.build=="new") | .serverCpuMicrosPerOp] | add/length),
+      ([$g[] | select(.build=="base") | .clientCpuMicrosPerOp] | add/length),
+      ([$g[] | select(.build=="new") | .clientCpuMicrosPerOp] | add/length),
+      ([$g[] | select(.build=="base") | .opsPerSec] | add/length),
+      ([$g[] | select(.build=="new") | .opsPerSec] | add/length)] | @tsv' "$results" |
+    awk -F'\t' 'BEGIN { printf "%-11s %22s %22s %22s\n", "benchmark", "server µs/op base→new", "client µs/op base→new", "ops/s base→new" }
+      { printf "%-11s %9.1f → %5.1f (%.2f) %9.1f → %5.1f (%.2f) %7d → %6d (%.2f)\n", $1, $2, $3, $3/$2, $4, $5, $5/$4, $6, $7, $7/$6 }'
+fi

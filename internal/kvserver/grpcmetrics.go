@@ -1,0 +1,166 @@
+package kvserver
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// rpcMetrics are go-grpc-middleware's server metrics (same names, labels
+// and buckets: grpc_server_started_total, grpc_server_handled_total,
+// grpc_server_msg_received_total, grpc_server_msg_sent_total,
+// grpc_server_handling_seconds), with every method's series resolved once
+// when serving starts instead of looked up by label values on every call:
+// the lookups were about 5% of a unary Get's server CPU.
+type rpcMetrics struct {
+	started, handled, received, sent *prometheus.CounterVec
+	seconds                          *prometheus.HistogramVec
+	methods                          map[string]*methodMetrics // by full method; read-only once serving
+}
+
+type methodMetrics struct {
+	started, received, sent prometheus.Counter
+	seconds                 prometheus.Observer
+	handled                 [codes.Unauthenticated + 1]prometheus.Counter
+	labels                  []string // type, service, method
+}
+
+func newRPCMetrics() *rpcMetrics {
+	labels := []string{"grpc_type", "grpc_service", "grpc_method"}
+	counter := func(name, help string, extra ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, append(append([]string{}, labels...), extra...))
+	}
+	return &rpcMetrics{
+		started:  counter("grpc_server_started_total", "Total number of RPCs started on the server."),
+		handled:  counter("grpc_server_handled_total", "Total number of RPCs completed on the server, regardless of success or failure.", "grpc_code"),
+		received: counter("grpc_server_msg_received_total", "Total number of RPC stream messages received on the server."),
+		sent:     counter("grpc_server_msg_sent_total", "Total number of gRPC stream messages sent by the server."),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "grpc_server_handling_seconds",
+			Help:    "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
+			Buckets: prometheus.DefBuckets,
+		}, labels),
+		methods: map[string]*methodMetrics{},
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *rpcMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range []prometheus.Collector{m.started, m.handled, m.received, m.sent, m.seconds} {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *rpcMetrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range []prometheus.Collector{m.started, m.handled, m.received, m.sent, m.seconds} {
+		c.Collect(ch)
+	}
+}
+
+// init resolves the series of every method s serves (they then show up
+// at zero). Call after registering the services, before serving.
+func (m *rpcMetrics) init(s *grpc.Server) {
+	for service, info := range s.GetServiceInfo() {
+		for _, mi := range info.Methods {
+			typ := "unary"
+			switch {
+			case mi.IsClientStream && mi.IsServerStream:
+				typ = "bidi_stream"
+			case mi.IsClientStream:
+				typ = "client_stream"
+			case mi.IsServerStream:
+				typ = "server_stream"
+			}
+			m.methods["/"+service+"/"+mi.Name] = m.resolve(typ, service, mi.Name)
+		}
+	}
+}
+
+func (m *rpcMetrics) resolve(typ, service, method string) *methodMetrics {
+	l := []string{typ, service, method}
+	mm := &methodMetrics{
+		started:  m.started.WithLabelValues(l...),
+		received: m.received.WithLabelValues(l...),
+		sent:     m.sent.WithLabelValues(l...),
+		seconds:  m.seconds.WithLabelValues(l...),
+		labels:   l,
+	}
+	for c := range mm.handled {
+		mm.handled[c] = m.handled.WithLabelValues(typ, service, method, codes.Code(c).String())
+	}
+	return mm
+}
+
+func (m *rpcMetrics) method(full, typ string) *methodMetrics {
+	if mm := m.methods[full]; mm != nil {
+		return mm
+	}
+	// Not registered before serving (never for Shale's services).
+	service, method, _ := strings.Cut(strings.TrimPrefix(full, "/"), "/")
+	return m.resolve(typ, service, method)
+}
+
+func (mm *methodMetrics) done(start time.Time, err error) {
+	code := status.Code(err)
+	if int(code) < len(mm.handled) {
+		mm.handled[code].Inc()
+	}
+	mm.seconds.Observe(time.Since(start).Seconds())
+}
+
+func (m *rpcMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	mm := m.method(info.FullMethod, "unary")
+	start := time.Now()
+	mm.started.Inc()
+	mm.received.Inc()
+	resp, err := handler(ctx, req)
+	if err == nil {
+		mm.sent.Inc()
+	}
+	mm.done(start, err)
+	return resp, err
+}
+
+func (m *rpcMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	typ := "server_stream"
+	switch {
+	case info.IsClientStream && info.IsServerStream:
+		typ = "bidi_stream"
+	case info.IsClientStream:
+		typ = "client_stream"
+	}
+	mm := m.method(info.FullMethod, typ)
+	start := time.Now()
+	mm.started.Inc()
+	err := handler(srv, &countedStream{ServerStream: ss, mm: mm})
+	mm.done(start, err)
+	return err
+}
+
+// countedStream counts a stream's messages.
+type countedStream struct {
+	grpc.ServerStream
+	mm *methodMetrics
+}
+
+func (s *countedStream) SendMsg(m any) error {
+	err := s.ServerStream.SendMsg(m)
+	if err == nil {
+		s.mm.sent.Inc()
+	}
+	return err
+}
+
+func (s *countedStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.mm.received.Inc()
+	}
+	return err
+}

@@ -1,0 +1,215 @@
+package kvserver
+
+import (
+	"errors"
+	"io"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/kvload"
+	"github.com/shale-rocks/shale/internal/rocksshim"
+)
+
+// loadBatch is one Load message, serialized, on its way to the applier.
+type loadBatch struct {
+	b            rocksshim.Batch
+	pairs, bytes uint64
+}
+
+// Load implements KV. One goroutine receives and validates message i+1
+// while another applies message i, so decoding and RocksDB's inserts use
+// two cores.
+func (s *Server) Load(stream kvv1.KV_LoadServer) error {
+	if err := s.canWrite(); err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	var (
+		applyErr              error
+		appliedPairs, applied uint64 // written by the applier until done closes
+	)
+	jobs := make(chan *loadBatch, 1)
+	free := make(chan *loadBatch, 2)
+	failed, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for j := range jobs {
+			if applyErr == nil {
+				if err := s.db.WriteBatch(&j.b, false); err != nil {
+					applyErr = err
+					close(failed)
+				} else {
+					appliedPairs += j.pairs
+					applied += j.bytes
+				}
+			}
+			select {
+			case free <- j:
+			default:
+			}
+		}
+	}()
+	stop := func() { close(jobs); <-done }
+
+	var received uint64 // pairs received, for error messages
+	sync := false
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			stop()
+			return err
+		}
+		sync = sync || req.Sync
+		var j *loadBatch
+		select {
+		case j = <-free:
+			j.b.Reset()
+			j.pairs, j.bytes = 0, 0
+		default:
+			j = &loadBatch{}
+		}
+		add := func(k, v []byte) error {
+			received++
+			err := s.checkKey(k)
+			if err == nil {
+				err = s.checkValue(k, v)
+			}
+			if err != nil {
+				return err
+			}
+			j.b.Put(k, v)
+			j.bytes += uint64(len(k) + len(v))
+			j.pairs++
+			return nil
+		}
+		var bad error
+		for _, p := range req.Pairs {
+			if bad = add(p.Key, p.Value); bad != nil {
+				break
+			}
+		}
+		if bad == nil {
+			bad = kvload.ForEachPacked(req.Packed, add)
+		}
+		if errors.Is(bad, kvload.ErrPacked) {
+			stop()
+			return status.Errorf(codes.InvalidArgument, "load message after pair %d: %v; the %d pairs before its message were loaded", received, bad, appliedPairs)
+		}
+		if bad != nil {
+			stop()
+			return status.Errorf(codes.InvalidArgument, "pair %d of the load: %s; the %d pairs before its message were loaded",
+				received, status.Convert(bad).Message(), appliedPairs)
+		}
+		if j.bytes > uint64(s.limits.MaxBatchBytes) {
+			stop()
+			return invalid("load message ending at pair %d is %d bytes of keys and values, over the %d-byte batch limit (send smaller messages, or raise --max-batch-size); the %d pairs before it were loaded",
+				received, j.bytes, s.limits.MaxBatchBytes, appliedPairs)
+		}
+		if err := s.canWrite(); err != nil {
+			stop()
+			return err
+		}
+		select {
+		case jobs <- j:
+			continue
+		case <-failed:
+		}
+		break // the applier failed: stop receiving
+	}
+	stop()
+	if applyErr != nil {
+		return loadError(s.writeError(ctx, applyErr), appliedPairs)
+	}
+	if sync {
+		if err := s.db.SyncWAL(); err != nil {
+			return loadError(s.writeError(ctx, err), appliedPairs)
+		}
+		s.durable(true)
+	}
+	return stream.SendAndClose(&kvv1.LoadResponse{Pairs: appliedPairs, Bytes: applied, Sequence: s.db.LatestSequence()})
+}
+
+// loadError adds how much of a load was applied to a write error.
+func loadError(err error, pairs uint64) error {
+	st := status.Convert(err)
+	return status.Errorf(st.Code(), "%s (load: %d pairs were applied before this; loading the same pairs again is harmless)", st.Message(), pairs)
+}
+
+// Ingest implements KV: the file is staged on the local disk, then
+// ingested.
+func (s *Server) Ingest(stream kvv1.KV_IngestServer) error {
+	if err := s.canWrite(); err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	dir, err := s.db.StagingDir()
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	f, err := os.CreateTemp(dir, "*.sst")
+	if err != nil {
+		return status.Errorf(codes.Internal, "cannot stage the SST file: %v", err)
+	}
+	defer os.Remove(f.Name())
+	var n uint64
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil {
+			_, err = f.Write(req.Data)
+			n += uint64(len(req.Data))
+		}
+		if err != nil {
+			f.Close()
+			if _, ok := status.FromError(err); !ok {
+				err = status.Errorf(codes.Internal, "cannot stage the SST file: %v", err)
+			}
+			return err
+		}
+	}
+	if err := f.Close(); err != nil {
+		return status.Errorf(codes.Internal, "cannot stage the SST file: %v", err)
+	}
+	if n == 0 {
+		return invalid("ingest received no data; send the bytes of an SST file built with SstFileWriter")
+	}
+	if err := s.canWrite(); err != nil {
+		return err
+	}
+	if err := s.db.Ingest(f.Name()); err != nil {
+		if s.fenceErr() == nil && rejectedFile(err) {
+			return invalid("not an SST file RocksDB can ingest (%d bytes received): %v", n, err)
+		}
+		return s.writeError(ctx, err)
+	}
+	s.durable(true)
+	return stream.SendAndClose(&kvv1.IngestResponse{Bytes: n, Sequence: s.db.LatestSequence()})
+}
+
+func (s *Server) fenceErr() error {
+	if s.info.Guard == nil {
+		return nil
+	}
+	return s.info.Guard.FenceError()
+}
+
+// rejectedFile tells a file RocksDB refused to ingest (nothing was
+// applied) from a failure to apply it.
+func rejectedFile(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"Corruption:", "Invalid argument:", "Not implemented:"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
