@@ -21,6 +21,7 @@ import (
 	"github.com/shale-rocks/shale/compactor"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvserver"
+	"github.com/shale-rocks/shale/internal/miniotest"
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/shalefs"
@@ -363,12 +364,25 @@ func TestWorkerWritesOnlyItsJobDirectory(t *testing.T) {
 	}
 }
 
+// minioDB starts the pinned MinIO server for t, points the AWS_*
+// variables at it, and returns a new database URL in a bucket of its own.
+func minioDB(t *testing.T, name string) string {
+	t.Helper()
+	srv := miniotest.Start(t)
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	srv.CreateBucket(t, name)
+	return "s3://" + name + "/shale/db"
+}
+
 // TestSchedulerDownFallsBackLocal (issue 11, test 3): with the scheduler
 // down, compactions run locally (counted), nothing stalls or errs; a
 // scheduler restart mid-job loses nothing; when it is back, remote
-// compaction resumes.
+// compaction resumes. On MinIO.
 func TestSchedulerDownFallsBackLocal(t *testing.T) {
-	db := "file://" + filepath.Join(t.TempDir(), "db")
+	db := minioDB(t, "schedulerdown")
 	sched := startScheduler(t, compactor.SchedulerConfig{})
 	addr := sched.Addr()
 	held := make(chan *compactorv1.Job, 1)
@@ -436,12 +450,12 @@ func TestSchedulerDownFallsBackLocal(t *testing.T) {
 // TestPrioritiesShareOneWorker (issue 11, test 4): two databases load at
 // once through one worker slot. The worker takes its next job only once
 // both have one waiting (or after a while), so every pick is contended
-// (a primary compacts one job at a time):
+// (a primary compacts one job at a time). On MinIO:
 // both progress, and priority 30 gets more jobs than priority 10.
 func TestPrioritiesShareOneWorker(t *testing.T) {
 	sched := startScheduler(t, compactor.SchedulerConfig{})
-	hiDB := "file://" + filepath.Join(t.TempDir(), "hi")
-	loDB := "file://" + filepath.Join(t.TempDir(), "lo")
+	hiDB := minioDB(t, "shares")
+	loDB := strings.Replace(hiDB, "/shale/db", "/shale/lo", 1) // the same server and bucket, another database
 	stop := make(chan struct{})
 	bothQueued := func() bool {
 		n := 0
