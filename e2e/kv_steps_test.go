@@ -24,6 +24,10 @@ import (
 // from the test over gRPC.
 func stepKV(t *testing.T, s *suite) {
 	addr := fmt.Sprintf("%s-rw:%d", s.db, kvPort)
+	// Through the Service's ClusterIP from the node first: right after the
+	// primary became ready, kube-proxy may not route the Service yet (the
+	// Pod's one-shot `shale kv put` was refused once in 2 s after install).
+	kvStatus(t, s.rwAddr(t))
 	value := fmt.Sprintf("from-a-pod-%d", time.Now().UnixNano())
 	out := s.clientPod(t, "kv-client",
 		[]string{"kv", "put", "e2e/kv/from-pod", value, "--addr", addr},
