@@ -15,6 +15,8 @@ var steps = []step{
 	{name: "failover-kill", labels: []string{"failover", "failover-kill"}, run: stepFailover(failoverSIGKILL)},
 	{name: "zombie", labels: []string{"zombie", "fencing"}, run: stepZombie},
 	{name: "secondaries-failover", labels: []string{"secondaries", "failover"}, run: stepSecondariesFailover},
+	{name: "compaction", labels: []string{"compaction"}, run: stepCompaction},
+	{name: "tiering", labels: []string{"tiering"}, run: stepTiering},
 	{name: "gc", labels: []string{"gc"}, run: stepGC},
 	// Last: the dashboard's series exist once the steps above produced them.
 	{name: "metrics", labels: []string{"metrics", "chart"}, run: stepMetrics},
