@@ -91,6 +91,7 @@ lint() {
     "operator.image.pullPolicy=Sometimes"
     "operator.failoverGrace=soon"
     "operator.gc.grace=1 day"
+    "operator.compactorPollInterval=often"
     "demo.minio.buckets.hot=Not_A_Bucket"
     "metrics.port=80"
     "operator.logLevel=chatty"
