@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -642,5 +643,55 @@ func TestLoadAndIngestRPCs(t *testing.T) {
 	is, _ = f.kv.Ingest(f.ctx)
 	if _, err := is.CloseAndRecv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "received no data") {
 		t.Errorf("empty ingest: %v", err)
+	}
+
+	// The key and value limits hold inside ingested files too: a file
+	// with one oversized entry is refused whole.
+	ingest := func(pairs ...string) error {
+		path := filepath.Join(t.TempDir(), "x.sst")
+		w, err := engine.NewSSTWriter(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(pairs); i += 2 {
+			if err := w.Put([]byte(pairs[i]), []byte(pairs[i+1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		is, err := f.kv.Ingest(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		is.Send(&kvv1.IngestRequest{Data: data})
+		_, err = is.CloseAndRecv()
+		return err
+	}
+	for _, c := range []struct {
+		name  string
+		pairs []string
+		msg   string
+	}{
+		{"key too long", []string{"i1", "v", "i2toolongkey", "v"}, "entry 1 of the SST file: key \"i2toolongkey\" is 12 bytes, over the 8-byte limit (raise it with --max-key-size); nothing was ingested"},
+		{"value too long", []string{"i1", strings.Repeat("v", 65)}, "entry 0 of the SST file: value for key \"i1\" is 65 bytes, over the 64-byte limit (raise it with --max-value-size)"},
+	} {
+		if err := ingest(c.pairs...); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("ingest with %s: %v, want INVALID_ARGUMENT with %q", c.name, err, c.msg)
+		}
+		if _, ok := f.get(t, "i1"); ok {
+			t.Errorf("ingest with %s: a pair of the refused file was applied", c.name)
+		}
+	}
+	if err := ingest("i1", "v1", "i2", "v2"); err != nil {
+		t.Fatalf("ingest of a file within the limits: %v", err)
+	}
+	if v, ok := f.get(t, "i2"); !ok || v != "v2" {
+		t.Errorf("i2 = %q %v after ingest", v, ok)
 	}
 }

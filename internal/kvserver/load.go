@@ -2,6 +2,7 @@ package kvserver
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -182,6 +183,16 @@ func (s *Server) Ingest(stream kvv1.KV_IngestServer) error {
 	if n == 0 {
 		return invalid("ingest received no data; send the bytes of an SST file built with SstFileWriter")
 	}
+	// The limits hold for ingested entries as for Put and Write: an
+	// oversized key would otherwise get in through the side door and
+	// break readers that trust them.
+	bad, _, err := rocksshim.CheckSSTSizes(f.Name(), s.limits.MaxKeyBytes, s.limits.MaxValueBytes)
+	if err != nil {
+		return invalid("not an SST file RocksDB can ingest (%d bytes received): %v; nothing was ingested", n, err)
+	}
+	if bad != nil {
+		return invalid("%s; nothing was ingested", sstViolation(bad, s.limits))
+	}
 	if err := s.canWrite(); err != nil {
 		return err
 	}
@@ -212,4 +223,21 @@ func rejectedFile(err error) bool {
 		}
 	}
 	return false
+}
+
+// sstViolation says which limit an ingested file's entry breaks and how
+// to raise it, in the words of the Put and Write checks.
+func sstViolation(v *rocksshim.SSTEntryTooLarge, l Limits) string {
+	key := fmt.Sprintf("%q", v.Key)
+	if v.KeyLen > 40 {
+		key = fmt.Sprintf("%q...", v.Key[:40])
+	}
+	switch {
+	case v.KeyLen == 0:
+		return fmt.Sprintf("entry %d of the SST file has an empty key; keys must be 1 to %d bytes", v.Index, l.MaxKeyBytes)
+	case v.KeyLen > l.MaxKeyBytes:
+		return fmt.Sprintf("entry %d of the SST file: key %s is %d bytes, over the %d-byte limit (raise it with --max-key-size)", v.Index, key, v.KeyLen, l.MaxKeyBytes)
+	default:
+		return fmt.Sprintf("entry %d of the SST file: value for key %s is %d bytes, over the %d-byte limit (raise it with --max-value-size)", v.Index, key, v.ValueLen, l.MaxValueBytes)
+	}
 }

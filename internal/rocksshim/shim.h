@@ -68,6 +68,19 @@ void shale_cancel_destroy(shale_cancel_t* c);
 int shale_open_and_compact(rocksdb_options_t* env_opts, const char* name, const char* output_dir,
                            const char* input, size_t n, const char* table_options,
                            shale_cancel_t* cancel, char** result, size_t* rlen, char** err);
+// ---- External SST files (sstcheck.cc) ------------------------------------------
+typedef struct {
+  char* key;         // the offending key's first key_shown bytes (malloc'd)
+  size_t key_shown;
+  size_t key_len;
+  size_t value_len;
+  uint64_t index;    // its position in the file; on success, the entries read
+} shale_sst_violation_t;
+// Reads every entry of the SST file at path (checksums verified): 0 when
+// every key is 1..max_key bytes and every value at most max_value; 1 with
+// the first entry that is not in *out; -1 on error (*err malloc'd).
+int shale_sst_check_sizes(const char* path, size_t max_key, size_t max_value,
+                          shale_sst_violation_t* out, char** err);
 // ---- Fast paths (db.cc) ----------------------------------------------------
 // Get: 1 found, 0 not found, -1 error (*err malloc'd). A found value is
 // copied to buf when *vlen <= cap, else to *overflow (malloc'd).
