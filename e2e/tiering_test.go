@@ -74,6 +74,14 @@ func stepTiering(t *testing.T, s *suite) {
 	}
 	loaded := time.Now()
 
+	// A live database keeps taking writes. RocksDB 7.8.3 ages a key by the
+	// (sequence number, time) samples stored in tables; the last keys of a
+	// burst have no sample after them until newer writes are flushed and a
+	// compaction merges that table's samples in (docs/tiering.md, "Ageing
+	// precision"). A trickle of writes after the load is what moves the
+	// burst's tail cold, as it would for a user.
+	trickle := startTrickle(t, addr, "tick/", 200*time.Millisecond)
+
 	// Once the data has aged past coldAfter, a compaction into the last
 	// level places it cold (the primary's age-out pass does the same on
 	// its own, every coldAfter/4). Compact until tables show up cold.
@@ -146,6 +154,20 @@ func stepTiering(t *testing.T, s *suite) {
 		return false, fmt.Sprintf("tiers %+v", cur.Status.Tiers)
 	})
 	t.Logf("status.tiers: %+v", cur.Status.Tiers)
+	ticks := trickle.stop(t)
+	keys = keys[:0]
+	for k := range ticks {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for chunk := range slices.Chunk(keys, 500) {
+		for i, r := range multiGet(t, addr, chunk) {
+			if !r.Found || string(r.Value) != ticks[chunk[i]] {
+				t.Fatalf("acknowledged write %s of the trickle reads back found=%v value %q, want %q", chunk[i], r.Found, r.Value, ticks[chunk[i]])
+			}
+		}
+	}
+	t.Logf("the trickle's %d acknowledged writes read back", len(ticks))
 	s.deleteRocksDB(t, db, false)
 	if n := len(listColdKeys(t, mc, prefix)); n != 0 {
 		t.Fatalf("reclaimPolicy Delete: %d objects left under %s/%s", n, coldBucket, prefix)
@@ -162,4 +184,68 @@ func listColdKeys(t *testing.T, mc *minio.Client, prefix string) []string {
 		keys = append(keys, o.Key)
 	}
 	return keys
+}
+
+// trickle writes one key every interval with sync=true until stopped.
+type trickle struct {
+	done  chan struct{}
+	ended chan struct{}
+	acked map[string]string
+	fails int
+	last  error
+}
+
+func startTrickle(t *testing.T, addr, prefix string, every time.Duration) *trickle {
+	t.Helper()
+	conn, err := newConn(addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	tr := &trickle{done: make(chan struct{}), ended: make(chan struct{}), acked: map[string]string{}}
+	go func() {
+		defer close(tr.ended)
+		defer conn.Close()
+		kv := kvv1.NewKVClient(conn)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-tr.done:
+				return
+			case <-tick.C:
+			}
+			key, value := fmt.Sprintf("%s%06d", prefix, n), fmt.Sprintf("tick-%d", n)
+			c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := kv.Put(c, putReq(key, value))
+			cancel()
+			if err != nil {
+				tr.fails++
+				tr.last = err
+				continue
+			}
+			tr.acked[key] = value
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-tr.done:
+		default:
+			close(tr.done)
+		}
+		<-tr.ended
+	})
+	return tr
+}
+
+// stop ends the trickle and returns its acknowledged writes; it fails t if
+// none was acknowledged (the step's premise would not hold).
+func (tr *trickle) stop(t *testing.T) map[string]string {
+	t.Helper()
+	close(tr.done)
+	<-tr.ended
+	if len(tr.acked) == 0 {
+		t.Fatalf("the trickle of writes got no acknowledgement (%d failed, last: %v)", tr.fails, tr.last)
+	}
+	t.Logf("trickle: %d writes acknowledged, %d failed", len(tr.acked), tr.fails)
+	return tr.acked
 }
