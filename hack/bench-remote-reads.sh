@@ -25,6 +25,11 @@
 #   make bench-remote-reads                   # NUM=1000000 ROUNDS=1
 #   NUM=200000 READ_SECONDS=10 make bench-remote-reads
 #   REMOTE_JSON=/tmp/remote.jsonl             # one JSON object per benchmark
+#
+# With PEER_PYTHON set to a Python with the `slatedb` package (pip install
+# slatedb), the embedded peer also loads the same NUM pairs into the same
+# MinIO (hack/remote-reads-peer.py) and reads them at random, 16 at a time,
+# with a block cache of CACHE bytes: setup "peer", readrandom only.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 NUM=${NUM:-1000000}
@@ -120,6 +125,16 @@ for round in $(seq "$ROUNDS"); do
     stop
   done
 done
+if [ -n "${PEER_PYTHON:-}" ]; then
+  peer=$repo/hack/remote-reads-peer.py
+  "$PEER_PYTHON" "$peer" load s3://bench/peer "$NUM" >"$work/peer-load.json"
+  echo "# peer loaded: $(cat "$work/peer-load.json")" >&2
+  for round in $(seq "$ROUNDS"); do
+    "$PEER_PYTHON" "$peer" readrandom s3://bench/peer "$NUM" "$((half * 2))" "$SECONDS_EACH" 16 |
+      jq -c --argjson round "$round" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
+        '{setup: "peer", round: $round, name, threads, opsPerSec, p50, p99, serverCpuMicrosPerOp: null, errors: 0, load: $load}' >>"$results"
+  done
+fi
 [ -n "${REMOTE_JSON:-}" ] && cp "$results" "$REMOTE_JSON"
 
 printf '\n%-7s %-5s %-16s %7s %12s %9s %9s %12s %5s\n' setup round benchmark threads "keys/s" "p50 µs" "p99 µs" "server µs/op" load
@@ -128,13 +143,15 @@ jq -r '[.setup, .round, .name, .threads, (.opsPerSec|floor), (.p50|floor), (.p99
 echo
 echo "# means over the rounds; ratios: new/base, new/cached, multireadrandom/readrandom (same setup and threads)"
 jq -rs '
-  def mean(s): [s] | add / length;
+  def mean(s): [s] | if length == 0 then 0 else add / length end;
   (group_by([.name, .threads])[] | . as $g | [$g[0].name, $g[0].threads,
     mean($g[] | select(.setup=="base") | .opsPerSec), mean($g[] | select(.setup=="new") | .opsPerSec),
-    mean($g[] | select(.setup=="cached") | .opsPerSec)] | @tsv)' "$results" |
-  awk -F'\t' '{ printf "%-16s %2d threads: base %8.0f  new %8.0f  cached %8.0f   new/base %.2f  new/cached %.2f\n", $1, $2, $3, $4, $5, $4/$3, $4/$5 }'
+    mean($g[] | select(.setup=="cached") | .opsPerSec), mean($g[] | select(.setup=="peer") | .opsPerSec)] | @tsv)' "$results" |
+  awk -F'\t' '{ printf "%-16s %2d threads: base %8.0f  new %8.0f  cached %8.0f   new/base %.2f  new/cached %.2f", $1, $2, $3, $4, $5, $4/$3, $4/$5
+    if ($6 > 0) printf "  peer %8.0f  new/peer %.2f", $6, $4/$6
+    printf "\n" }'
 jq -rs '
-  def mean(s): [s] | add / length;
-  map(select(.name=="readrandom" or .name=="multireadrandom")) | group_by([.setup, .threads])[] | . as $g | [$g[0].setup, $g[0].threads,
+  def mean(s): [s] | if length == 0 then 0 else add / length end;
+  map(select((.name=="readrandom" or .name=="multireadrandom") and .setup != "peer")) | group_by([.setup, .threads])[] | . as $g | [$g[0].setup, $g[0].threads,
     mean($g[] | select(.name=="readrandom") | .opsPerSec), mean($g[] | select(.name=="multireadrandom") | .opsPerSec)] | @tsv' "$results" |
   awk -F'\t' '{ printf "%-7s %2d threads: MultiGet of 32 %8.0f keys/s vs Gets %8.0f keys/s: %.2fx\n", $1, $2, $4, $3, $4/$3 }'
