@@ -220,6 +220,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	}()
 	reg.MustRegister(engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, s.db.AgeOutStats)
+	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
 	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs)}), reg, cfg.Limits, cfg.Logger)
 	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(), "compaction", s.compactionMode())
 	return s, nil

@@ -210,6 +210,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		func() float64 { _, l := s.lag(); return l.Seconds() })
 	reg.MustRegister(s.catchups, s.failures, s.lastCatchup, lagSeq, lagSec, engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, nil)
+	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
 	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: u.String(), Guard: s.fs, Lag: s.lag}), reg, cfg.Limits, cfg.Logger)
 	s.wg.Add(1)
 	go s.catchUpLoop()

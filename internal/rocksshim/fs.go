@@ -47,6 +47,13 @@ type FileSystemHooks interface {
 	SetEvictor(evict func(name string))
 }
 
+// MultiReadHooks, when the hooks implement it, serves RocksDB's MultiRead
+// of a table without a local copy: all of its ranges in one call, so they
+// can be fetched concurrently. It returns the bytes read per range.
+type MultiReadHooks interface {
+	MultiReadAt(name string, offs []int64, bufs [][]byte, activity string) ([]int, error)
+}
+
 // ErrReadRemote answers OpenTable: no local copy, read from the store.
 var ErrReadRemote = errors.New("read the table from the object store")
 
@@ -194,6 +201,45 @@ func shaleFSReadAt(h C.uintptr_t, name *C.char, n C.int, off C.uint64_t, length 
 	read, err := hooksOf(h).ReadAt(nm, int64(off), b, activityName(activity, nm, false))
 	*got = C.uint64_t(read)
 	if err == nil {
+		return codeOK
+	}
+	*errOut = C.CString(err.Error())
+	var retry interface{ Retryable() bool }
+	if errors.As(err, &retry) && retry.Retryable() {
+		return codeRetryable
+	}
+	return codeIOError
+}
+
+//export shaleFSMultiReadAt
+func shaleFSMultiReadAt(h C.uintptr_t, name *C.char, n C.int, count C.int, offs *C.uint64_t, lens *C.size_t, bufs **C.char, gots *C.uint64_t, activity C.int, errOut **C.char) C.int {
+	nm := C.GoStringN(name, n)
+	k := int(count)
+	offv := unsafe.Slice(offs, k)
+	lenv := unsafe.Slice(lens, k)
+	bufv := unsafe.Slice(bufs, k)
+	gotv := unsafe.Slice(gots, k)
+	o := make([]int64, k)
+	b := make([][]byte, k)
+	for i := 0; i < k; i++ {
+		o[i] = int64(offv[i])
+		b[i] = unsafe.Slice((*byte)(unsafe.Pointer(bufv[i])), int(lenv[i]))
+	}
+	hooks := hooksOf(h)
+	var got []int
+	var err error
+	if mr, ok := hooks.(MultiReadHooks); ok {
+		got, err = mr.MultiReadAt(nm, o, b, activityName(activity, nm, false))
+	} else {
+		got = make([]int, k)
+		for i := 0; i < k && err == nil; i++ {
+			got[i], err = hooks.ReadAt(nm, o[i], b[i], activityName(activity, nm, false))
+		}
+	}
+	if err == nil {
+		for i := 0; i < k; i++ {
+			gotv[i] = C.uint64_t(got[i])
+		}
 		return codeOK
 	}
 	*errOut = C.CString(err.Error())

@@ -23,6 +23,11 @@ type tableCache struct {
 	used   int64
 	tables map[string]*cachedTable
 	evict  func(name string) // makes open readers go remote
+
+	// ranges holds aligned ranges of tables read from the store
+	// (blockcache.go); built on first use from Config.RangeCacheBytes.
+	rangesOnce sync.Once
+	ranges     *rangeCache
 }
 
 type cachedTable struct {
@@ -139,15 +144,57 @@ func (f *FS) OpenTable(name, activity string) error {
 
 // ReadAt implements rocksshim.FileSystemHooks: a ranged read of a table.
 func (f *FS) ReadAt(name string, off int64, buf []byte, activity string) (int, error) {
+	got, err := f.MultiReadAt(name, []int64{off}, [][]byte{buf}, activity)
+	if err != nil {
+		return 0, err
+	}
+	return got[0], nil
+}
+
+// MultiReadAt implements rocksshim.MultiReadHooks: ranged reads of one
+// table, bufs[i] at offs[i], fetched concurrently. Foreground reads go
+// through the range cache; flushes and compactions read each range once
+// and straight from the store, so they do not push the hot blocks out.
+func (f *FS) MultiReadAt(name string, offs []int64, bufs [][]byte, activity string) ([]int, error) {
 	if activity == "foreground_read" && !f.serving.Load() {
 		activity = "open"
 	}
 	f.mu.Lock()
 	st := f.fileLocked(name)
+	var snap file
+	if st != nil {
+		snap = file{epoch: st.epoch, size: st.size, tier: st.tier}
+	}
 	f.mu.Unlock()
 	if st == nil {
-		return 0, fmt.Errorf("read %s: %w", name, os.ErrNotExist)
+		return nil, fmt.Errorf("read %s: %w", name, os.ErrNotExist)
 	}
+	spans := make([]span, len(offs))
+	for i := range offs {
+		spans[i] = span{offs[i], int64(len(bufs[i]))}
+	}
+	if c := f.rangeCache(); c != nil && (activity == "foreground_read" || activity == "open") {
+		return f.readRanges(c, name, &snap, spans, bufs, activity)
+	}
+	got := make([]int, len(spans))
+	errs := make([]error, len(spans))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxFetchers)
+	for i := range spans {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			got[i], errs[i] = f.readDirect(name, &snap, spans[i].off, bufs[i], activity)
+		}(i)
+	}
+	wg.Wait()
+	return got, errors.Join(errs...)
+}
+
+// readDirect reads one range of a table with one ranged GET.
+func (f *FS) readDirect(name string, st *file, off int64, buf []byte, activity string) (int, error) {
 	pol := f.background()
 	if activity == "foreground_read" {
 		pol = f.foreground()

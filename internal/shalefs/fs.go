@@ -97,6 +97,10 @@ type Config struct {
 	OnDurable func()
 	// Observe, when set, is told about every object-store request.
 	Observe func(r Request)
+	// RangeCacheBytes bounds the memory holding ranges of tables read
+	// from the store (blockcache.go; 0: none, every read is a GET);
+	// RangeBlockBytes is the size of those ranges (default 64 KiB).
+	RangeCacheBytes, RangeBlockBytes int64
 }
 
 // Request describes one object-store request for instrumentation.

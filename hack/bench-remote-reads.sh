@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# make bench-remote-reads: point reads, MultiGets and scans of `shale
+# primary` when its tables stay in the object store (a MinIO on loopback)
+# and its caches hold under 5% of the data.
+#
+# Loads NUM pairs (default 1,000,000; 20 B keys, 400 B values compressible
+# to half) with `shale bench fillseq` into one database, flushes and
+# compacts it, then restarts a primary on it (a new epoch each time) per
+# setup, ROUNDS times (default 1), alternating:
+#
+#   base    BASE's build (default main): --cache-size 1 (no table is
+#           fetched whole), --block-cache-size CACHE (default 8MiB)
+#   new     this tree: --cache-size 1, RocksDB's block cache and the range
+#           cache CACHE/2 each (same memory as base)
+#   cached  this tree with its default caches (8 GiB of tables, 256 MiB
+#           block cache), after a warm-up that fetches every table: the
+#           data-in-the-cache reference
+#
+# Each runs, for READ_SECONDS (default 20) each: readrandom (16 threads),
+# multireadrandom of 32 keys per MultiGet (16 threads), readrandom and
+# multireadrandom with 1 thread (what a single caller waits: 32 Gets one
+# after another vs one MultiGet of 32), and scan of 1,000 pairs (4 threads).
+# Ops count keys (a MultiGet of 32 is 32) or scans.
+#
+#   make bench-remote-reads                   # NUM=1000000 ROUNDS=1
+#   NUM=200000 READ_SECONDS=10 make bench-remote-reads
+#   REMOTE_JSON=/tmp/remote.jsonl             # one JSON object per benchmark
+#
+# With PEER_PYTHON set to a Python with the `slatedb` package (pip install
+# slatedb), the embedded peer also loads the same NUM pairs into the same
+# MinIO (hack/remote-reads-peer.py) and reads them at random, 16 at a time,
+# with a block cache of CACHE bytes: setup "peer", readrandom only.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+NUM=${NUM:-1000000}
+ROUNDS=${ROUNDS:-1}
+SECONDS_EACH=${READ_SECONDS:-20}
+BASE=${BASE:-main}
+CACHE=${CACHE:-8MiB}
+work=$(mktemp -d "${TMPDIR:-/tmp}/shale-remote.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+half=$(python3 -c "
+import re,sys; m=re.fullmatch(r'(\d+)(KiB|MiB|GiB)?','$CACHE'); n=int(m[1])*{None:1,'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}[m[2]]; print(n//2)")
+
+go build -o "$work/new/shale" "$repo/cmd/shale"
+mkdir -p "$work/base-src"
+git -C "$repo" archive "$BASE" | tar -x -C "$work/base-src"
+(cd "$work/base-src" && go build -o "$work/base/shale" ./cmd/shale)
+shale=$work/new/shale
+
+port=$(freeport)
+export MINIO_ROOT_USER=shalebench MINIO_ROOT_PASSWORD=shalebench-secret MINIO_BROWSER=off
+MINIO_UPDATE=off MINIO_CALLHOME_ENABLE=off \
+  "$repo/bin/minio" server "$work/minio" --address "127.0.0.1:$port" --console-address "127.0.0.1:0" --quiet >"$work/minio.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 300); do curl -fs "http://127.0.0.1:$port/minio/health/ready" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 50); do
+  curl -fs -X PUT --aws-sigv4 "aws:amz:us-east-1:s3" --user "$MINIO_ROOT_USER:$MINIO_ROOT_PASSWORD" \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "http://127.0.0.1:$port/bench" >/dev/null && break
+  sleep 0.2
+done
+export AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ACCESS_KEY_ID=$MINIO_ROOT_USER AWS_SECRET_ACCESS_KEY=$MINIO_ROOT_PASSWORD AWS_REGION=us-east-1
+db=s3://bench/db
+echo "# MinIO on 127.0.0.1:$port; NUM=$NUM ROUNDS=$ROUNDS READ_SECONDS=$SECONDS_EACH CACHE=$CACHE BASE=$BASE; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+# start BUILD NAME FLAGS...: a primary on $db in the background; sets kv, m, ppid.
+start() {
+  local b=$1 name=$2
+  shift 2
+  kv=$(freeport); m=$(freeport)
+  "$work/$b/shale" primary --db "$db" --cache-dir "$work/cache-$name" \
+    --listen "127.0.0.1:$kv" --metrics-listen "127.0.0.1:$m" "$@" >"$work/primary-$name.log" 2>&1 &
+  ppid=$!
+  pids+=("$ppid")
+  for _ in $(seq 1200); do "$shale" kv --addr "127.0.0.1:$kv" status >/dev/null 2>&1 && return; sleep 0.1; done
+  echo "primary $name did not start:" >&2; tail -20 "$work/primary-$name.log" >&2; exit 1
+}
+stop() { kill "$ppid"; wait "$ppid" 2>/dev/null || true; }
+common=(--key-size 20 --value-size 400 --compression-ratio 0.5 --keys "$NUM" --progress-interval 1h -o json)
+
+start new load
+"$shale" bench --addr "127.0.0.1:$kv" --benchmarks fillseq --num "$NUM" --batch 100 --threads 4 "${common[@]}" >"$work/load.json"
+"$shale" kv --addr "127.0.0.1:$kv" flush
+"$shale" kv --addr "127.0.0.1:$kv" compact
+echo "# loaded: $(jq -r '.benchmarks[0] | "\(.ops) pairs at \(.opsPerSec|floor)/s"' "$work/load.json"); $(curl -fs "http://127.0.0.1:$m/metrics" | grep -E '^rocksdb_live_sst_files_size_bytes|^shale_rocksdb_live_sst' | head -2 | tr '\n' ' ')" >&2
+stop
+
+results=$work/results.jsonl
+: >"$results"
+run() { # setup round benchmark threads extra...
+  local setup=$1 round=$2 bench=$3 threads=$4
+  shift 4
+  "$shale" bench --addr "127.0.0.1:$kv" --server-metrics "127.0.0.1:$m" --benchmarks "$bench" --threads "$threads" \
+    --duration "${SECONDS_EACH}s" --seed "$round" "${common[@]}" "$@" 2>>"$work/bench.log" |
+    jq -c --arg setup "$setup" --argjson round "$round" --argjson threads "$threads" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
+      '.benchmarks[] | {setup: $setup, round: $round, name, threads: $threads, opsPerSec, p50: .latencyMicros.p50,
+        p99: .latencyMicros.p99, serverCpuMicrosPerOp, errors, load: $load}' >>"$results"
+}
+for round in $(seq "$ROUNDS"); do
+  for setup in base new cached; do
+    case $setup in
+      base) start base "base-$round" --cache-size 1 --block-cache-size "$CACHE" ;;
+      new) start new "new-$round" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" ;;
+      cached)
+        start new "cached-$round"
+        # Warm up: open every table (each fetched whole into the cache).
+        "$shale" bench --addr "127.0.0.1:$kv" --benchmarks scan --scan-length 1000 --threads 4 --duration 20s "${common[@]}" >/dev/null 2>>"$work/bench.log"
+        ;;
+    esac
+    run "$setup" "$round" readrandom 16
+    run "$setup" "$round" multireadrandom 16 --batch 32
+    run "$setup" "$round" readrandom 1
+    run "$setup" "$round" multireadrandom 1 --batch 32
+    run "$setup" "$round" scan 4 --scan-length 1000
+    if [ "$setup" = new ]; then
+      curl -fs "http://127.0.0.1:$m/metrics" | grep -E '^shale_range_cache' >&2 || true
+    fi
+    stop
+  done
+done
+if [ -n "${PEER_PYTHON:-}" ]; then
+  peer=$repo/hack/remote-reads-peer.py
+  "$PEER_PYTHON" "$peer" load s3://bench/peer "$NUM" >"$work/peer-load.json"
+  echo "# peer loaded: $(cat "$work/peer-load.json")" >&2
+  for round in $(seq "$ROUNDS"); do
+    "$PEER_PYTHON" "$peer" readrandom s3://bench/peer "$NUM" "$((half * 2))" "$SECONDS_EACH" 16 |
+      jq -c --argjson round "$round" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
+        '{setup: "peer", round: $round, name, threads, opsPerSec, p50, p99, serverCpuMicrosPerOp: null, errors: 0, load: $load}' >>"$results"
+  done
+fi
+[ -n "${REMOTE_JSON:-}" ] && cp "$results" "$REMOTE_JSON"
+
+printf '\n%-7s %-5s %-16s %7s %12s %9s %9s %12s %5s\n' setup round benchmark threads "keys/s" "p50 µs" "p99 µs" "server µs/op" load
+jq -r '[.setup, .round, .name, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor), ((.serverCpuMicrosPerOp // 0)*10|round/10), .load] | @tsv' "$results" |
+  awk -F'\t' '{ printf "%-7s %-5s %-16s %7d %12d %9d %9d %12.1f %5s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
+echo
+echo "# means over the rounds; ratios: new/base, new/cached, multireadrandom/readrandom (same setup and threads)"
+jq -rs '
+  def mean(s): [s] | if length == 0 then 0 else add / length end;
+  (group_by([.name, .threads])[] | . as $g | [$g[0].name, $g[0].threads,
+    mean($g[] | select(.setup=="base") | .opsPerSec), mean($g[] | select(.setup=="new") | .opsPerSec),
+    mean($g[] | select(.setup=="cached") | .opsPerSec), mean($g[] | select(.setup=="peer") | .opsPerSec)] | @tsv)' "$results" |
+  awk -F'\t' '{ printf "%-16s %2d threads: base %8.0f  new %8.0f  cached %8.0f   new/base %.2f  new/cached %.2f", $1, $2, $3, $4, $5, $4/$3, $4/$5
+    if ($6 > 0) printf "  peer %8.0f  new/peer %.2f", $6, $4/$6
+    printf "\n" }'
+jq -rs '
+  def mean(s): [s] | if length == 0 then 0 else add / length end;
+  map(select((.name=="readrandom" or .name=="multireadrandom") and .setup != "peer")) | group_by([.setup, .threads])[] | . as $g | [$g[0].setup, $g[0].threads,
+    mean($g[] | select(.name=="readrandom") | .opsPerSec), mean($g[] | select(.name=="multireadrandom") | .opsPerSec)] | @tsv' "$results" |
+  awk -F'\t' '{ printf "%-7s %2d threads: MultiGet of 32 %8.0f keys/s vs Gets %8.0f keys/s: %.2fx\n", $1, $2, $4, $3, $4/$3 }'

@@ -1,0 +1,304 @@
+package shalefs
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultRangeBlock is the size of the aligned ranges the range cache
+// fetches and keeps: large enough that a data block (4-16 KiB) rarely
+// straddles two, small enough that a random read moves little more than
+// it needs.
+const DefaultRangeBlock = 64 << 10
+
+// maxRunBlocks bounds one ranged GET of a read; a longer read (a
+// readahead, a MultiRead's blocks) is fetched in concurrent GETs.
+const maxRunBlocks = 16
+
+// maxFetchers bounds the concurrent GETs of one read or MultiRead.
+const maxFetchers = 16
+
+// blockKey names one aligned range of one version of a table: the object
+// key carries the writer's epoch, so a table rewritten under the same name
+// by a later owner never hits blocks of the earlier version.
+type blockKey struct {
+	object string
+	idx    int64
+}
+
+type blockEntry struct {
+	key  blockKey
+	data []byte
+}
+
+// fetch is an in-flight ranged GET of consecutive blocks; readers that
+// need one of them wait for it rather than fetch it again.
+type fetch struct {
+	done chan struct{}
+	data map[int64][]byte
+	err  error
+}
+
+// rangeCache keeps aligned ranges of tables read from the store, in
+// memory, least recently used first out, never more than budget bytes.
+type rangeCache struct {
+	budget int64
+	block  int64
+
+	mu       sync.Mutex
+	used     int64
+	peak     int64
+	lru      list.List // of *blockEntry, most recent at the front
+	entries  map[blockKey]*list.Element
+	inflight map[blockKey]*fetch
+
+	hits, misses, gets, multi atomic.Int64
+}
+
+func newRangeCache(budget, block int64) *rangeCache {
+	if block <= 0 {
+		block = DefaultRangeBlock
+	}
+	return &rangeCache{budget: budget, block: block, entries: map[blockKey]*list.Element{}, inflight: map[blockKey]*fetch{}}
+}
+
+// RangeCacheStats describes the range cache of an FS.
+type RangeCacheStats struct {
+	Budget, Used, Peak int64 // bytes; Peak is the most ever held
+	Hits, Misses, Gets int64 // blocks found, blocks fetched, ranged GETs issued
+	MultiReads         int64 // reads of several ranges at once (RocksDB's MultiRead)
+	BlockSize          int64
+}
+
+// RangeCacheStats reports the range cache's size and counters.
+func (f *FS) RangeCacheStats() RangeCacheStats {
+	c := f.rangeCache()
+	if c == nil {
+		return RangeCacheStats{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return RangeCacheStats{Budget: c.budget, Used: c.used, Peak: c.peak, Hits: c.hits.Load(), Misses: c.misses.Load(), Gets: c.gets.Load(), MultiReads: c.multi.Load(), BlockSize: c.block}
+}
+
+// rangeCache is the FS's range cache, nil when Config.RangeCacheBytes is 0.
+func (f *FS) rangeCache() *rangeCache {
+	f.cache.rangesOnce.Do(func() {
+		if f.cfg.RangeCacheBytes > 0 {
+			f.cache.ranges = newRangeCache(f.cfg.RangeCacheBytes, f.cfg.RangeBlockBytes)
+		}
+	})
+	return f.cache.ranges
+}
+
+// span is a byte range [off, off+n) of a file.
+type span struct{ off, n int64 }
+
+// blocksOf returns the sorted distinct indexes of the block-aligned
+// ranges covering spans, clipped at the file's size.
+func blocksOf(spans []span, block, size int64) []int64 {
+	seen := map[int64]bool{}
+	var idx []int64
+	for _, s := range spans {
+		end := min(s.off+s.n, size)
+		if s.n <= 0 || s.off >= end {
+			continue
+		}
+		for i := s.off / block; i*block < end; i++ {
+			if !seen[i] {
+				seen[i] = true
+				idx = append(idx, i)
+			}
+		}
+	}
+	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
+	return idx
+}
+
+// runsOf groups sorted block indexes into runs of consecutive ones, each
+// of at most maxRun blocks: one ranged GET per run.
+func runsOf(idx []int64, maxRun int) [][]int64 {
+	var runs [][]int64
+	for _, i := range idx {
+		if n := len(runs); n > 0 {
+			last := runs[n-1]
+			if last[len(last)-1] == i-1 && len(last) < maxRun {
+				runs[n-1] = append(last, i)
+				continue
+			}
+		}
+		runs = append(runs, []int64{i})
+	}
+	return runs
+}
+
+// copyOut fills buf with the bytes of [off, off+len(buf)) from blocks,
+// clipped at size, and returns how many it copied.
+func copyOut(buf []byte, off, block, size int64, blocks map[int64][]byte) int {
+	end := min(off+int64(len(buf)), size)
+	n := 0
+	for pos := off; pos < end; {
+		b := blocks[pos/block]
+		in := pos % block
+		if in >= int64(len(b)) {
+			break // a short block: the store's copy ended early
+		}
+		c := copy(buf[pos-off:end-off], b[in:])
+		n += c
+		pos += int64(c)
+	}
+	return n
+}
+
+// readRanges reads spans of one version of a table (st) into bufs through
+// the range cache: cached blocks are copied, missing ones fetched in
+// concurrent ranged GETs of consecutive blocks, shared with concurrent
+// readers. It returns the bytes read per span.
+func (f *FS) readRanges(c *rangeCache, name string, st *file, spans []span, bufs [][]byte, activity string) ([]int, error) {
+	object := objectKey(name, st.epoch)
+	size := st.size
+	if len(spans) > 1 {
+		c.multi.Add(1)
+	}
+	idx := blocksOf(spans, c.block, size)
+	have := make(map[int64][]byte, len(idx))
+	var mine []int64
+	var waits []*fetch
+	c.mu.Lock()
+	for _, i := range idx {
+		k := blockKey{object, i}
+		if e := c.entries[k]; e != nil {
+			c.lru.MoveToFront(e)
+			have[i] = e.Value.(*blockEntry).data
+			c.hits.Add(1)
+		} else if w := c.inflight[k]; w != nil {
+			waits = append(waits, w)
+		} else {
+			mine = append(mine, i)
+		}
+	}
+	runs := runsOf(mine, maxRunBlocks)
+	fetches := make([]*fetch, len(runs))
+	for r, run := range runs {
+		fetches[r] = &fetch{done: make(chan struct{})}
+		for _, i := range run {
+			c.inflight[blockKey{object, i}] = fetches[r]
+		}
+	}
+	c.mu.Unlock()
+	c.misses.Add(int64(len(mine)))
+
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxFetchers)
+	for r, run := range runs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(run []int64, ft *fetch) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ft.data, ft.err = f.fetchRun(c, name, st, run, activity)
+			c.mu.Lock()
+			for _, i := range run {
+				k := blockKey{object, i}
+				delete(c.inflight, k)
+				if ft.err == nil {
+					c.insertLocked(k, ft.data[i])
+				}
+			}
+			c.mu.Unlock()
+			close(ft.done)
+		}(run, fetches[r])
+	}
+	wg.Wait()
+	var err error
+	for _, ft := range append(fetches, waits...) {
+		<-ft.done
+		if ft.err != nil {
+			if err == nil {
+				err = ft.err
+			}
+			continue
+		}
+		for i, b := range ft.data {
+			have[i] = b
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	got := make([]int, len(spans))
+	for i, s := range spans {
+		got[i] = copyOut(bufs[i], s.off, c.block, size, have)
+	}
+	return got, nil
+}
+
+// fetchRun reads consecutive blocks of a table with one ranged GET, under
+// the read timeout and retry policy of the activity.
+func (f *FS) fetchRun(c *rangeCache, name string, st *file, run []int64, activity string) (map[int64][]byte, error) {
+	off := run[0] * c.block
+	end := min((run[len(run)-1]+1)*c.block, st.size)
+	pol := f.background()
+	if activity == "foreground_read" {
+		pol = f.foreground()
+	}
+	var out map[int64][]byte
+	err := pol.do(context.Background(), func(ctx context.Context) error {
+		start := time.Now()
+		c.gets.Add(1)
+		r, _, err := f.tierStore(st.tier).Get(ctx, objectKey(name, st.epoch), off, end-off)
+		var n int64
+		if err == nil {
+			out = make(map[int64][]byte, len(run))
+			for _, i := range run {
+				b := make([]byte, min((i+1)*c.block, end)-i*c.block)
+				var m int
+				m, err = io.ReadFull(r, b)
+				n += int64(m)
+				if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+					// The store's copy is shorter than the listing said: keep
+					// what came, never cache it as whole.
+					err = errShortRange
+				}
+				if err != nil {
+					break
+				}
+				out[i] = b
+			}
+			r.Close()
+		}
+		f.observeTier(st.tier, "get", name, activity, n, start, err)
+		return err
+	})
+	return out, err
+}
+
+var errShortRange = errors.New("table shorter in the store than listed")
+
+// insertLocked adds a block, evicting the least recently used ones so
+// the cache never holds more than its budget.
+func (c *rangeCache) insertLocked(k blockKey, data []byte) {
+	n := int64(len(data))
+	if n > c.budget {
+		return
+	}
+	if _, ok := c.entries[k]; ok {
+		return
+	}
+	for c.used+n > c.budget {
+		e := c.lru.Back()
+		be := e.Value.(*blockEntry)
+		c.lru.Remove(e)
+		delete(c.entries, be.key)
+		c.used -= int64(len(be.data))
+	}
+	c.entries[k] = c.lru.PushFront(&blockEntry{key: k, data: data})
+	c.used += n
+	c.peak = max(c.peak, c.used)
+}
