@@ -27,7 +27,7 @@ import (
 func (s *suite) chartArgs() []string {
 	p := s.cfg.imagePrefix
 	return []string{
-		"--set", "imageTag=" + s.cfg.imageTag,
+		"--set-string", "imageTag=" + s.cfg.imageTag, // a revision of digits only is a string too
 		"--set", "operator.image.repository=" + p + "/shale-operator",
 		"--set", "operator.shaleImage.repository=" + p + "/shale",
 		"--set", "demo.minio.image.repository=" + p + "/minio",

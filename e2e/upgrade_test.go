@@ -36,7 +36,7 @@ func stepUpgrade(t *testing.T, s *suite) {
 
 	start := time.Now()
 	s.helm(t, "upgrade", s.cfg.release, s.chartDir(), "--namespace", s.cfg.namespace, "--reuse-values",
-		"--set", "operator.image.tag="+s.cfg.upgradeTag, "--wait", "--timeout", "5m")
+		"--set-string", "operator.image.tag="+s.cfg.upgradeTag, "--wait", "--timeout", "5m")
 	t.Logf("helm upgrade to shale-operator:%s took %s", s.cfg.upgradeTag, time.Since(start).Round(100*time.Millisecond))
 
 	// The leader is an operator Pod of the new image.
