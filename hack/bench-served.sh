@@ -27,7 +27,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=hack/benchlib.sh
+source "$repo/hack/benchlib.sh"
 
 go build -o "$work/new/shale" "$repo/cmd/shale"
 builds=(new)
@@ -38,18 +39,7 @@ if [ -n "${BASE:-}" ]; then
   builds=(base new)
 fi
 
-port=$(freeport)
-export MINIO_ROOT_USER=shalebench MINIO_ROOT_PASSWORD=shalebench-secret MINIO_BROWSER=off
-MINIO_UPDATE=off MINIO_CALLHOME_ENABLE=off \
-  "$repo/bin/minio" server "$work/minio" --address "127.0.0.1:$port" --console-address "127.0.0.1:0" --quiet >"$work/minio.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 300); do curl -fs "http://127.0.0.1:$port/minio/health/ready" >/dev/null && break; sleep 0.1; done
-for _ in $(seq 50); do
-  curl -fs -X PUT --aws-sigv4 "aws:amz:us-east-1:s3" --user "$MINIO_ROOT_USER:$MINIO_ROOT_PASSWORD" \
-    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "http://127.0.0.1:$port/bench" >/dev/null && break
-  sleep 0.2
-done
-export AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ACCESS_KEY_ID=$MINIO_ROOT_USER AWS_SECRET_ACCESS_KEY=$MINIO_ROOT_PASSWORD AWS_REGION=us-east-1
+bench_minio
 echo "# MinIO on 127.0.0.1:$port; NUM=$NUM, ROUNDS=$ROUNDS, builds: ${builds[*]}${BASE:+ (base: $BASE)}" >&2
 
 results=$work/results.jsonl
