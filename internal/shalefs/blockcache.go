@@ -194,28 +194,36 @@ func (f *FS) readRanges(c *rangeCache, name string, st *file, spans []span, bufs
 	c.mu.Unlock()
 	c.misses.Add(int64(len(mine)))
 
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, maxFetchers)
-	for r, run := range runs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(run []int64, ft *fetch) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ft.data, ft.err = f.fetchRun(c, name, st, run, activity)
-			c.mu.Lock()
-			for _, i := range run {
-				k := blockKey{object, i}
-				delete(c.inflight, k)
-				if ft.err == nil {
-					c.insertLocked(k, ft.data[i])
-				}
+	fetchOne := func(run []int64, ft *fetch) {
+		ft.data, ft.err = f.fetchRun(c, name, st, run, activity)
+		c.mu.Lock()
+		for _, i := range run {
+			k := blockKey{object, i}
+			delete(c.inflight, k)
+			if ft.err == nil {
+				c.insertLocked(k, ft.data[i])
 			}
-			c.mu.Unlock()
-			close(ft.done)
-		}(run, fetches[r])
+		}
+		c.mu.Unlock()
+		close(ft.done)
 	}
-	wg.Wait()
+	if len(runs) == 1 {
+		// The usual miss of a Get: one GET, no goroutine.
+		fetchOne(runs[0], fetches[0])
+	} else {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, maxFetchers)
+		for r, run := range runs {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(run []int64, ft *fetch) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				fetchOne(run, ft)
+			}(run, fetches[r])
+		}
+		wg.Wait()
+	}
 	var err error
 	for _, ft := range append(fetches, waits...) {
 		<-ft.done

@@ -177,6 +177,12 @@ func (f *FS) MultiReadAt(name string, offs []int64, bufs [][]byte, activity stri
 		return f.readRanges(c, name, &snap, spans, bufs, activity)
 	}
 	got := make([]int, len(spans))
+	if len(spans) == 1 {
+		// RocksDB's ordinary Read: no goroutine for one GET.
+		var err error
+		got[0], err = f.readDirect(name, &snap, spans[0].off, bufs[0], activity)
+		return got, err
+	}
 	errs := make([]error, len(spans))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxFetchers)
