@@ -11,7 +11,7 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 # Go from its usual install location, for shells whose PATH lacks it.
 export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
-.PHONY: help deps build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads dev generate lint clean
+.PHONY: help deps build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -53,6 +53,9 @@ bench-served: deps ## server and client CPU per unary Put and Get of shale prima
 
 bench-remote-reads: deps ## reads of tables left in the store with caches under 5% of the data: BASE (default main) vs this tree vs all cached (NUM, ROUNDS, READ_SECONDS, CACHE)
 	hack/bench-remote-reads.sh
+
+bench-durable: deps ## durable (sync) writes at 16 and 64 clients on MinIO: BASE (default main) vs this tree vs db_bench fillsync; PEER_PYTHON adds SlateDB (THREADS, DURATION, ROUNDS)
+	hack/bench-durable.sh
 
 bench-load: deps ## bulk loads on MinIO: in-process engine vs shale kv load vs kv load --sst (LOAD_NUM pairs, default 1M)
 	hack/bench-load.sh

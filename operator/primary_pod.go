@@ -201,5 +201,8 @@ func tuningArgs(t *shalev1.TuningSpec) []string {
 			args = append(args, f.flag)
 		}
 	}
+	if t.GroupCommitWindow != nil {
+		args = append(args, "--group-commit-window", t.GroupCommitWindow.Duration.String())
+	}
 	return args
 }

@@ -695,3 +695,52 @@ func TestLoadAndIngestRPCs(t *testing.T) {
 		t.Errorf("i2 = %q %v after ingest", v, ok)
 	}
 }
+
+// Concurrent durable writes share WAL uploads (group commit): sixteen
+// writers' synced puts cost far fewer segment uploads than puts, and each
+// acknowledged put is there.
+func TestDurableWritesShareUploads(t *testing.T) {
+	f := start(t, kvserver.DefaultLimits())
+	const writers, each = 16, 20
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				k := fmt.Sprintf("w%02d/%03d", w, i)
+				if _, err := f.kv.Put(f.ctx, &kvv1.PutRequest{Key: []byte(k), Value: []byte(k), Sync: true}); err != nil {
+					t.Errorf("put %s: %v", k, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	for w := 0; w < writers; w++ {
+		for i := 0; i < each; i++ {
+			k := fmt.Sprintf("w%02d/%03d", w, i)
+			if v, ok := f.get(t, k); !ok || v != k {
+				t.Fatalf("%s = %q (found %v) after its synced put", k, v, ok)
+			}
+		}
+	}
+	resp, err := http.Get("http://" + f.srv.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`shale_objstore_requests_total\{activity="wal",file_type="wal",op="put",result="ok"\} (\d+)`).FindSubmatch(body)
+	if m == nil {
+		t.Fatal("/metrics has no WAL segment uploads")
+	}
+	uploads, _ := strconv.Atoi(string(m[1]))
+	t.Logf("%d synced puts from %d writers: %d WAL segment uploads", writers*each, writers, uploads)
+	if uploads > writers*each/2 {
+		t.Fatalf("%d synced puts from %d writers took %d WAL uploads: writes are not grouped", writers*each, writers, uploads)
+	}
+}

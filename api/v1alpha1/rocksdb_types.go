@@ -177,6 +177,16 @@ type TuningSpec struct {
 	// levels in parallel when AsyncIO is on (--optimize-multiget-for-io).
 	// +optional
 	OptimizeMultigetForIO bool `json:"optimizeMultigetForIO,omitempty"`
+
+	// GroupCommitWindow is how long a durable write group may wait for the
+	// previous group's writers to come back before its WAL upload, so that
+	// concurrent clients share one upload (--group-commit-window, default
+	// 2ms; 0s turns it off). A group closes as soon as they are back.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) <= duration('100ms')",message="groupCommitWindow must be a duration from 0s to 100ms, such as 2ms"
+	GroupCommitWindow *metav1.Duration `json:"groupCommitWindow,omitempty"`
 }
 
 // ObjectStoreReference names an ObjectStore in the same namespace.

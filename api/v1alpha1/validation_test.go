@@ -201,6 +201,8 @@ func TestValidation(t *testing.T) {
 			{"tuning-ratio-word", "", func(s *shalev1.RocksDBSpec) {
 				s.Tuning = &shalev1.TuningSpec{DataBlockIndexType: "BinaryAndHash", DataBlockHashTableUtilRatio: "most"}
 			}, "dataBlockHashTableUtilRatio must be a decimal in (0, 1]"},
+			{"tuning-group-commit-long", "", func(s *shalev1.RocksDBSpec) { s.Tuning = &shalev1.TuningSpec{GroupCommitWindow: d("1s")} }, "groupCommitWindow must be a duration from 0s to 100ms"},
+			{"tuning-group-commit-negative", "", func(s *shalev1.RocksDBSpec) { s.Tuning = &shalev1.TuningSpec{GroupCommitWindow: d("-1ms")} }, "groupCommitWindow must be a duration from 0s to 100ms"},
 			{"tuning-multiget-without-async", "", func(s *shalev1.RocksDBSpec) { s.Tuning = &shalev1.TuningSpec{OptimizeMultigetForIO: true} }, "optimizeMultigetForIO needs asyncIO: true"},
 		} {
 			o := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: tc.dbName, Namespace: "default"}, Spec: *db.Spec.DeepCopy()}

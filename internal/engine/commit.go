@@ -2,11 +2,12 @@ package engine
 
 import (
 	"sync"
+	"time"
 
 	"github.com/shale-rocks/shale/internal/rocksshim"
 )
 
-// committer merges concurrent non-durable writes into one RocksDB write:
+// committer merges concurrent writes into one RocksDB write:
 // the first caller to find no write in progress becomes the leader, takes
 // every write queued so far (its own included), applies them as one batch
 // (one cgo call, one WAL append) and hands each its result; a write queued
@@ -16,14 +17,31 @@ import (
 //
 // Each caller's mutations stay atomic (they are contiguous in one atomic
 // batch) and a caller returns only after its write is in the WAL and the
-// memtable, as with a direct write. Durable (sync) writes do not come
-// here: they go to RocksDB directly.
+// memtable, as with a direct write. A DB has two: one for non-durable
+// writes and one for durable ones, whose leader writes with sync=true, so
+// a group is one WAL sync (one segment upload). Every member gets the
+// leader's result: the group is one atomic batch, so "fenced" (not
+// applied) or "outcome unknown" holds for all of them alike, as for the
+// members of RocksDB's own write group (docs/fencing.md, "Group commit").
 type committer struct {
 	mu    sync.Mutex
 	busy  bool // a leader is writing
 	queue []*pendingWrite
 	spare []*pendingWrite // the previous group's slice, reused
 	batch rocksshim.Batch // the leader's; only the leader touches it
+
+	// window, when positive, is the group-commit window of a durable
+	// committer: a new leader waits up to window for the writers seen
+	// around the previous group (last) before it writes. Without it,
+	// writers that come back from one group after the next leader has
+	// started its upload wait for that whole upload and then their own:
+	// the groups alternate between a few writers and the rest, and most
+	// writers wait about two uploads. A writer alone (last 1) never waits.
+	window  time.Duration
+	last    int           // the previous group's writers plus those queued when it ended
+	waiting bool          // the leader waits for the queue to fill
+	full    chan struct{} // wakes the waiting leader; buffered (1)
+	timer   *time.Timer   // the leader's; only the leader touches it
 }
 
 // pendingWrite is one caller's write: either a serialized batch of its own
@@ -48,12 +66,21 @@ const (
 	groupBytes       = 1 << 20
 )
 
+// grouped says whether a write goes through a committer (the caller picks
+// the durable or non-durable one) rather than to RocksDB on its own.
+// RocksDB's unordered and pipelined write modes order writes themselves,
+// so merge is off with them.
+func grouped(merge bool, size int) bool {
+	return merge && size <= coalesceMaxBytes
+}
+
 var pendingPool = sync.Pool{New: func() any { return &pendingWrite{done: make(chan commitResult, 1)} }}
 
 func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) error {
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
 	if c.busy {
+		c.arrived()
 		c.mu.Unlock()
 		r := <-p.done
 		if !r.lead {
@@ -63,6 +90,7 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) e
 	} else {
 		c.busy = true
 	}
+	c.fill()
 	// Take the queue, up to groupBytes (p is in it: it was queued before
 	// leadership was handed to it, and nobody took it since).
 	n, size := 0, 0
@@ -84,6 +112,9 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) e
 	err := apply(&c.batch)
 
 	c.mu.Lock()
+	// The writers the next group can expect: this group's, which come
+	// back, and those that queued meanwhile.
+	c.last = len(group) + len(c.queue)
 	var next *pendingWrite
 	if len(c.queue) > 0 {
 		next = c.queue[0]
@@ -104,6 +135,46 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) e
 	c.spare = group
 	c.mu.Unlock()
 	return err
+}
+
+// arrived is called with c.mu held after a writer joined the queue of a
+// busy committer: it wakes a leader waiting for the queue to fill.
+func (c *committer) arrived() {
+	if c.waiting && len(c.queue) >= c.last {
+		c.waiting = false
+		c.full <- struct{}{}
+	}
+}
+
+// fill is called by a new leader with c.mu held (and returns with it
+// held): with a window, it waits until the queue holds as many writers as
+// the previous group, or until the window ends.
+func (c *committer) fill() {
+	if c.window <= 0 || len(c.queue) >= c.last {
+		return
+	}
+	if c.full == nil {
+		c.full = make(chan struct{}, 1)
+		c.timer = time.NewTimer(c.window)
+	} else {
+		c.timer.Reset(c.window)
+	}
+	c.waiting = true
+	c.mu.Unlock()
+	select {
+	case <-c.full:
+		c.timer.Stop()
+	case <-c.timer.C:
+	}
+	c.mu.Lock()
+	if !c.waiting {
+		// arrived sent after the timer fired, or before Stop: drain it.
+		select {
+		case <-c.full:
+		default:
+		}
+	}
+	c.waiting = false
 }
 
 func (p *pendingWrite) size() int {

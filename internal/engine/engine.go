@@ -84,7 +84,23 @@ type Tuning struct {
 	// several levels in parallel when AsyncIO is on
 	// (ReadOptions.optimize_multiget_for_io).
 	OptimizeMultiGetForIO bool
+	// GroupCommitWindow is how long a durable write group's leader may
+	// wait for the writers of the previous group to come back before it
+	// syncs (commit.go): one upload for all of them instead of one for
+	// the first and another for the rest. 0 turns it off. It has no effect
+	// with UnorderedWrite or PipelinedWrite, which leave grouping to
+	// RocksDB.
+	GroupCommitWindow time.Duration
 }
+
+// MaxGroupCommitWindow bounds GroupCommitWindow: a longer wait would only
+// add latency, since a group closes as soon as the previous one's writers
+// are back.
+const MaxGroupCommitWindow = 100 * time.Millisecond
+
+// DefaultGroupCommitWindow is the peer's usual WAL flush interval: a few
+// milliseconds against an object-store PUT of several.
+const DefaultGroupCommitWindow = 2 * time.Millisecond
 
 // Validate reports a Tuning RocksDB would refuse, naming the flags.
 func (t Tuning) Validate() error {
@@ -97,6 +113,8 @@ func (t Tuning) Validate() error {
 		return fmt.Errorf("--data-block-hash-ratio %g is out of range: want a fraction in (0, 1], e.g. 0.75 (0: RocksDB's default)", t.DataBlockHashRatio)
 	case t.DataBlockHashRatio > 0 && !t.DataBlockHashIndex:
 		return errors.New("--data-block-hash-ratio needs --data-block-index=binary-and-hash (the ratio sizes the hash index)")
+	case t.GroupCommitWindow < 0 || t.GroupCommitWindow > MaxGroupCommitWindow:
+		return fmt.Errorf("--group-commit-window %s is out of range: want 0 (off) to %s, e.g. 2ms", t.GroupCommitWindow, MaxGroupCommitWindow)
 	case t.OptimizeMultiGetForIO && !t.AsyncIO:
 		return errors.New("--optimize-multiget-for-io needs --async-io (RocksDB only uses it for asynchronous reads)")
 	}
@@ -109,6 +127,7 @@ func DefaultOptions() Options {
 		BlockCacheBytes:       256 << 20,
 		BackgroundThreads:     max(2, runtime.NumCPU()),
 		BottommostCompression: grocksdb.ZSTDCompression,
+		Tuning:                Tuning{GroupCommitWindow: DefaultGroupCommitWindow},
 	}
 }
 
@@ -138,7 +157,8 @@ type DB struct {
 	ro      *grocksdb.ReadOptions
 	tuning  Tuning
 	commit  committer // merges concurrent non-durable writes
-	merge   bool      // use commit (not with RocksDB's own write modes)
+	durable committer // merges concurrent durable writes into one synced write
+	merge   bool      // use the committers (not with RocksDB's own write modes)
 
 	lockFile *os.File // flock on <dir>/LOCK, held while open
 	fs       *rocksshim.FileSystem
@@ -175,6 +195,7 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	// many writers at once: merging writes before RocksDB would leave
 	// them one writer to work with.
 	d := &DB{dir: dir, tuning: o.Tuning, merge: !o.Tuning.UnorderedWrite && !o.Tuning.PipelinedWrite}
+	d.durable.window = o.Tuning.GroupCommitWindow
 	// Take our own lock before RocksDB runs: its open rotates the info log
 	// before it checks its LOCK, which would disturb a live owner.
 	if d.lockFile, err = lockDir(dir); err != nil {
@@ -437,12 +458,12 @@ func (d *DB) Put(key, value []byte, sync bool) error {
 		return err
 	}
 	defer d.leave()
-	if sync || !d.merge || len(key)+len(value) > coalesceMaxBytes {
+	if !grouped(d.merge, len(key)+len(value)) {
 		return d.db.Put(d.writeOptions(sync), key, value)
 	}
 	p := pendingPool.Get().(*pendingWrite)
 	p.key, p.value = key, value
-	err := d.commit.write(p, d.applyNoSync)
+	err := d.group(p, sync)
 	p.key, p.value = nil, nil
 	pendingPool.Put(p)
 	return err
@@ -452,18 +473,33 @@ func (d *DB) applyNoSync(b *rocksshim.Batch) error {
 	return rocksshim.WriteRep(d.db, d.wNoSync, b.Data())
 }
 
+func (d *DB) applySync(b *rocksshim.Batch) error {
+	return rocksshim.WriteRep(d.db, d.wSync, b.Data())
+}
+
+// group sends p through the committer of its kind. Durable and
+// non-durable writes have committers of their own: a non-durable write
+// must not wait for a group's upload, and a durable one must not be
+// acknowledged by a group that was not synced.
+func (d *DB) group(p *pendingWrite, sync bool) error {
+	if sync {
+		return d.durable.write(p, d.applySync)
+	}
+	return d.commit.write(p, d.applyNoSync)
+}
+
 // Delete removes key.
 func (d *DB) Delete(key []byte, sync bool) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
 	defer d.leave()
-	if sync || !d.merge || len(key) > coalesceMaxBytes {
+	if !grouped(d.merge, len(key)) {
 		return d.db.Delete(d.writeOptions(sync), key)
 	}
 	p := pendingPool.Get().(*pendingWrite)
 	p.key, p.del = key, true
-	err := d.commit.write(p, d.applyNoSync)
+	err := d.group(p, sync)
 	p.key, p.del = nil, false
 	pendingPool.Put(p)
 	return err
@@ -494,12 +530,12 @@ func (d *DB) Write(ms []Mutation, sync bool) error {
 }
 
 func (d *DB) writeBatch(b *rocksshim.Batch, sync bool) error {
-	if sync || !d.merge || b.Size() > coalesceMaxBytes {
+	if !grouped(d.merge, b.Size()) {
 		return rocksshim.WriteRep(d.db, d.writeOptions(sync), b.Data())
 	}
 	p := pendingPool.Get().(*pendingWrite)
 	p.own = b
-	err := d.commit.write(p, d.applyNoSync)
+	err := d.group(p, sync)
 	p.own = nil
 	pendingPool.Put(p)
 	return err

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# make bench-durable: durable (sync=true) writes of `shale primary` on a
+# MinIO server on loopback, under `shale bench fillsync` (20 B keys, 400 B
+# values compressible to half, random keys) at each of THREADS (default
+# "16 64") concurrent clients for DURATION (default 10s), against, in the
+# same run:
+#   - BASE (a git ref, default main; BASE= skips it): that revision's shale;
+#   - db_bench fillsync with 16 threads on a local directory;
+#   - with PEER_PYTHON set to a Python with the `slatedb` package (pip
+#     install slatedb): SlateDB on the same MinIO with its WAL flush
+#     interval at PEER_FLUSH (default 2ms), the same writes from the same
+#     numbers of concurrent writers (hack/durable-peer.py).
+# Builds alternate ROUNDS times (default 2). Server CPU per op is the
+# primary's utime+stime over the benchmark, MinIO's likewise (both from
+# /proc/<pid>/stat); extra flags for this tree's primary go in NEW_FLAGS.
+#
+#   make bench-durable
+#   PEER_PYTHON=/tmp/peervenv/bin/python THREADS="16 64" make bench-durable
+#   DURABLE_JSON=/tmp/durable.jsonl    # one JSON object per benchmark
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+DURATION=${DURATION:-10s}
+THREADS=${THREADS:-16 64}
+ROUNDS=${ROUNDS:-2}
+BASE=${BASE-main}
+PEER_FLUSH=${PEER_FLUSH:-2ms}
+work=$(mktemp -d "${TMPDIR:-/tmp}/shale-durable.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+# shellcheck source=hack/benchlib.sh
+source "$repo/hack/benchlib.sh"
+
+# cpu PID: the process's user+system time in clock ticks.
+cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+
+go build -o "$work/new/shale" "$repo/cmd/shale"
+builds=(new)
+if [ -n "$BASE" ]; then
+  mkdir -p "$work/base-src"
+  git -C "$repo" archive "$BASE" | tar -x -C "$work/base-src"
+  (cd "$work/base-src" && go build -o "$work/base/shale" ./cmd/shale)
+  builds=(base new)
+fi
+
+bench_minio
+minio_pid=${pids[-1]}
+echo "# MinIO on 127.0.0.1:$port; DURATION=$DURATION, THREADS=$THREADS, ROUNDS=$ROUNDS, builds: ${builds[*]}${BASE:+ (base: $BASE)}" >&2
+
+results=$work/results.jsonl
+: >"$results"
+secs=${DURATION%s}
+for round in $(seq "$ROUNDS"); do
+  for b in "${builds[@]}"; do
+    kv=$(freeport); m=$(freeport)
+    flags=()
+    # shellcheck disable=SC2206
+    [ "$b" = new ] && flags=(${NEW_FLAGS:-})
+    "$work/$b/shale" primary --db "s3://bench/$b-$round" --cache-dir "$work/cache-$b-$round" \
+      --listen "127.0.0.1:$kv" --metrics-listen "127.0.0.1:$m" "${flags[@]}" >"$work/primary-$b-$round.log" 2>&1 &
+    ppid=$!
+    pids+=("$ppid")
+    for _ in $(seq 600); do "$work/new/shale" kv --addr "127.0.0.1:$kv" status >/dev/null 2>&1 && break; sleep 0.1; done
+    for t in $THREADS; do
+      m0=$(cpu "$minio_pid")
+      "$work/new/shale" bench --addr "127.0.0.1:$kv" --server-metrics "127.0.0.1:$m" --benchmarks fillsync \
+        --duration "$DURATION" --keys 100000 --threads "$t" --key-size 20 --value-size 400 --compression-ratio 0.5 \
+        --seed "$round" --progress-interval 1h -o json 2>>"$work/bench.log" >"$work/one.json"
+      m1=$(cpu "$minio_pid")
+      jq -c --arg setup "$b" --argjson round "$round" --argjson t "$t" --argjson mcpu "$(((m1 - m0) * 1000000 / hz))" \
+        '.benchmarks[] | {setup: $setup, round: $round, threads: $t, opsPerSec, p50: .latencyMicros.p50,
+          p99: .latencyMicros.p99, clientCpuMicrosPerOp, serverCpuMicrosPerOp,
+          minioCpuMicrosPerOp: ($mcpu / .ops), errors}' "$work/one.json" >>"$results"
+    done
+    kill "$ppid"
+    wait "$ppid" 2>/dev/null || true
+  done
+  if [ -n "${PEER_PYTHON:-}" ]; then
+    for t in $THREADS; do
+      m0=$(cpu "$minio_pid")
+      "$PEER_PYTHON" "$repo/hack/durable-peer.py" "s3://bench/peer-$round-$t" "$t" "$secs" "$PEER_FLUSH" >"$work/one.json"
+      m1=$(cpu "$minio_pid")
+      # MinIO's CPU includes the peer's one-second warm-up: an upper bound.
+      jq -c --argjson round "$round" --argjson mcpu "$(((m1 - m0) * 1000000 / hz))" \
+        '{setup: "peer", round: $round, threads, opsPerSec, p50, p99, clientCpuMicrosPerOp,
+          serverCpuMicrosPerOp: null, minioCpuMicrosPerOp: ($mcpu / .ops), errors: 0}' "$work/one.json" >>"$results"
+    done
+  fi
+  # RocksDB alone: db_bench fillsync, 16 threads, local directory (fsync per
+  # write group), the same keys and values.
+  db_bench --benchmarks=fillsync --db="$work/db_bench-$round" --threads=16 --duration="$secs" --num=100000000 \
+    --key_size=20 --value_size=400 --compression_ratio=0.5 --histogram=1 >"$work/db_bench.txt" 2>&1
+  awk -v round="$round" '
+    /^fillsync/ { for (i = 1; i <= NF; i++) if ($i == "ops/sec") ops = $(i-1) }
+    /^Percentiles:/ { p50 = $3; p99 = $7 }
+    END { printf "{\"setup\":\"db_bench\",\"round\":%d,\"threads\":16,\"opsPerSec\":%s,\"p50\":%s,\"p99\":%s,\"errors\":0}\n", round, ops, p50, p99 }' \
+    "$work/db_bench.txt" >>"$results"
+done
+[ -n "${DURABLE_JSON:-}" ] && cp "$results" "$DURABLE_JSON"
+
+printf '\n%-8s %-5s %7s %9s %9s %9s %12s %12s %12s\n' setup round threads ops/s "p50 µs" "p99 µs" "client µs/op" "server µs/op" "MinIO µs/op"
+jq -r '[.setup, .round, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor),
+    ((.clientCpuMicrosPerOp // 0)|floor), ((.serverCpuMicrosPerOp // 0)|floor), ((.minioCpuMicrosPerOp // 0)|floor)] | @tsv' "$results" |
+  awk -F'\t' '{ printf "%-8s %-5s %7s %9d %9d %9d %12d %12d %12d\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
+echo
+echo "# means over the rounds; ratios of this tree (new) to each"
+jq -rs 'def mean(f): (map(f) | if length > 0 then add/length else null end);
+  (map(select(.setup=="db_bench")) | mean(.opsPerSec)) as $dbb |
+  map(select(.setup != "db_bench")) | group_by(.threads)[] | . as $g |
+  ($g | map(select(.setup=="new")) | mean(.opsPerSec)) as $new |
+  ($g | map(select(.setup=="base")) | mean(.opsPerSec)) as $base |
+  ($g | map(select(.setup=="peer")) | mean(.opsPerSec)) as $peer |
+  "threads \($g[0].threads): new \($new|floor) ops/s" +
+  (if $base then ", base \($base|floor) (new/base \($new/$base*100|round/100))" else "" end) +
+  (if $peer then ", peer \($peer|floor) (new/peer \($new/$peer*100|round/100))" else "" end) +
+  (if $dbb then ", db_bench 16 threads \($dbb|floor) (new/db_bench \($new/$dbb*100|round/100))" else "" end)' "$results"

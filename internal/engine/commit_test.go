@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shale-rocks/shale/internal/rocksshim"
+)
+
+// groupLog is an apply function for committer tests: it records how many
+// mutations each group carried. (The real apply is RocksDB's write;
+// TestConcurrentWritesMerged and primary's TestDurableWritesShareUploads
+// run the committers against it.)
+type groupLog struct {
+	mu     sync.Mutex
+	groups []int
+	upload time.Duration // how long a group's write takes, as an upload does
+}
+
+func (g *groupLog) apply(b *rocksshim.Batch) error {
+	time.Sleep(g.upload)
+	g.mu.Lock()
+	g.groups = append(g.groups, b.Count())
+	g.mu.Unlock()
+	return nil
+}
+
+func putVia(c *committer, g *groupLog, key string) error {
+	p := &pendingWrite{key: []byte(key), value: []byte("v"), done: make(chan commitResult, 1)}
+	return c.write(p, g.apply)
+}
+
+// A writer alone never waits for the window: with an hour-long window
+// this test would time out if it did.
+func TestGroupCommitLoneWriterDoesNotWait(t *testing.T) {
+	c := &committer{window: time.Hour}
+	var g groupLog
+	for i := 0; i < 20; i++ {
+		if err := putVia(c, &g, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(g.groups) != 20 {
+		t.Fatalf("groups = %v, want 20 groups of one", g.groups)
+	}
+}
+
+// A leader waits for as many writers as the previous group expected, then
+// writes them all as one group, without waiting out the window.
+func TestGroupCommitWaitsForExpectedWriters(t *testing.T) {
+	c := &committer{window: time.Hour, last: 3}
+	var g groupLog
+	errs := make(chan error, 3)
+	go func() { errs <- putVia(c, &g, "a") }()
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.waiting })
+	go func() { errs <- putVia(c, &g, "b") }()
+	go func() { errs <- putVia(c, &g, "c") }()
+	for i := 0; i < 3; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(g.groups) != 1 || g.groups[0] != 3 {
+		t.Fatalf("groups = %v, want one group of 3", g.groups)
+	}
+}
+
+// When the expected writers do not come, the window ends the wait.
+func TestGroupCommitWindowEnds(t *testing.T) {
+	c := &committer{window: 5 * time.Millisecond, last: 8}
+	var g groupLog
+	if err := putVia(c, &g, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.groups) != 1 || g.groups[0] != 1 || c.last != 1 {
+		t.Fatalf("groups = %v, last = %d; want one group of 1 and last 1", g.groups, c.last)
+	}
+	// The next write expects one writer: itself.
+	if err := putVia(c, &g, "b"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Writers in a closed loop (each writes again after the round trip that
+// brought its acknowledgement back, as a remote client does) settle into
+// groups of all of them. Without the window the groups split: the writers
+// of one group come back after the next leader has started its upload.
+func TestGroupCommitClosedLoopFillsGroups(t *testing.T) {
+	const writers, rounds = 8, 30
+	c := &committer{window: 50 * time.Millisecond}
+	g := groupLog{upload: 2 * time.Millisecond}
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < rounds; i++ {
+				if err := putVia(c, &g, "k"); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Millisecond) // the client's round trip
+			}
+		}()
+	}
+	wg.Wait()
+	total, full := 0, 0
+	for _, n := range g.groups {
+		total += n
+		if n == writers {
+			full++
+		}
+	}
+	if total != writers*rounds {
+		t.Fatalf("groups carried %d writes, want %d", total, writers*rounds)
+	}
+	// Scheduling may split a few groups; most must hold every writer.
+	if full < rounds/2 {
+		t.Fatalf("only %d of %d groups held all %d writers: %v", full, len(g.groups), writers, g.groups)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within a minute")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
