@@ -743,4 +743,16 @@ func TestDurableWritesShareUploads(t *testing.T) {
 	if uploads > writers*each/2 {
 		t.Fatalf("%d synced puts from %d writers took %d WAL uploads: writes are not grouped", writers*each, writers, uploads)
 	}
+	// The engine's own count of durable groups and their members.
+	members := regexp.MustCompile(`shale_write_group_members_total\{sync="true"\} (\d+)`).FindSubmatch(body)
+	groups := regexp.MustCompile(`shale_write_groups_total\{sync="true"\} (\d+)`).FindSubmatch(body)
+	if members == nil || groups == nil {
+		t.Fatal("/metrics lacks shale_write_group_members_total or shale_write_groups_total for sync=true")
+	}
+	if n, _ := strconv.Atoi(string(members[1])); n != writers*each {
+		t.Errorf("shale_write_group_members_total{sync=\"true\"} = %d, want %d", n, writers*each)
+	}
+	if n, _ := strconv.Atoi(string(groups[1])); n == 0 || n > uploads {
+		t.Errorf("shale_write_groups_total{sync=\"true\"} = %d; want 1 to %d (the WAL uploads)", n, uploads)
+	}
 }

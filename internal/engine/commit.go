@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shale-rocks/shale/internal/rocksshim"
@@ -42,6 +43,8 @@ type committer struct {
 	waiting bool          // the leader waits for the queue to fill
 	full    chan struct{} // wakes the waiting leader; buffered (1)
 	timer   *time.Timer   // the leader's; only the leader touches it
+
+	groups, writes atomic.Uint64 // for metrics: groups written, writes in them
 }
 
 // pendingWrite is one caller's write: either a serialized batch of its own
@@ -110,6 +113,8 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) e
 		w.appendTo(&c.batch)
 	}
 	err := apply(&c.batch)
+	c.groups.Add(1)
+	c.writes.Add(uint64(len(group)))
 
 	c.mu.Lock()
 	// The writers the next group can expect: this group's, which come

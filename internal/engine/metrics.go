@@ -16,6 +16,8 @@ type Collector struct {
 	histograms []*prometheus.Desc
 	gauges     map[string]*prometheus.Desc
 	levelFiles *prometheus.Desc
+	groups     *prometheus.Desc
+	grouped    *prometheus.Desc
 }
 
 // metricName turns "rocksdb.block.cache.miss" into "rocksdb_block_cache_miss".
@@ -51,6 +53,8 @@ func NewCollector(db *DB) *Collector {
 		c.gauges[name] = prometheus.NewDesc(name, help, nil, nil)
 	}
 	c.levelFiles = prometheus.NewDesc("rocksdb_level_files", "SST files per LSM level.", []string{"level"}, nil)
+	c.groups = prometheus.NewDesc("shale_write_groups_total", "Merged writes Shale's engine applied (one RocksDB write each; a durable one is one WAL sync), by sync.", []string{"sync"}, nil)
+	c.grouped = prometheus.NewDesc("shale_write_group_members_total", "Writes carried by those groups, by sync: divided by shale_write_groups_total, the mean group size.", []string{"sync"}, nil)
 	return c
 }
 
@@ -66,6 +70,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- c.levelFiles
+	ch <- c.groups
+	ch <- c.grouped
 }
 
 // Collect implements prometheus.Collector.
@@ -99,5 +105,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for l, n := range s.FilesPerLevel {
 		ch <- prometheus.MustNewConstMetric(c.levelFiles, prometheus.GaugeValue, float64(n), strconv.Itoa(l))
+	}
+	for _, g := range []struct {
+		sync string
+		c    *committer
+	}{{"true", &c.db.durable}, {"false", &c.db.commit}} {
+		ch <- prometheus.MustNewConstMetric(c.groups, prometheus.CounterValue, float64(g.c.groups.Load()), g.sync)
+		ch <- prometheus.MustNewConstMetric(c.grouped, prometheus.CounterValue, float64(g.c.writes.Load()), g.sync)
 	}
 }
