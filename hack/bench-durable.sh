@@ -6,15 +6,20 @@
 # same run:
 #   - BASE (a git ref, default main; BASE= skips it): that revision's shale;
 #   - db_bench fillsync with 16 threads on a local directory;
-#   - with PEER_PYTHON set to a Python with the `slatedb` package (pip
-#     install slatedb): SlateDB on the same MinIO with its WAL flush
-#     interval at PEER_FLUSH (default 2ms), the same writes from the same
-#     numbers of concurrent writers (hack/durable-peer.py).
+#   - the peer, SlateDB on the same MinIO with its WAL flush interval at
+#     PEER_FLUSH (default 2ms), the same writes from the same numbers of
+#     concurrent writers: with PEER_BIN, the Rust one (hack/durable-peer,
+#     built with `cargo build --release --locked --manifest-path
+#     hack/durable-peer/Cargo.toml`, 10-25 minutes the first time; used
+#     without PEER_BIN when that build exists), setup "peer-rs"; with
+#     PEER_PYTHON set to a Python with the `slatedb` package (pip install
+#     slatedb), its Python binding (hack/durable-peer.py), "peer-py".
 # Builds alternate ROUNDS times (default 2). Server CPU per op is the
 # primary's utime+stime over the benchmark, MinIO's likewise (both from
 # /proc/<pid>/stat); extra flags for this tree's primary go in NEW_FLAGS.
 #
 #   make bench-durable
+#   PEER_BIN=hack/durable-peer/target/release/durable-peer make bench-durable
 #   PEER_PYTHON=/tmp/peervenv/bin/python THREADS="16 64" make bench-durable
 #   DURABLE_JSON=/tmp/durable.jsonl    # one JSON object per benchmark
 set -euo pipefail
@@ -24,6 +29,11 @@ THREADS=${THREADS:-16 64}
 ROUNDS=${ROUNDS:-2}
 BASE=${BASE-main}
 PEER_FLUSH=${PEER_FLUSH:-2ms}
+built_peer=$repo/hack/durable-peer/target/release/durable-peer
+[ -z "${PEER_BIN:-}" ] && [ -x "$built_peer" ] && PEER_BIN=$built_peer
+peers=()
+[ -n "${PEER_BIN:-}" ] && peers+=(peer-rs)
+[ -n "${PEER_PYTHON:-}" ] && peers+=(peer-py)
 work=$(mktemp -d "${TMPDIR:-/tmp}/shale-durable.XXXXXX")
 pids=()
 cleanup() {
@@ -80,17 +90,21 @@ for round in $(seq "$ROUNDS"); do
     kill "$ppid"
     wait "$ppid" 2>/dev/null || true
   done
-  if [ -n "${PEER_PYTHON:-}" ]; then
+  for peer in "${peers[@]}"; do
     for t in $THREADS; do
       m0=$(cpu "$minio_pid")
-      "$PEER_PYTHON" "$repo/hack/durable-peer.py" "s3://bench/peer-$round-$t" "$t" "$secs" "$PEER_FLUSH" >"$work/one.json"
+      if [ "$peer" = peer-rs ]; then
+        "$PEER_BIN" "s3://bench/$peer-$round-$t" "$t" "$secs" "$PEER_FLUSH" >"$work/one.json"
+      else
+        "$PEER_PYTHON" "$repo/hack/durable-peer.py" "s3://bench/$peer-$round-$t" "$t" "$secs" "$PEER_FLUSH" >"$work/one.json"
+      fi
       m1=$(cpu "$minio_pid")
       # MinIO's CPU includes the peer's one-second warm-up: an upper bound.
-      jq -c --argjson round "$round" --argjson mcpu "$(((m1 - m0) * 1000000 / hz))" \
-        '{setup: "peer", round: $round, threads, opsPerSec, p50, p99, clientCpuMicrosPerOp,
+      jq -c --arg setup "$peer" --argjson round "$round" --argjson mcpu "$(((m1 - m0) * 1000000 / hz))" \
+        '{setup: $setup, round: $round, threads, opsPerSec, p50, p99, clientCpuMicrosPerOp,
           serverCpuMicrosPerOp: null, minioCpuMicrosPerOp: ($mcpu / .ops), errors: 0}' "$work/one.json" >>"$results"
     done
-  fi
+  done
   # RocksDB alone: db_bench fillsync, 16 threads, local directory (fsync per
   # write group), the same keys and values.
   db_bench --benchmarks=fillsync --db="$work/db_bench-$round" --threads=16 --duration="$secs" --num=100000000 \
@@ -114,8 +128,10 @@ jq -rs 'def mean(f): (map(f) | if length > 0 then add/length else null end);
   map(select(.setup != "db_bench")) | group_by(.threads)[] | . as $g |
   ($g | map(select(.setup=="new")) | mean(.opsPerSec)) as $new |
   ($g | map(select(.setup=="base")) | mean(.opsPerSec)) as $base |
-  ($g | map(select(.setup=="peer")) | mean(.opsPerSec)) as $peer |
+  ($g | map(select(.setup=="peer-rs")) | mean(.opsPerSec)) as $rs |
+  ($g | map(select(.setup=="peer-py")) | mean(.opsPerSec)) as $py |
   "threads \($g[0].threads): new \($new|floor) ops/s" +
   (if $base then ", base \($base|floor) (new/base \($new/$base*100|round/100))" else "" end) +
-  (if $peer then ", peer \($peer|floor) (new/peer \($new/$peer*100|round/100))" else "" end) +
+  (if $rs then ", SlateDB (Rust) \($rs|floor) (new/peer \($new/$rs*100|round/100))" else "" end) +
+  (if $py then ", SlateDB (Python) \($py|floor) (new/peer \($new/$py*100|round/100))" else "" end) +
   (if $dbb then ", db_bench 16 threads \($dbb|floor) (new/db_bench \($new/$dbb*100|round/100))" else "" end)' "$results"
