@@ -122,6 +122,20 @@ func (d durationValue) Set(v string) error {
 
 func (durationValue) Type() string { return "duration" }
 
+// offDurationValue is a duration flag where 0 means "off".
+type offDurationValue struct{ durationValue }
+
+func (d offDurationValue) Set(v string) error {
+	if x, err := time.ParseDuration(v); err == nil && x == 0 {
+		*d.p = 0
+		return nil
+	}
+	if err := d.durationValue.Set(v); err != nil {
+		return fmt.Errorf("must be 0 (off) or positive (a duration such as 2ms)")
+	}
+	return nil
+}
+
 // uintValue is a non-negative integer, with a friendlier error than
 // strconv's.
 type uintValue struct{ p *uint64 }

@@ -233,6 +233,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dev", "--data", "/tmp/x", "--data-block-index", "hash"}, []string{`invalid argument "hash" for "--data-block-index" flag: want "binary" or "binary-and-hash"`}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--data-block-hash-ratio", "0.5"}, []string{"--data-block-hash-ratio needs --data-block-index=binary-and-hash"}},
 		{[]string{"dev", "--data", "/tmp/x", "--data-block-index", "binary-and-hash", "--data-block-hash-ratio", "2"}, []string{"dev: --data-block-hash-ratio 2 is out of range"}},
+		{[]string{"primary", "--db", "file:///tmp/x", "--group-commit-window", "1s"}, []string{"--group-commit-window 1s is out of range: want 0 (off) to 100ms"}},
+		{[]string{"primary", "--db", "file:///tmp/x", "--group-commit-window", "-1ms"}, []string{`invalid argument "-1ms" for "--group-commit-window"`, "must be 0 (off) or positive"}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--optimize-multiget-for-io"}, []string{"--optimize-multiget-for-io needs --async-io"}},
 	} {
 		code, out, errOut := shale(tc.args...)

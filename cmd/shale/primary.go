@@ -101,7 +101,7 @@ func tuningFlags(c *cobra.Command, t *engine.Tuning) {
 	fs.Float64Var(&t.DataBlockHashRatio, "data-block-hash-ratio", 0, "with --data-block-index=binary-and-hash: keys per hash bucket, in (0, 1]; lower is faster and larger (0: RocksDB's 0.75)")
 	fs.BoolVar(&t.UnorderedWrite, "unordered-write", false, "insert into the memtable without waiting for earlier writers: more write throughput, but a Scan or MultiGet may see a write before an earlier one lands")
 	fs.BoolVar(&t.PipelinedWrite, "pipelined-write", false, "overlap a write group's WAL write with the previous group's memtable insert (not with --unordered-write)")
-	fs.Var(durationValue{&t.GroupCommitWindow}, "group-commit-window", "how long a durable write group may wait for the previous group's writers to come back before its upload (0: off); a group closes as soon as they are back")
+	fs.Var(offDurationValue{durationValue{&t.GroupCommitWindow}}, "group-commit-window", "how long a durable write group may wait for the previous group's writers to come back before its upload (0: off); a group closes as soon as they are back")
 	fs.BoolVar(&t.AsyncIO, "async-io", false, "let RocksDB read ahead asynchronously for scans (ReadOptions.async_io)")
 	fs.BoolVar(&t.OptimizeMultiGetForIO, "optimize-multiget-for-io", false, "with --async-io: read the files of a MultiGet's keys in several levels in parallel")
 	c.RegisterFlagCompletionFunc("data-block-index", cobra.FixedCompletions([]cobra.Completion{"binary", "binary-and-hash"}, cobra.ShellCompDirectiveNoFileComp))
