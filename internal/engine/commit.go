@@ -40,6 +40,7 @@ type committer struct {
 	// writers wait about two uploads. A writer alone (last 1) never waits.
 	window  time.Duration
 	last    int           // the previous group's writers plus those queued when it ended
+	skip    int           // groups to write without waiting, after a wait that failed
 	waiting bool          // the leader waits for the queue to fill
 	full    chan struct{} // wakes the waiting leader; buffered (1)
 	timer   *time.Timer   // the leader's; only the leader touches it
@@ -154,8 +155,17 @@ func (c *committer) arrived() {
 // fill is called by a new leader with c.mu held (and returns with it
 // held): with a window, it waits until the queue holds as many writers as
 // the previous group, or until the window ends.
+//
+// A wait that ends with fewer than half the expected writers says they do
+// not come back in a loop (independent clients, each writing now and
+// then): the next skipAfterMiss groups do not wait, so such traffic pays
+// the window on one group in nine at most.
 func (c *committer) fill() {
 	if c.window <= 0 || len(c.queue) >= c.last {
+		return
+	}
+	if c.skip > 0 {
+		c.skip--
 		return
 	}
 	if c.full == nil {
@@ -180,7 +190,13 @@ func (c *committer) fill() {
 		}
 	}
 	c.waiting = false
+	if 2*len(c.queue) < c.last {
+		c.skip = skipAfterMiss
+	}
 }
+
+// skipAfterMiss is how many groups go without waiting after a failed wait.
+const skipAfterMiss = 8
 
 func (p *pendingWrite) size() int {
 	if p.own != nil {

@@ -82,6 +82,27 @@ func TestGroupCommitWindowEnds(t *testing.T) {
 	}
 }
 
+// Writers that do not come back (independent clients) make a wait fail;
+// the groups after it do not wait: with an hour-long window this test
+// would time out if they did.
+func TestGroupCommitStopsWaitingAfterMiss(t *testing.T) {
+	c := &committer{window: 5 * time.Millisecond, last: 8}
+	var g groupLog
+	if err := putVia(c, &g, "a"); err != nil { // waits 5ms for 7 more that never come
+		t.Fatal(err)
+	}
+	c.window = time.Hour
+	for i := 0; i < skipAfterMiss; i++ {
+		c.last = 8 // as if a group of 8 had just ended
+		if err := putVia(c, &g, "b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.skip != 0 {
+		t.Fatalf("skip = %d after %d groups, want 0: the next group waits again", c.skip, skipAfterMiss)
+	}
+}
+
 // Writers in a closed loop (each writes again after the round trip that
 // brought its acknowledgement back, as a remote client does) settle into
 // groups of all of them. Without the window the groups split: the writers
