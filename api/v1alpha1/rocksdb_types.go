@@ -177,6 +177,13 @@ type TuningSpec struct {
 	// levels in parallel when AsyncIO is on (--optimize-multiget-for-io).
 	// +optional
 	OptimizeMultigetForIO bool `json:"optimizeMultigetForIO,omitempty"`
+
+	// RocksDBHistograms keeps RocksDB's latency and size histograms
+	// (rocksdb_db_get_micros and the like on /metrics) besides its tickers,
+	// for two clock reads and a bucket update per Get and Put
+	// (--rocksdb-histograms).
+	// +optional
+	RocksDBHistograms bool `json:"rocksdbHistograms,omitempty"`
 }
 
 // ObjectStoreReference names an ObjectStore in the same namespace.

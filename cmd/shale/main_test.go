@@ -17,12 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/primary"
 )
 
 // The test binary doubles as the shale binary: with SHALE_TEST_MAIN=1 it
@@ -234,6 +236,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"primary", "--db", "file:///tmp/x", "--data-block-hash-ratio", "0.5"}, []string{"--data-block-hash-ratio needs --data-block-index=binary-and-hash"}},
 		{[]string{"dev", "--data", "/tmp/x", "--data-block-index", "binary-and-hash", "--data-block-hash-ratio", "2"}, []string{"dev: --data-block-hash-ratio 2 is out of range"}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--optimize-multiget-for-io"}, []string{"--optimize-multiget-for-io needs --async-io"}},
+		{[]string{"dev", "--data", "/tmp/x", "--rocksdb-histograms=some"}, []string{`invalid argument "some" for "--rocksdb-histograms" flag`}},
 	} {
 		code, out, errOut := shale(tc.args...)
 		ok := code == 2 && out == ""
@@ -592,5 +595,27 @@ func TestParseSize(t *testing.T) {
 	}
 	if code, _, e := shale("primary", "--db", "file:///tmp/x", "--max-key-size", "12MB"); code != 2 || !strings.Contains(e, "want bytes, or a number with KiB, MiB or GiB") {
 		t.Errorf("bad size flag: %d %s", code, e)
+	}
+}
+
+// --rocksdb-histograms reaches the engine's options; off by default.
+func TestRocksDBHistogramsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--rocksdb-histograms"}, true},
+		{[]string{"--rocksdb-histograms=false"}, false},
+	} {
+		var cfg primary.Config
+		c := &cobra.Command{Use: "primary"}
+		primaryFlags(c, &cfg)
+		if err := c.ParseFlags(tc.args); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if got := cfg.Engine.Tuning.RocksDBHistograms; got != tc.want {
+			t.Errorf("%q: RocksDBHistograms = %v, want %v", tc.args, got, tc.want)
+		}
 	}
 }

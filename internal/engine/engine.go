@@ -84,6 +84,11 @@ type Tuning struct {
 	// several levels in parallel when AsyncIO is on
 	// (ReadOptions.optimize_multiget_for_io).
 	OptimizeMultiGetForIO bool
+	// RocksDBHistograms keeps RocksDB's histograms (rocksdb.db.get.micros
+	// and the other latency and size distributions) besides its tickers:
+	// two clock reads and a bucket update per Get and Put. Off, only the
+	// tickers are kept and exported.
+	RocksDBHistograms bool
 }
 
 // Validate reports a Tuning RocksDB would refuse, naming the flags.
@@ -235,7 +240,7 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.opts.SetUnorderedWrite(o.Tuning.UnorderedWrite)
 	d.opts.SetEnablePipelinedWrite(o.Tuning.PipelinedWrite)
 	d.opts.SetBlockBasedTableFactory(d.bbto)
-	d.stats = rocksshim.AttachStatistics(d.opts)
+	d.stats = rocksshim.AttachStatistics(d.opts, o.Tuning.RocksDBHistograms)
 	if o.FileSystem != nil {
 		d.fs = rocksshim.AttachFileSystem(d.opts, dir, o.FileSystem)
 	}

@@ -22,8 +22,10 @@ typedef struct {
   double max;
 } shale_histogram_t;
 
-// Creates a Statistics object and installs it in opts (before DB open).
-shale_statistics_t* shale_statistics_attach(rocksdb_options_t* opts);
+// Creates a Statistics object and installs it in opts (before DB open):
+// tickers only, or with histograms (RocksDB's default level) when
+// histograms is non-zero.
+shale_statistics_t* shale_statistics_attach(rocksdb_options_t* opts, int histograms);
 void shale_statistics_destroy(shale_statistics_t* s);
 
 int shale_ticker_count(void);
