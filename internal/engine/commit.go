@@ -17,7 +17,8 @@ import (
 // Each caller's mutations stay atomic (they are contiguous in one atomic
 // batch) and a caller returns only after its write is in the WAL and the
 // memtable, as with a direct write. Durable (sync) writes do not come
-// here: they go to RocksDB directly.
+// here: they go to RocksDB directly. A writer that finds no write in
+// progress leads at once (alone, release), without queueing.
 type committer struct {
 	mu    sync.Mutex
 	busy  bool // a leader is writing
@@ -49,6 +50,36 @@ const (
 )
 
 var pendingPool = sync.Pool{New: func() any { return &pendingWrite{done: make(chan commitResult, 1)} }}
+
+// alone makes the caller the leader when no write is in progress (and so
+// none is queued: writers queue only behind a leader); it then builds its
+// batch in c.batch, applies it and calls release. A single writer thus
+// skips the queue, and a concurrent one still merges behind it.
+func (c *committer) alone() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy {
+		return false
+	}
+	c.busy = true
+	return true
+}
+
+// release ends a leadership taken with alone, handing it to the first
+// queued writer, if any.
+func (c *committer) release() {
+	c.mu.Lock()
+	var next *pendingWrite
+	if len(c.queue) > 0 {
+		next = c.queue[0]
+	} else {
+		c.busy = false
+	}
+	c.mu.Unlock()
+	if next != nil {
+		next.done <- commitResult{lead: true}
+	}
+}
 
 func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) error {
 	c.mu.Lock()

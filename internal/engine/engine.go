@@ -445,6 +445,14 @@ func (d *DB) Put(key, value []byte, sync bool) error {
 	if sync || !d.merge || len(key)+len(value) > coalesceMaxBytes {
 		return d.db.Put(d.writeOptions(sync), key, value)
 	}
+	if d.commit.alone() {
+		b := &d.commit.batch
+		b.Reset()
+		b.Put(key, value)
+		err := d.applyNoSync(b)
+		d.commit.release()
+		return err
+	}
 	p := pendingPool.Get().(*pendingWrite)
 	p.key, p.value = key, value
 	err := d.commit.write(p, d.applyNoSync)
@@ -465,6 +473,14 @@ func (d *DB) Delete(key []byte, sync bool) error {
 	defer d.leave()
 	if sync || !d.merge || len(key) > coalesceMaxBytes {
 		return d.db.Delete(d.writeOptions(sync), key)
+	}
+	if d.commit.alone() {
+		b := &d.commit.batch
+		b.Reset()
+		b.Delete(key)
+		err := d.applyNoSync(b)
+		d.commit.release()
+		return err
 	}
 	p := pendingPool.Get().(*pendingWrite)
 	p.key, p.del = key, true
@@ -501,6 +517,11 @@ func (d *DB) Write(ms []Mutation, sync bool) error {
 func (d *DB) writeBatch(b *rocksshim.Batch, sync bool) error {
 	if sync || !d.merge || b.Size() > coalesceMaxBytes {
 		return rocksshim.WriteRep(d.db, d.writeOptions(sync), b.Data())
+	}
+	if d.commit.alone() {
+		err := d.applyNoSync(b) // nothing to merge with: no copy
+		d.commit.release()
+		return err
 	}
 	p := pendingPool.Get().(*pendingWrite)
 	p.own = b
