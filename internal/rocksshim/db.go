@@ -85,9 +85,17 @@ func Get(db *grocksdb.DB, ro *grocksdb.ReadOptions, key []byte) ([]byte, bool, e
 		// Larger than the scratch buffer: RocksDB's copy in C memory.
 		p := cAddr(&g.out.overflow)
 		defer C.free(p)
-		return append(make([]byte, 0, int(n)), unsafe.Slice((*byte)(p), int(n))...), true, nil
+		return clone(unsafe.Slice((*byte)(p), int(n))), true, nil
 	}
-	return append(make([]byte, 0, int(n)), g.buf[:n]...), true, nil
+	return clone(g.buf[:n]), true, nil
+}
+
+// clone copies b into a new slice of its length. make then copy is the form
+// the compiler allocates without zeroing first.
+func clone(b []byte) []byte {
+	v := make([]byte, len(b))
+	copy(v, b)
+	return v
 }
 
 // WriteRep applies a batch in WriteBatch's serialized form (see Batch) in
