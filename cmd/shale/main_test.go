@@ -25,6 +25,7 @@ import (
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/primary"
+	"github.com/shale-rocks/shale/secondary"
 )
 
 // The test binary doubles as the shale binary: with SHALE_TEST_MAIN=1 it
@@ -598,7 +599,8 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
-// --rocksdb-histograms reaches the engine's options; off by default.
+// --rocksdb-histograms reaches the engine's options of a primary (and dev)
+// and a secondary; off by default.
 func TestRocksDBHistogramsFlag(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -608,14 +610,22 @@ func TestRocksDBHistogramsFlag(t *testing.T) {
 		{[]string{"--rocksdb-histograms"}, true},
 		{[]string{"--rocksdb-histograms=false"}, false},
 	} {
-		var cfg primary.Config
+		var pc primary.Config
 		c := &cobra.Command{Use: "primary"}
-		primaryFlags(c, &cfg)
-		if err := c.ParseFlags(tc.args); err != nil {
-			t.Fatalf("%q: %v", tc.args, err)
+		primaryFlags(c, &pc)
+		var sc secondary.Config
+		s := &cobra.Command{Use: "secondary"}
+		secondaryFlags(s, &sc)
+		for _, cmd := range []*cobra.Command{c, s} {
+			if err := cmd.ParseFlags(tc.args); err != nil {
+				t.Fatalf("%s %q: %v", cmd.Use, tc.args, err)
+			}
 		}
-		if got := cfg.Engine.Tuning.RocksDBHistograms; got != tc.want {
-			t.Errorf("%q: RocksDBHistograms = %v, want %v", tc.args, got, tc.want)
+		if got := pc.Engine.Tuning.RocksDBHistograms; got != tc.want {
+			t.Errorf("primary %q: RocksDBHistograms = %v, want %v", tc.args, got, tc.want)
+		}
+		if got := sc.Engine.Tuning.RocksDBHistograms; got != tc.want {
+			t.Errorf("secondary %q: RocksDBHistograms = %v, want %v", tc.args, got, tc.want)
 		}
 	}
 }

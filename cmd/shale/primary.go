@@ -103,9 +103,15 @@ func tuningFlags(c *cobra.Command, t *engine.Tuning) {
 	fs.BoolVar(&t.PipelinedWrite, "pipelined-write", false, "overlap a write group's WAL write with the previous group's memtable insert (not with --unordered-write)")
 	fs.BoolVar(&t.AsyncIO, "async-io", false, "let RocksDB read ahead asynchronously for scans (ReadOptions.async_io)")
 	fs.BoolVar(&t.OptimizeMultiGetForIO, "optimize-multiget-for-io", false, "with --async-io: read the files of a MultiGet's keys in several levels in parallel")
-	fs.BoolVar(&t.RocksDBHistograms, "rocksdb-histograms", false, "keep RocksDB's histograms (rocksdb_db_get_micros and the like on /metrics) besides its tickers: two clock reads and a bucket update per Get and Put")
+	rocksDBHistogramsFlag(c, t)
 	c.RegisterFlagCompletionFunc("data-block-index", cobra.FixedCompletions([]cobra.Completion{"binary", "binary-and-hash"}, cobra.ShellCompDirectiveNoFileComp))
 	noFileCompletion(c, "data-block-hash-ratio")
+}
+
+// rocksDBHistogramsFlag registers --rocksdb-histograms (primary, dev,
+// secondary).
+func rocksDBHistogramsFlag(c *cobra.Command, t *engine.Tuning) {
+	c.Flags().BoolVar(&t.RocksDBHistograms, "rocksdb-histograms", false, "keep RocksDB's histograms (rocksdb_db_get_micros and the like on /metrics) besides its tickers: two clock reads and a bucket update per Get and Put")
 }
 
 // dataBlockIndexValue is --data-block-index.
