@@ -5,7 +5,8 @@
 # of NUM keys, one thread, on
 #   1. Debian's db_bench (RocksDB 7.8.3) on a local directory — the baseline,
 #      and again with the options Shale's engine sets that db_bench's
-#      defaults lack (statistics, a finite table cache, bytes_per_sync),
+#      defaults lack (statistics without histograms, a finite table cache,
+#      bytes_per_sync),
 #   2. Shale's engine without the Shale FileSystem on a local directory (what
 #      the Go binding and Shale's options cost; with BASE=<git ref> also
 #      that revision's engine, for before/after figures in one run),
@@ -45,7 +46,8 @@ db_bench --benchmarks=fillrandom,readrandom --db="$work/rocksdb" "${common[@]}" 
   --max_background_jobs=2 --format_version=5 --threads=1 >"$work/local.out" 2>&1
 
 # The same with the options Shale's engine sets that db_bench's defaults
-# lack or set otherwise (statistics, a finite table cache, bytes_per_sync, no
+# lack or set otherwise (statistics, tickers only: stats_level 1 is
+# kExceptHistogramOrTimers; a finite table cache, bytes_per_sync, no
 # pipelined writes: db_bench pipelines by default, RocksDB does not): the engine's
 # ratio to this is what the Go binding costs, apart from option choices.
 echo "# 1b/4 db_bench with the engine's options" >&2
@@ -53,7 +55,7 @@ db_bench --benchmarks=fillrandom,readrandom --db="$work/rocksdb-opts" "${common[
   --compression_type=lz4 --compression_ratio=0.5 --bloom_bits=10 --cache_index_and_filter_blocks=true \
   --pin_l0_filter_and_index_blocks_in_cache=true --level_compaction_dynamic_level_bytes=true \
   --max_background_jobs=2 --format_version=5 --threads=1 \
-  --statistics=true --open_files=65536 --bytes_per_sync=1048576 --enable_pipelined_write=false >"$work/local-opts.out" 2>&1
+  --statistics=true --stats_level=1 --open_files=65536 --bytes_per_sync=1048576 --enable_pipelined_write=false >"$work/local-opts.out" 2>&1
 
 echo "# 2/4 Shale's engine on a local directory" >&2
 "$work/storagebench" --db="local://$work/engine" --cache-dir="$work/unused" "${common[@]}" >"$work/engine.out"

@@ -196,7 +196,7 @@ func tuningArgs(t *shalev1.TuningSpec) []string {
 	for _, f := range []struct {
 		on   bool
 		flag string
-	}{{t.UnorderedWrite, "--unordered-write"}, {t.PipelinedWrite, "--pipelined-write"}, {t.AsyncIO, "--async-io"}, {t.OptimizeMultigetForIO, "--optimize-multiget-for-io"}} {
+	}{{t.UnorderedWrite, "--unordered-write"}, {t.PipelinedWrite, "--pipelined-write"}, {t.AsyncIO, "--async-io"}, {t.OptimizeMultigetForIO, "--optimize-multiget-for-io"}, {t.RocksDBHistograms, "--rocksdb-histograms"}} {
 		if f.on {
 			args = append(args, f.flag)
 		}

@@ -31,7 +31,7 @@ func TestPrimaryPodFlags(t *testing.T) {
 		Status: shalev1.RocksDBStatus{StoragePath: "dbs/prod/orders-0a1b2c3d-0000-4000-8000-00000000abcd"},
 	}
 	db.Spec.Tuning = &shalev1.TuningSpec{DataBlockIndexType: "BinaryAndHash", DataBlockHashTableUtilRatio: "0.5",
-		UnorderedWrite: true, AsyncIO: true, OptimizeMultigetForIO: true, GroupCommitWindow: d(5 * time.Millisecond)}
+		UnorderedWrite: true, AsyncIO: true, OptimizeMultigetForIO: true, GroupCommitWindow: d(5 * time.Millisecond), RocksDBHistograms: true}
 	store := &shalev1.ObjectStore{Spec: shalev1.ObjectStoreSpec{
 		Endpoint: "https://s3.example.com", Region: "eu-west-1",
 		Credentials:    shalev1.SecretReference{Name: "creds"},
@@ -48,7 +48,7 @@ func TestPrimaryPodFlags(t *testing.T) {
 		" --retry-for 5m0s ", " --wal-storage-class EXPRESS_ONEZONE ", " --sst-storage-class STANDARD_IA ",
 		" --compaction remote ", " --compaction-scheduler pool-scheduler.prod.svc:7080 ", " --compaction-priority 40 ", " --compaction-queue-timeout 1m0s ",
 		" --data-block-index binary-and-hash ", " --data-block-hash-ratio 0.5 ", " --unordered-write ", " --async-io ",
-		" --optimize-multiget-for-io ", " --group-commit-window 5ms ",
+		" --optimize-multiget-for-io ", " --group-commit-window 5ms ", " --rocksdb-histograms ",
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)

@@ -40,12 +40,17 @@ type fixture struct {
 
 func start(t *testing.T, limits kvserver.Limits) *fixture {
 	t.Helper()
+	return startEngine(t, limits, engine.DefaultOptions())
+}
+
+func startEngine(t *testing.T, limits kvserver.Limits, eo engine.Options) *fixture {
+	t.Helper()
 	s, err := Start(Config{
 		DB:            "file://" + filepath.Join(t.TempDir(), "db"),
 		Listen:        "127.0.0.1:0",
 		MetricsListen: "127.0.0.1:0",
 		Limits:        limits,
-		Engine:        engine.DefaultOptions(),
+		Engine:        eo,
 		Storage:       shalefs.Config{CacheDir: filepath.Join(t.TempDir(), "cache"), Lease: 200 * time.Millisecond},
 	})
 	if err != nil {
@@ -436,8 +441,17 @@ func TestLimitsValidate(t *testing.T) {
 	}
 }
 
+// RocksDB's histograms are on /metrics with --rocksdb-histograms only;
+// without it none is exported (rather than summaries that read zero).
 func TestMetrics(t *testing.T) {
-	f := start(t, kvserver.DefaultLimits())
+	t.Run("default", func(t *testing.T) { testMetrics(t, false) })
+	t.Run("rocksdb-histograms", func(t *testing.T) { testMetrics(t, true) })
+}
+
+func testMetrics(t *testing.T, histograms bool) {
+	eo := engine.DefaultOptions()
+	eo.Tuning.RocksDBHistograms = histograms
+	f := startEngine(t, kvserver.DefaultLimits(), eo)
 	for i := 0; i < 25; i++ {
 		f.put(t, fmt.Sprintf("m%d", i), "v")
 	}
@@ -454,10 +468,15 @@ func TestMetrics(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if got := strings.Contains(string(body), "\nrocksdb_db_get_micros_count "); got != histograms {
+		t.Errorf("with histograms %v, /metrics has rocksdb_db_get_micros: %v", histograms, got)
+	}
+	if histograms && !strings.Contains(string(body), "\nrocksdb_db_get_micros_count 5\n") {
+		t.Errorf("/metrics lacks rocksdb_db_get_micros_count 5")
+	}
 	for _, want := range []string{
 		`rocksdb_number_keys_written_total 25`,
 		`rocksdb_number_keys_read_total 5`,
-		`rocksdb_db_get_micros_count 5`,
 		`shale_epoch 1`,
 		`shale_fenced 0`,
 		`rocksdb_estimated_keys 25`,

@@ -17,12 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/primary"
+	"github.com/shale-rocks/shale/secondary"
 )
 
 // The test binary doubles as the shale binary: with SHALE_TEST_MAIN=1 it
@@ -236,6 +239,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"primary", "--db", "file:///tmp/x", "--group-commit-window", "1s"}, []string{"--group-commit-window 1s is out of range: want 0 (off) to 100ms"}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--group-commit-window", "-1ms"}, []string{`invalid argument "-1ms" for "--group-commit-window"`, "must be 0 (off) or positive"}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--optimize-multiget-for-io"}, []string{"--optimize-multiget-for-io needs --async-io"}},
+		{[]string{"dev", "--data", "/tmp/x", "--rocksdb-histograms=some"}, []string{`invalid argument "some" for "--rocksdb-histograms" flag`}},
 	} {
 		code, out, errOut := shale(tc.args...)
 		ok := code == 2 && out == ""
@@ -594,5 +598,36 @@ func TestParseSize(t *testing.T) {
 	}
 	if code, _, e := shale("primary", "--db", "file:///tmp/x", "--max-key-size", "12MB"); code != 2 || !strings.Contains(e, "want bytes, or a number with KiB, MiB or GiB") {
 		t.Errorf("bad size flag: %d %s", code, e)
+	}
+}
+
+// --rocksdb-histograms reaches the engine's options of a primary (and dev)
+// and a secondary; off by default.
+func TestRocksDBHistogramsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--rocksdb-histograms"}, true},
+		{[]string{"--rocksdb-histograms=false"}, false},
+	} {
+		var pc primary.Config
+		c := &cobra.Command{Use: "primary"}
+		primaryFlags(c, &pc)
+		var sc secondary.Config
+		s := &cobra.Command{Use: "secondary"}
+		secondaryFlags(s, &sc)
+		for _, cmd := range []*cobra.Command{c, s} {
+			if err := cmd.ParseFlags(tc.args); err != nil {
+				t.Fatalf("%s %q: %v", cmd.Use, tc.args, err)
+			}
+		}
+		if got := pc.Engine.Tuning.RocksDBHistograms; got != tc.want {
+			t.Errorf("primary %q: RocksDBHistograms = %v, want %v", tc.args, got, tc.want)
+		}
+		if got := sc.Engine.Tuning.RocksDBHistograms; got != tc.want {
+			t.Errorf("secondary %q: RocksDBHistograms = %v, want %v", tc.args, got, tc.want)
+		}
 	}
 }

@@ -104,8 +104,15 @@ func tuningFlags(c *cobra.Command, t *engine.Tuning) {
 	fs.Var(offDurationValue{durationValue{&t.GroupCommitWindow}}, "group-commit-window", "how long a durable write group may wait for the previous group's writers to come back before its upload (0: off); a group closes as soon as they are back")
 	fs.BoolVar(&t.AsyncIO, "async-io", false, "let RocksDB read ahead asynchronously for scans (ReadOptions.async_io)")
 	fs.BoolVar(&t.OptimizeMultiGetForIO, "optimize-multiget-for-io", false, "with --async-io: read the files of a MultiGet's keys in several levels in parallel")
+	rocksDBHistogramsFlag(c, t)
 	c.RegisterFlagCompletionFunc("data-block-index", cobra.FixedCompletions([]cobra.Completion{"binary", "binary-and-hash"}, cobra.ShellCompDirectiveNoFileComp))
 	noFileCompletion(c, "data-block-hash-ratio", "group-commit-window")
+}
+
+// rocksDBHistogramsFlag registers --rocksdb-histograms (primary, dev,
+// secondary).
+func rocksDBHistogramsFlag(c *cobra.Command, t *engine.Tuning) {
+	c.Flags().BoolVar(&t.RocksDBHistograms, "rocksdb-histograms", false, "keep RocksDB's histograms (rocksdb_db_get_micros and the like on /metrics) besides its tickers: two clock reads and a bucket update per Get and Put")
 }
 
 // dataBlockIndexValue is --data-block-index.

@@ -61,6 +61,7 @@ func secondaryFlags(c *cobra.Command, cfg *secondary.Config) {
 	fs.Var(newDuration(&st.ReaderTTL, 30*time.Second), "lease-ttl", "the primary keeps the files this replica reads while it renewed its lease within this long; past it, the replica refuses reads until it catches up")
 	fs.Var(newDuration(&st.ReadTimeout, 10*time.Second), "read-timeout", "deadline of one foreground read from the store")
 	fs.Var(newSize(&cfg.Engine.BlockCacheBytes, cfg.Engine.BlockCacheBytes), "block-cache-size", "RocksDB block cache size")
+	rocksDBHistogramsFlag(c, &cfg.Engine.Tuning)
 	fs.Var(newSize(&st.RangeCacheBytes, 64<<20), "range-cache-size", "memory for 64 KiB ranges of tables read from the store (tables not in --cache-size's cache), shared by all reads (0: a GET per read)")
 	fs.Var(newSize(&cfg.Limits.MaxKeyBytes, cfg.Limits.MaxKeyBytes), "max-key-size", "largest key accepted")
 	coldTierFlags(c, &cfg.ColdDB, &cfg.ColdEndpoint)

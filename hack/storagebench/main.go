@@ -25,7 +25,10 @@ import (
 	"github.com/shale-rocks/shale/internal/shalefs"
 )
 
-var benchmarks string
+var (
+	benchmarks string
+	histograms bool
+)
 
 func main() {
 	db := flag.String("db", "", "database URL (file:///ABS/PATH or s3://BUCKET/PREFIX), or local:///ABS/PATH for the engine without the Shale FileSystem")
@@ -37,6 +40,7 @@ func main() {
 	blockSize := flag.Int("block_size", 8192, "SST block bytes")
 	seed := flag.Uint64("seed", 1, "random seed")
 	hashIndex := flag.Int("data_block_index_type", 0, "1: a hash index in every data block (db_bench's flag)")
+	flag.BoolVar(&histograms, "histograms", false, "keep RocksDB's histograms too (the engine's Tuning.RocksDBHistograms; off by default, as in Shale)")
 	flag.StringVar(&benchmarks, "benchmarks", "fillrandom,readrandom", "fillrandom,readrandom or fillrandom alone")
 	flag.Parse()
 	if *db == "" || *cache == "" {
@@ -52,6 +56,7 @@ func main() {
 func run(url, cache string, num, keySize, valueSize int, cacheSize uint64, blockSize int, seed uint64, hashIndex bool) error {
 	o := engine.DefaultOptions()
 	o.Tuning.DataBlockHashIndex = hashIndex
+	o.Tuning.RocksDBHistograms = histograms
 	o.BlockCacheBytes = cacheSize
 	o.BlockSizeBytes = blockSize
 	o.BottommostCompression = grocksdb.LZ4Compression // db_bench uses one compression type

@@ -24,6 +24,8 @@ import (
 // leader's result: the group is one atomic batch, so "fenced" (not
 // applied) or "outcome unknown" holds for all of them alike, as for the
 // members of RocksDB's own write group (docs/fencing.md, "Group commit").
+// A non-durable writer that finds no write in progress leads at once
+// (alone, release), without queueing.
 type committer struct {
 	mu    sync.Mutex
 	busy  bool // a leader is writing
@@ -79,6 +81,38 @@ func grouped(merge bool, size int) bool {
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pendingWrite{done: make(chan commitResult, 1)} }}
+
+// alone makes the caller the leader when no write is in progress (and so
+// none is queued: writers queue only behind a leader); it then builds its
+// batch in c.batch, applies it and calls release. A single writer thus
+// skips the queue, and a concurrent one still merges behind it.
+func (c *committer) alone() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy {
+		return false
+	}
+	c.busy = true
+	return true
+}
+
+// release ends a leadership taken with alone, handing it to the first
+// queued writer, if any.
+func (c *committer) release() {
+	c.mu.Lock()
+	var next *pendingWrite
+	if len(c.queue) > 0 {
+		next = c.queue[0]
+	} else {
+		c.busy = false
+	}
+	c.mu.Unlock()
+	c.groups.Add(1)
+	c.writes.Add(1)
+	if next != nil {
+		next.done <- commitResult{lead: true}
+	}
+}
 
 func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) error {
 	c.mu.Lock()

@@ -8,8 +8,8 @@ import (
 )
 
 // Collector exports a database's RocksDB statistics (every ticker as a
-// counter, every histogram as a summary) and properties (gauges) to
-// Prometheus, read afresh on each scrape.
+// counter, every histogram as a summary when the database keeps them) and
+// properties (gauges) to Prometheus, read afresh on each scrape.
 type Collector struct {
 	db         *DB
 	tickers    []*prometheus.Desc

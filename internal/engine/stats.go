@@ -50,7 +50,8 @@ func (d *DB) Stats() (Stats, error) {
 	return s, nil
 }
 
-// Statistics returns RocksDB's tickers and histograms, or nil after Close.
+// Statistics returns RocksDB's tickers and histograms (nil without
+// Tuning.RocksDBHistograms), or nil after Close.
 func (d *DB) Statistics() ([]rocksshim.Ticker, []rocksshim.Histogram) {
 	if err := d.enter(); err != nil {
 		return nil, nil

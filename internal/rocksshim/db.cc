@@ -8,6 +8,7 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/perf_level.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
@@ -30,6 +31,20 @@ void SaveError(const Status& s, char** err) {
   *err = strdup(s.ToString().c_str());
 }
 
+// Turns off RocksDB's perf context on the calling thread. Its level is per
+// thread and kEnableCount by default, so every Get and Write bumped a dozen
+// thread-local counters that Shale never reads; in a shared librocksdb each
+// is a __tls_get_addr call: 2,400 instructions a Get and 3,600 a Put
+// (db_bench turns it off too). Setting it costs one thread-local store.
+void NoPerfContext() { SetPerfLevel(PerfLevel::kDisable); }
+
+// A value Get finds in a memtable is copied into the PinnableSlice's own
+// string (one from the block cache is pinned instead); a string per thread,
+// reused, spares a malloc and free per such Get, as db_bench's reused
+// PinnableSlice does. One that grew past kGetBufferKeep is let go.
+thread_local std::string get_buffer;
+constexpr size_t kGetBufferKeep = 64 << 10;
+
 // Copies n bytes to buf when they fit cap, else to a malloc'd buffer
 // returned in *overflow (the caller frees it).
 void CopyOut(const char* data, size_t n, char* buf, size_t cap, char** overflow) {
@@ -45,30 +60,39 @@ void CopyOut(const char* data, size_t n, char* buf, size_t cap, char** overflow)
 
 extern "C" {
 
-int shale_db_get(rocksdb_t* db, rocksdb_readoptions_t* ro, const char* key, size_t klen, char* buf,
-                 size_t cap, size_t* vlen, char** overflow, char** err) {
-  PinnableSlice v;
+int64_t shale_db_get(rocksdb_t* db, rocksdb_readoptions_t* ro, const char* key, size_t klen, char* buf,
+                     size_t cap, shale_get_out_t* out) {
+  NoPerfContext();
+  PinnableSlice v(&get_buffer);
   Status s = db->rep->Get(RO(ro), db->rep->DefaultColumnFamily(), Slice(key, klen), &v);
-  if (s.IsNotFound()) return 0;
+  if (s.IsNotFound()) return -1;
+  char* p = nullptr;
   if (!s.ok()) {
-    SaveError(s, err);
-    return -1;
+    SaveError(s, &p);
+    out->err = reinterpret_cast<uintptr_t>(p);
+    return -2;
   }
-  *vlen = v.size();
-  CopyOut(v.data(), v.size(), buf, cap, overflow);
-  return 1;
+  CopyOut(v.data(), v.size(), buf, cap, &p);
+  out->overflow = reinterpret_cast<uintptr_t>(p);
+  int64_t n = static_cast<int64_t>(v.size());
+  v.Reset();
+  if (get_buffer.capacity() > kGetBufferKeep) std::string().swap(get_buffer);
+  return n;
 }
 
-void shale_db_write_rep(rocksdb_t* db, rocksdb_writeoptions_t* wo, const char* rep, size_t len,
-                        char** err) {
+char* shale_db_write_rep(rocksdb_t* db, rocksdb_writeoptions_t* wo, const char* rep, size_t len) {
+  NoPerfContext();
   WriteBatch b(std::string(rep, len));
   Status s = db->rep->Write(WO(wo), &b);
-  if (!s.ok()) SaveError(s, err);
+  char* err = nullptr;
+  if (!s.ok()) SaveError(s, &err);
+  return err;
 }
 
 int64_t shale_db_multiget(rocksdb_t* db, rocksdb_readoptions_t* ro, size_t n, const char* keys,
                           const size_t* klens, char* buf, size_t cap, int64_t* vlens, char** overflow,
                           char** err) {
+  NoPerfContext();
   std::vector<Slice> ks(n);
   for (size_t i = 0, off = 0; i < n; off += klens[i], i++) ks[i] = Slice(keys + off, klens[i]);
   std::vector<PinnableSlice> vs(n);

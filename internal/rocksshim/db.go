@@ -53,40 +53,55 @@ func bytesPtr(b []byte) *C.char {
 	return (*C.char)(unsafe.Pointer(&b[0]))
 }
 
-// scratch buffers that values are copied into before they get their own
-// exactly sized slice; most values fit.
-var scratch = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+// getScratch is what a Get hands C: a buffer that values are copied into
+// before they get their own exactly sized slice (most values fit), and
+// C's other results. Pooled, so a Get allocates only the value it returns.
+type getScratch struct {
+	out C.shale_get_out_t
+	buf [16 << 10]byte
+}
+
+// cAddr reads an address C stored as an integer (C memory, not Go's).
+func cAddr(u *C.uintptr_t) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(u)) }
+
+var scratch = sync.Pool{New: func() any { return new(getScratch) }}
 
 // Get reads key in one cgo call and returns a copy of its value (nil, false
 // when it does not exist). grocksdb's Get costs two calls (get, then free
 // of a malloc'd copy).
 func Get(db *grocksdb.DB, ro *grocksdb.ReadOptions, key []byte) ([]byte, bool, error) {
-	sp := scratch.Get().(*[]byte)
-	defer scratch.Put(sp)
-	buf := *sp
-	var vlen C.size_t
-	var overflow, cerr *C.char
-	r := C.shale_db_get(dbHandle(db), readHandle(ro), bytesPtr(key), C.size_t(len(key)),
-		bytesPtr(buf), C.size_t(len(buf)), &vlen, &overflow, &cerr)
+	g := scratch.Get().(*getScratch)
+	defer scratch.Put(g)
+	g.out = C.shale_get_out_t{}
+	n := C.shale_db_get(dbHandle(db), readHandle(ro), bytesPtr(key), C.size_t(len(key)),
+		(*C.char)(unsafe.Pointer(&g.buf[0])), C.size_t(len(g.buf)), &g.out)
 	runtime.KeepAlive(key)
 	switch {
-	case r < 0:
-		return nil, false, cError(cerr)
-	case r == 0:
+	case n == -1:
 		return nil, false, nil
-	case overflow != nil:
+	case n < 0:
+		return nil, false, cError((*C.char)(cAddr(&g.out.err)))
+	case g.out.overflow != 0:
 		// Larger than the scratch buffer: RocksDB's copy in C memory.
-		defer C.free(unsafe.Pointer(overflow))
-		return append(make([]byte, 0, int(vlen)), unsafe.Slice((*byte)(unsafe.Pointer(overflow)), int(vlen))...), true, nil
+		p := cAddr(&g.out.overflow)
+		defer C.free(p)
+		return clone(unsafe.Slice((*byte)(p), int(n))), true, nil
 	}
-	return append(make([]byte, 0, int(vlen)), buf[:vlen]...), true, nil
+	return clone(g.buf[:n]), true, nil
+}
+
+// clone copies b into a new slice of its length. make then copy is the form
+// the compiler allocates without zeroing first.
+func clone(b []byte) []byte {
+	v := make([]byte, len(b))
+	copy(v, b)
+	return v
 }
 
 // WriteRep applies a batch in WriteBatch's serialized form (see Batch) in
 // one cgo call.
 func WriteRep(db *grocksdb.DB, wo *grocksdb.WriteOptions, rep []byte) error {
-	var cerr *C.char
-	C.shale_db_write_rep(dbHandle(db), writeHandle(wo), bytesPtr(rep), C.size_t(len(rep)), &cerr)
+	cerr := C.shale_db_write_rep(dbHandle(db), writeHandle(wo), bytesPtr(rep), C.size_t(len(rep)))
 	runtime.KeepAlive(rep)
 	return cError(cerr)
 }

@@ -14,12 +14,19 @@ func TestRocksDBVersion(t *testing.T) {
 }
 
 // Statistics installed through the shim are the ones the DB updates: writes
-// and reads through grocksdb show up in the tickers and histograms.
+// and reads through grocksdb show up in the tickers, and in the histograms
+// when they are on; without them every ticker still counts.
 func TestStatisticsSeeDBActivity(t *testing.T) {
+	for _, histograms := range []bool{true, false} {
+		t.Run(fmt.Sprintf("histograms=%v", histograms), func(t *testing.T) { testStatistics(t, histograms) })
+	}
+}
+
+func testStatistics(t *testing.T, histograms bool) {
 	opts := grocksdb.NewDefaultOptions()
 	defer opts.Destroy()
 	opts.SetCreateIfMissing(true)
-	stats := AttachStatistics(opts)
+	stats := AttachStatistics(opts, histograms)
 	defer stats.Close()
 
 	db, err := grocksdb.OpenDb(opts, t.TempDir())
@@ -58,11 +65,22 @@ func TestStatisticsSeeDBActivity(t *testing.T) {
 	if got := tickers["rocksdb.number.keys.read"]; got != 10 {
 		t.Fatalf("rocksdb.number.keys.read = %d, want 10", got)
 	}
+	if !histograms {
+		if h := stats.Histograms(); h != nil {
+			t.Fatalf("histograms off, yet %d histograms", len(h))
+		}
+	}
 	var gets Histogram
-	for _, h := range stats.Histograms() {
+	for _, h := range stats.readHistograms() { // what RocksDB recorded
 		if h.Name == "rocksdb.db.get.micros" {
 			gets = h
 		}
+	}
+	if !histograms {
+		if gets.Count != 0 {
+			t.Fatalf("histograms off, yet RocksDB timed %d gets", gets.Count)
+		}
+		return
 	}
 	if gets.Count != 10 {
 		t.Fatalf("rocksdb.db.get.micros count = %d, want 10", gets.Count)

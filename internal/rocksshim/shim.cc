@@ -23,9 +23,14 @@ struct shale_statistics_t {
 
 extern "C" {
 
-shale_statistics_t* shale_statistics_attach(rocksdb_options_t* opts) {
+shale_statistics_t* shale_statistics_attach(rocksdb_options_t* opts, int histograms) {
   auto* s = new shale_statistics_t;
   s->rep = ROCKSDB_NAMESPACE::CreateDBStatistics();
+  // kExceptHistogramOrTimers keeps every ticker (time tickers such as
+  // stall.micros are measured apart from the histograms' timers) and skips
+  // the histograms and their clock reads.
+  s->rep->set_stats_level(histograms ? ROCKSDB_NAMESPACE::StatsLevel::kExceptDetailedTimers
+                                     : ROCKSDB_NAMESPACE::StatsLevel::kExceptHistogramOrTimers);
   opts->rep.statistics = s->rep;
   return s;
 }

@@ -22,8 +22,10 @@ typedef struct {
   double max;
 } shale_histogram_t;
 
-// Creates a Statistics object and installs it in opts (before DB open).
-shale_statistics_t* shale_statistics_attach(rocksdb_options_t* opts);
+// Creates a Statistics object and installs it in opts (before DB open):
+// tickers only, or with histograms (RocksDB's default level) when
+// histograms is non-zero.
+shale_statistics_t* shale_statistics_attach(rocksdb_options_t* opts, int histograms);
 void shale_statistics_destroy(shale_statistics_t* s);
 
 int shale_ticker_count(void);
@@ -82,13 +84,20 @@ typedef struct {
 int shale_sst_check_sizes(const char* path, size_t max_key, size_t max_value,
                           shale_sst_violation_t* out, char** err);
 // ---- Fast paths (db.cc) ----------------------------------------------------
-// Get: 1 found, 0 not found, -1 error (*err malloc'd). A found value is
-// copied to buf when *vlen <= cap, else to *overflow (malloc'd).
-int shale_db_get(rocksdb_t* db, rocksdb_readoptions_t* ro, const char* key, size_t klen, char* buf,
-                 size_t cap, size_t* vlen, char** overflow, char** err);
-// Applies a batch given in WriteBatch's serialized form.
-void shale_db_write_rep(rocksdb_t* db, rocksdb_writeoptions_t* wo, const char* rep, size_t len,
-                        char** err);
+// The fast paths turn RocksDB's perf context off on the calling thread.
+// Get's results besides the length, 0 on entry. Addresses as integers: a
+// Go pointer to a struct holding pointers costs a cgo pointer check a call.
+typedef struct {
+  uintptr_t overflow;  // a found value longer than cap (malloc'd char*)
+  uintptr_t err;       // malloc'd char*
+} shale_get_out_t;
+// Get: the value's length when found, -1 when not found, -2 on error. A
+// found value is copied to buf when it fits cap, else to out->overflow.
+int64_t shale_db_get(rocksdb_t* db, rocksdb_readoptions_t* ro, const char* key, size_t klen, char* buf,
+                     size_t cap, shale_get_out_t* out);
+// Applies a batch given in WriteBatch's serialized form; NULL or the error
+// (malloc'd).
+char* shale_db_write_rep(rocksdb_t* db, rocksdb_writeoptions_t* wo, const char* rep, size_t len);
 // Batched MultiGet of n keys laid end to end in keys (lengths in klens).
 // vlens[i] is -1 for a missing key. Returns the total value bytes, with
 // the values back to back in buf when they fit cap, else in *overflow
