@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/miniotest"
 	"github.com/shale-rocks/shale/internal/objstore"
@@ -87,6 +90,12 @@ func TestStoreOutageDuringFlush(t *testing.T) {
 	b := mustOwner(t, db, 2)
 	for k, v := range acked {
 		r, err := b.kv.Get(ctx, &kvv1.GetRequest{Key: []byte(k)})
+		// UNAVAILABLE (a confirmation slower than b's 100 ms lease on a
+		// busy machine) says nothing about the data: retry, as a client would.
+		for deadline := time.Now().Add(30 * time.Second); status.Code(err) == codes.Unavailable && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			r, err = b.kv.Get(ctx, &kvv1.GetRequest{Key: []byte(k)})
+		}
 		if err != nil || string(r.Value) != v {
 			t.Fatalf("acknowledged %s lost after the outages: %v", k, err)
 		}
