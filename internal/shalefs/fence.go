@@ -92,10 +92,20 @@ type logVersion struct {
 // a seal are never part of the log: a writer that finds its slot taken
 // stops. Segments a fold covers may be gone (deleted once folded) or put
 // back by a late retry; the fold holds their bytes, so they are ignored.
+//
+// A seal in a slot that a fold covers is void: the writer had used that
+// slot, and the fold's clean-up freed it before a new owner's seal, sent
+// from a listing older than the fold, won it (issue 22: 266 acknowledged
+// writes after such a seal were lost). The writer went on past it, so it
+// ends nothing. A fold is stored before any slot it covers is freed, so
+// every listing that holds a void seal holds the fold that voids it; and a
+// slot the writer never used, once sealed, can never be written or folded
+// by it, so a seal no fold covers stays valid (docs/fencing.md, "Folding").
 func buildLogVersion(epoch uint64, objs []segment) logVersion {
 	v := logVersion{epoch: epoch}
 	data := map[uint64]segment{}
 	folds := map[uint64]segment{} // longest fold by first slot
+	var seals []uint64
 	for _, s := range objs {
 		v.lastSeq = max(v.lastSeq, s.end())
 		switch {
@@ -104,11 +114,14 @@ func buildLogVersion(epoch uint64, objs []segment) logVersion {
 				folds[s.seq] = s
 			}
 		case s.size == 0:
-			if !v.sealed || s.seq < v.sealSeq {
-				v.sealed, v.sealSeq = true, s.seq
-			}
+			seals = append(seals, s.seq)
 		default:
 			data[s.seq] = s
+		}
+	}
+	for _, seq := range seals {
+		if !foldCovers(folds, seq) && (!v.sealed || seq < v.sealSeq) {
+			v.sealed, v.sealSeq = true, seq
 		}
 	}
 	_, v.anchored = data[1]
@@ -135,6 +148,17 @@ func buildLogVersion(epoch uint64, objs []segment) logVersion {
 		}
 	}
 	return v
+}
+
+// foldCovers reports whether a fold covers slot (folds: longest by first
+// slot; a shorter fold from the same slot covers less).
+func foldCovers(folds map[uint64]segment, slot uint64) bool {
+	for _, f := range folds {
+		if f.seq <= slot && slot <= f.last {
+			return true
+		}
+	}
+	return false
 }
 
 // contiguous reports whether the log reaches every object before its seal;

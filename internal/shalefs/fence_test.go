@@ -93,6 +93,11 @@ func TestBuildLogVersion(t *testing.T) {
 		{"longest fold wins", []segment{{seq: 1, size: 10}, fold(1, 3, 60), fold(1, 5, 90)}, false, 0, 5, 90, 1, true},
 		{"chained folds", []segment{{seq: 1, size: 10}, fold(1, 3, 60), fold(4, 6, 30), {seq: 7, size: 1}}, false, 0, 7, 91, 3, true},
 		{"folded and sealed", []segment{{seq: 1, size: 10}, fold(1, 3, 60), {seq: 4, size: 0}}, true, 4, 4, 60, 1, true},
+		// A seal in a slot a fold covers was won after the fold freed the
+		// slot: void, the writer went on past it (issue 22).
+		{"seal in a folded slot", []segment{{seq: 1, size: 10}, fold(1, 4, 60), {seq: 3, size: 0}, {seq: 5, size: 5}}, false, 0, 5, 65, 2, true},
+		{"void seal, then a real one", []segment{{seq: 1, size: 10}, fold(1, 4, 60), {seq: 4, size: 0}, {seq: 5, size: 5}, {seq: 6, size: 0}}, true, 6, 6, 65, 2, true},
+		{"seal just after a fold", []segment{{seq: 1, size: 10}, fold(1, 4, 60), {seq: 5, size: 0}, {seq: 6, size: 5}}, true, 5, 6, 60, 1, true},
 		{"gap after a fold", []segment{{seq: 1, size: 10}, fold(1, 3, 60), {seq: 5, size: 5}}, false, 0, 5, 60, 1, false},
 	} {
 		v := buildLogVersion(1, tc.segs)

@@ -3,6 +3,7 @@ package shalefs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -271,4 +272,114 @@ func TestDeferredDeleteOfFoldedLog(t *testing.T) {
 			t.Fatalf("k%03d lost", i)
 		}
 	}
+}
+
+// Issue 22, item 0: a new owner's seal, sent from a listing taken before a
+// fold, lands in a slot the fold's clean-up freed. The old owner had used
+// that slot and goes on appending (and acknowledging) after it. The seal
+// must not end the log there: the new owner seals after everything the
+// writer stored, and its database holds every acknowledged write. (Before
+// the fix the log ended at the seal and only segment 1 was recovered.)
+func TestSealInSlotAFoldFreed(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const wal, fold = "000024.log", 4
+		a := openWith(t, Config{Store: store, Epoch: 1, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour, FoldSegments: fold})
+		if err := a.Create(wal); err != nil {
+			t.Fatal(err)
+		}
+		var acked []byte
+		write := func(i int) error {
+			b := []byte(fmt.Sprintf("write %d;", i))
+			err := a.Sync(wal, appendLocal(t, a, wal, b), "wal")
+			if err == nil {
+				acked = append(acked, b...)
+			}
+			return err
+		}
+		for i := 1; i < fold; i++ { // slots 1..3
+			if err := write(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// B lists slots 1..3; its seal for slot 4 is held before it is sent.
+		held, release := make(chan struct{}), make(chan struct{})
+		var once atomic.Bool
+		hooked := &storetest.Hooked{Store: store, BeforePut: func(key string, size int64, _ objstore.PutOptions) error {
+			if size == 0 && strings.HasPrefix(key, segmentPrefix(wal, 1)) && once.CompareAndSwap(false, true) {
+				close(held)
+				<-release
+			}
+			return nil
+		}}
+		type opened struct {
+			f   *FS
+			err error
+		}
+		bc := make(chan opened, 1)
+		go func() {
+			f, err := Open(ctx, Config{Store: hooked, Epoch: 2, CacheDir: filepath.Join(t.TempDir(), "b"), Lease: 100 * time.Millisecond, DeleteGrace: time.Hour})
+			bc <- opened{f, err}
+		}()
+		<-held
+
+		// A, blind to B, writes slot 4: the fold of 1..4 runs and frees
+		// slots 2..4. Then it goes on (slots 5, 6), acknowledged.
+		if err := write(fold); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, ferr := store.Stat(ctx, foldKey(wal, 1, 1, fold))
+			_, serr := store.Stat(ctx, segmentKey(wal, 1, fold))
+			if ferr == nil && errors.Is(serr, objstore.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the fold of slots 1..%d did not land and free slot %d: %v, %v", fold, fold, ferr, serr)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		for i := fold + 1; i <= fold+2; i++ {
+			if err := write(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		close(release) // B's seal lands in slot 4, freed by the fold
+		b := <-bc
+		if b.err != nil {
+			t.Fatal(b.err)
+		}
+		t.Cleanup(b.f.Stop)
+		if _, err := store.Stat(ctx, segmentKey(wal, 1, fold)); err != nil {
+			t.Fatalf("the test needs B's seal in slot %d: %v", fold, err)
+		}
+		if err := b.f.Fetch(wal, "open"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(b.f.cfg.CacheDir, wal))
+		if err != nil || !bytes.Equal(got, acked) {
+			t.Fatalf("B recovered %q (%v); A acknowledged %q", got, err, acked)
+		}
+
+		// A's next append meets B's real seal: fenced, nothing stored.
+		err = write(fold + 3)
+		if err == nil || !definitelyNotStored(err) {
+			t.Fatalf("A's write after B's takeover: %v; want fenced", err)
+		}
+		// A reader, and a third owner, read the same log.
+		c := openWith(t, Config{Store: store, Epoch: 3})
+		if err := c.Fetch(wal, "open"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(c.cfg.CacheDir, wal)); !bytes.Equal(got, acked) {
+			t.Fatalf("C recovered %q; A acknowledged %q", got, acked)
+		}
+	})
 }

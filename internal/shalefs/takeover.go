@@ -467,8 +467,15 @@ func (f *FS) trash(ctx context.Context, name string, epoch uint64) error {
 // with a growing stride until a seal lands, and then every slot below it is
 // taken in order: each attempt either seals there (the log ends there; the
 // writer, which goes slot by slot, can go no further) or finds the writer's
-// segment (part of the log). Once every slot up to the first seal is
-// taken, one listing reads the final log.
+// segment. Once every slot up to the first seal is taken, one listing reads
+// the log.
+//
+// A won slot is not always unused: the writer may have used it and folded
+// it away since the listing (fold.go frees the slots a fold covers). Such
+// a seal is void (buildLogVersion ignores it: the writer went on past it),
+// so if the listing after a round shows no valid seal, the next round
+// starts after everything it lists. The fold that voids a seal was stored
+// before the slot was freed, so that listing sees it.
 func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVersion, error) {
 	v, err := f.listVersion(ctx, name, epoch)
 	if err != nil || v.sealed || epoch >= f.epoch {
@@ -488,29 +495,37 @@ func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVer
 		}
 		return true, nil
 	}
-	taken := v.lastSeq // every slot up to here holds a segment
-	slot, stride := taken+1, uint64(1)
-	for {
-		won, err := seal(slot)
-		if err != nil {
+	for !v.sealed {
+		taken := v.lastSeq // every slot up to here is used
+		slot, stride := taken+1, uint64(1)
+		for {
+			won, err := seal(slot)
+			if err != nil {
+				return logVersion{}, err
+			}
+			if won {
+				break
+			}
+			taken = slot
+			slot, stride = slot+stride, min(stride*2, 1<<16)
+		}
+		for s := taken + 1; s < slot; s++ {
+			won, err := seal(s)
+			if err != nil {
+				return logVersion{}, err
+			}
+			if won {
+				break // the log ends at its first seal, unless a fold voids it
+			}
+		}
+		if v, err = f.listVersion(ctx, name, epoch); err != nil {
 			return logVersion{}, err
 		}
-		if won {
-			break
-		}
-		taken = slot
-		slot, stride = slot+stride, min(stride*2, 1<<16)
-	}
-	for s := taken + 1; s < slot; s++ {
-		won, err := seal(s)
-		if err != nil {
-			return logVersion{}, err
-		}
-		if won {
-			break // the log ends at its first seal
+		if !v.sealed {
+			f.cfg.Logger.Warn("a seal landed in a slot the log's writer had folded away; sealing after it", "log", name, "epoch", epoch, "last_slot", v.lastSeq)
 		}
 	}
-	return f.listVersion(ctx, name, epoch)
+	return v, nil
 }
 
 // listVersion reads one log version's segments.
