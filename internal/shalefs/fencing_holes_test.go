@@ -355,3 +355,51 @@ func count(t *testing.T, store objstore.Store, prefix string) (int, error) {
 	err := store.List(context.Background(), prefix, func(objstore.ObjectInfo) error { n++; return nil })
 	return n, err
 }
+
+// Issue 22, item 6: a sync whose first segment landed but whose
+// confirmation failed (a store error, not a fence) must not leave the
+// segment counted as stored: a later sync of the same bytes would find
+// "nothing new" and acknowledge them unconfirmed. Here B took over before
+// A created the log, so B never lists it: acknowledging would lose the
+// write. The later sync must confirm, find B, and answer outcome unknown.
+func TestSyncAfterFailedConfirmationConfirmsAgain(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var failOwner atomic.Bool
+		hooked := &storetest.Hooked{Store: store, BeforeGet: func(key string) error {
+			if key == ownerKey && failOwner.Load() {
+				return errors.New("injected: owner record unreadable")
+			}
+			return nil
+		}}
+		a := openWith(t, Config{Store: hooked, Epoch: 1, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour, RetryFor: 100 * time.Millisecond})
+		openWith(t, Config{Store: store, Epoch: 2})
+
+		const late = "000009.log"
+		if err := a.Create(late); err != nil {
+			t.Fatal(err)
+		}
+		size := appendLocal(t, a, late, []byte("a write B never lists"))
+		failOwner.Store(true)
+		err = a.Sync(late, size, "wal")
+		var fe *ErrFenced
+		if err == nil || errors.As(err, &fe) {
+			t.Fatalf("sync whose confirmation failed: %v; want a store error", err)
+		}
+		if _, err := store.Stat(context.Background(), segmentKey(late, 1, 1)); err != nil {
+			t.Fatalf("the test needs A's segment in the store: %v", err)
+		}
+		failOwner.Store(false)
+		err = a.Sync(late, size, "wal")
+		var unknown *ErrOutcomeUnknown
+		if !errors.As(err, &unknown) || !a.WriteOutcomeUnknown() {
+			t.Fatalf("second sync of the same bytes: %v; want outcome unknown (B exists and never listed the log)", err)
+		}
+		if tails, _ := a.Tails(); len(tails) != 0 {
+			t.Fatalf("A announces %+v to readers: a segment never cleared for acknowledgement", tails)
+		}
+	})
+}

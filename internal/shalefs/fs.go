@@ -484,9 +484,6 @@ func (f *FS) Sync(name string, size int64, activity string) error {
 	if KindOf(name) != KindLog {
 		return nil // tables and objects are uploaded on close/rename
 	}
-	if err := f.FenceError(); err != nil {
-		return err
-	}
 	if f.readOnly {
 		return fmt.Errorf("sync %s: %w", name, ErrReadOnly)
 	}
@@ -494,6 +491,9 @@ func (f *FS) Sync(name string, size int64, activity string) error {
 	st := f.files[name]
 	f.mu.Unlock()
 	if st == nil || !st.ownLog {
+		if err := f.FenceError(); err != nil {
+			return err
+		}
 		return fmt.Errorf("sync of %s: not a log this owner writes", name)
 	}
 	st.mu.Lock()
@@ -521,6 +521,20 @@ func definitelyNotStored(err error) bool {
 	return errors.As(err, &fe) && !errors.As(err, &unknown)
 }
 
+// syncLocked uploads the log's bytes from st.size to size as segments.
+//
+// st.size (and nextSeq, segments) advance only once a segment is stored
+// AND cleared for acknowledgement: the first segment of a new log, or one
+// stored on an old confirmation, only after confirmBeforeAck. So the bytes
+// below st.size are in every later owner's database, and a sync that finds
+// nothing new returns nil without checking the fence: a write whose bytes
+// another sync stored is durable, and answering "fenced" (not applied,
+// ever) would be false. Every new segment is preceded by a fence check.
+// A segment stored whose clearance failed (a store error during the
+// confirmation) is not counted: the next sync finds the slot taken by its
+// own bytes, adopts them (putSegment) and confirms again, so no later sync
+// acknowledges them unconfirmed (issue 22, item 6). What Tails announces
+// to readers is also what was cleared (item 1).
 func (f *FS) syncLocked(name string, st *file, size int64, activity string) error {
 	storedSome := false
 	for size > st.size {
@@ -546,10 +560,6 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 			return err
 		}
 		storedSome = true
-		st.segments = append(st.segments, segment{seq: seq, size: stored})
-		st.nextSeq++
-		st.size += stored
-		st.unfolded++
 		if seq == 1 || f.mono()-f.lastConfirm.Load() >= int64(f.cfg.AckFresh) {
 			// A new log: created after the new owner's listing, no seal
 			// protects it. An old confirmation: the seal that would have
@@ -564,6 +574,10 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 			// acknowledge a write after the fence is known.
 			return &ErrOutcomeUnknown{Fence: fe.(*ErrFenced)}
 		}
+		st.segments = append(st.segments, segment{seq: seq, size: stored})
+		st.nextSeq++
+		st.size += stored
+		st.unfolded++
 		if f.cfg.FoldSegments > 0 && st.unfolded >= f.cfg.FoldSegments {
 			f.foldLater(name, st)
 		}

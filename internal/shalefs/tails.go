@@ -223,23 +223,26 @@ func (f *FS) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, a
 	}
 	var segs []segment
 	var data []byte
-	for i, p := range parts {
+	for _, p := range parts {
 		if len(p) == 0 {
-			break // a seal: the log ends here
+			// A seal: a takeover is under way. It may also be void (in a
+			// slot the owner folded away: buildLogVersion), which only a
+			// listing can tell.
+			return nil, nil, errHintShort
 		}
-		segs = append(segs, segment{seq: from + uint64(i), last: from + uint64(i), size: int64(len(p))})
+		seq := from + uint64(len(segs))
+		segs = append(segs, segment{seq: seq, last: seq, size: int64(len(p))})
 		data = append(data, p...)
 	}
-	whole := len(segs) == int(n) // no seal: all of it is the log the hint describes
 	if of == nil {
-		if len(segs) == 0 || (whole && int64(len(data)) != t.Bytes) {
+		if len(segs) == 0 || int64(len(data)) != t.Bytes {
 			return nil, nil, errHintShort
 		}
 		return &file{kind: KindLog, epoch: t.Epoch, size: int64(len(data)), segments: segs, nextSeq: segs[len(segs)-1].seq + 1}, data, nil
 	}
 	of.mu.Lock()
 	defer of.mu.Unlock()
-	if whole && of.size+int64(len(data)) != t.Bytes {
+	if of.size+int64(len(data)) != t.Bytes {
 		return nil, nil, errHintShort
 	}
 	if len(segs) == 0 {
