@@ -242,7 +242,7 @@ func (s *Server) catchUp(ctx context.Context, h *shalefs.Hint) error {
 
 func (s *Server) catchUpLoop() {
 	defer s.wg.Done()
-	failing := false
+	failing, takeover := false, false
 	retry := time.Duration(0) // after a failure: how soon to try again
 	for {
 		interval := s.cfg.CatchupInterval
@@ -281,6 +281,17 @@ func (s *Server) catchUpLoop() {
 		err := s.catchUp(ctx, hint)
 		cancel()
 		s.ep.SetServing(s.fs.ReaderLeaseFresh())
+		if errors.Is(err, shalefs.ErrTakeoverInProgress) {
+			// Not a failure: the view stays at what is durable until the
+			// new primary has opened; look again soon.
+			if !takeover {
+				s.cfg.Logger.Info("a takeover is in progress; serving the last durable state until the new primary has opened")
+			}
+			takeover = true
+			retry = min(max(2*retry, 50*time.Millisecond), time.Second)
+			continue
+		}
+		takeover = false
 		if err != nil {
 			s.failures.Inc()
 			if !failing {

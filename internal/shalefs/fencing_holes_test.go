@@ -403,3 +403,82 @@ func TestSyncAfterFailedConfirmationConfirmsAgain(t *testing.T) {
 		}
 	})
 }
+
+// Issue 22, item 1: while B has raised the owner record but not yet
+// recorded its takeover (it waits out A's lease), deposed A creates a new
+// log and stores its first segment; A's confirmation finds B, so the write
+// is outcome unknown, and B, which listed the store before the log
+// existed, never replays it. A reader must never serve that segment: not
+// while B is taking over (before the fix it admitted A's new log, as A's
+// was the last completed takeover), and not after (then the write would
+// go from found to not found).
+func TestReaderDuringTakeoverServesOnlyDurable(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		ca := filepath.Join(t.TempDir(), "a")
+		a := openWith(t, Config{Store: store, Epoch: 1, CacheDir: ca, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour})
+		da := openDB(t, a, ca)
+		if err := da.Put([]byte("before"), []byte("durable"), true); err != nil {
+			t.Fatal(err)
+		}
+		r, err := OpenReader(ctx, Config{Store: store, CacheDir: filepath.Join(t.TempDir(), "r")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Stop)
+
+		// B takes over; its opened record is held.
+		held, release := make(chan struct{}), make(chan struct{})
+		hooked := &storetest.Hooked{Store: store, BeforePut: func(key string, _ int64, _ objstore.PutOptions) error {
+			if key == openedKey(2) {
+				close(held)
+				<-release
+			}
+			return nil
+		}}
+		bc := make(chan error, 1)
+		go func() {
+			b, err := Open(ctx, Config{Store: hooked, Epoch: 2, CacheDir: filepath.Join(t.TempDir(), "b"), Lease: 100 * time.Millisecond, DeleteGrace: time.Hour})
+			if err == nil {
+				t.Cleanup(b.Stop)
+			}
+			bc <- err
+		}()
+		<-held
+
+		const late = "000099.log"
+		if err := a.Create(late); err != nil {
+			t.Fatal(err)
+		}
+		err = a.Sync(late, appendLocal(t, a, late, []byte("never durable")), "wal")
+		var unknown *ErrOutcomeUnknown
+		if !errors.As(err, &unknown) {
+			t.Fatalf("A's first segment after B's raise: %v; want outcome unknown", err)
+		}
+		if _, err := store.Stat(ctx, segmentKey(late, 1, 1)); err != nil {
+			t.Fatalf("the test needs A's segment in the store: %v", err)
+		}
+		err = r.Refresh(ctx)
+		if _, ok := r.Stat(late); ok {
+			t.Fatalf("the reader admitted %s, a log A created after B's listing (refresh: %v)", late, err)
+		}
+		if !errors.Is(err, ErrTakeoverInProgress) {
+			t.Fatalf("refresh during the takeover: %v; want ErrTakeoverInProgress", err)
+		}
+
+		close(release)
+		if err := <-bc; err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Refresh(ctx); err != nil {
+			t.Fatalf("refresh after the takeover: %v", err)
+		}
+		if _, ok := r.Stat(late); ok {
+			t.Fatalf("the reader admitted %s after B's takeover, which never replays it", late)
+		}
+	})
+}

@@ -47,6 +47,14 @@ import (
 // ErrReadOnly is the error of a write to a reader.
 var ErrReadOnly = errors.New("read-only replica: writes go to the primary")
 
+// ErrTakeoverInProgress: a new owner raised the owner record but has not
+// recorded its takeover yet (it is sealing or waiting out the old owner's
+// lease). What the old owner stored meanwhile may not be in the new
+// owner's database (a log it created after the new owner's listing is
+// never replayed), so the reader keeps its last view, which is all
+// durable, until the new owner's opened record exists (issue 22, item 1).
+var ErrTakeoverInProgress = errors.New("a takeover is in progress: the replica keeps its last view until the new primary has opened")
+
 // errManifestGone: CURRENT names a MANIFEST the store no longer has; it
 // rolled over again while the refresh ran, so refresh again.
 var errManifestGone = errors.New("CURRENT names a MANIFEST that is gone from the store (it rolled over during the refresh)")
@@ -105,11 +113,23 @@ func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	}
 	f.refreshMu.Lock()
 	defer f.refreshMu.Unlock()
-	f.rs.full = true
 	// The listing first, then the cache is made to agree with it (stale
-	// local logs dropped), then the logs are fetched.
-	if err := f.refresh(ctx, "open", false); err != nil {
-		return nil, err
+	// local logs dropped), then the logs are fetched. During a takeover
+	// there is no view to open on yet: wait for it to complete.
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		f.rs.full = true
+		err := f.refresh(ctx, "open", false)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrTakeoverInProgress) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (epoch %d has not opened): %w", err, f.rs.ownerEpoch, ctx.Err())
+		case <-time.After(wait):
+		}
 	}
 	if _, ok := f.files["CURRENT"]; !ok {
 		return nil, fmt.Errorf("%s has no CURRENT yet (its primary has not finished creating it); retry", cfg.Store.URL())
@@ -188,9 +208,19 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 		f.lapsed.Store(true)
 	}
 	full := rs.full || !f.readerLeaseFresh() || time.Since(rs.fullAt) >= readerFullEvery
-	last, changed, err := f.readerOpened(ctx, activity)
-	if err != nil {
-		return err
+	// Which takeover's record admits log versions. The closing read of
+	// the owner record (below) checks it again after the listings, so a
+	// refresh that follows a confirmed one skips this read.
+	last, changed := rs.opened, false
+	readOpened := full || last == nil || rs.ownerEpoch != last.Epoch
+	if readOpened {
+		var err error
+		if last, changed, err = f.readerOpened(ctx, activity); err != nil {
+			return err
+		}
+		if last == nil || rs.ownerEpoch != last.Epoch {
+			return f.takeoverInProgress(ctx)
+		}
 	}
 	full = full || changed // a takeover sealed logs and may admit others
 	start := time.Now()
@@ -334,7 +364,43 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 		files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(current))}
 	}
 
+	// The closing read: the view is durable only if no newer owner had
+	// raised the owner record when the listings ended. Then any later
+	// owner lists the store after this read, so after every segment seen
+	// here, and seals each log after them: all of it is in its database.
+	// A segment listed while a new owner was taking over may be one the
+	// old owner stored in a log created after that owner's listing (never
+	// acknowledged, never replayed): not served, not even for a moment.
+	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
+		rs.ownerEpoch, err = f.ownerEpoch(ctx, activity)
+		return err
+	}); err != nil {
+		return fmt.Errorf("read %s: %w", ownerKey, err)
+	}
+	if rs.ownerEpoch != last.Epoch {
+		if !readOpened {
+			// A newer owner since the last refresh: list everything
+			// again under its record, if it has written one.
+			rs.full = true
+			return f.refresh(ctx, activity, prefetch)
+		}
+		return f.takeoverInProgress(ctx)
+	}
 	return f.install(ctx, old, files, nil, current, tag, full, start, false, activity, prefetch)
+}
+
+// takeoverInProgress keeps the reader's view (no new bytes are served)
+// and renews its lease on that view, so that the owner's deleter spares
+// its files while the takeover completes; the next refresh lists
+// everything. It returns ErrTakeoverInProgress.
+func (f *FS) takeoverInProgress(ctx context.Context) error {
+	f.rs.full = true
+	if len(f.files) > 0 {
+		if err := f.publishLease(ctx); err != nil {
+			return err
+		}
+	}
+	return ErrTakeoverInProgress
 }
 
 // install makes files (with CURRENT's content current and etag tag) the
