@@ -10,12 +10,18 @@ import (
 // This file holds the pure decisions of the fencing protocol
 // (docs/fencing.md); the I/O around them is in takeover.go.
 
-// ErrFenced is the permanent error of an owner whose epoch was superseded.
+// ErrFenced is the permanent error of an owner whose epoch was superseded,
+// or (Cause set) that stopped itself because the store and its RocksDB
+// may disagree (stopOwner).
 type ErrFenced struct {
 	Epoch, By uint64
+	Cause     string
 }
 
 func (e *ErrFenced) Error() string {
+	if e.Cause != "" {
+		return fmt.Sprintf("stopped: epoch %d no longer writes (%s); the next primary reopens the database from the store", e.Epoch, e.Cause)
+	}
 	if e.By == 0 {
 		return fmt.Sprintf("fenced: epoch %d superseded by a newer owner", e.Epoch)
 	}

@@ -508,8 +508,34 @@ func (f *FS) Sync(name string, size int64, activity string) error {
 		// that landed after we gave up, a first segment that raced a
 		// takeover): a failed write is no longer "definitely not applied".
 		f.outcomeUnknown.Store(true)
+		if f.FenceError() == nil {
+			return f.stopOwner(fmt.Errorf("sync of %s failed: %w", name, err))
+		}
 	}
 	return err
+}
+
+// stopOwner ends this owner's tenure after a log sync or a CURRENT update
+// failed for good (issue 22, item 2). RocksDB has not applied the writes
+// of that sync, but their bytes may be in the store (a reply lost, then
+// read-backs failing until the retries ran out), and they are in the
+// local log file either way: a later sync of the log would upload them.
+// Left alone, RocksDB resumes on its own after a retryable error (7.8.3:
+// max_bgerror_resume_count is unlimited), flushes, and serves a database
+// without writes that secondaries and the next owner replay from the
+// store. Only a reopen from the store makes the two agree, so the owner
+// stops as a fenced one does: it uploads nothing more, RocksDB gets
+// IOFenced (a fatal error, never resumed), requests are refused (writes
+// that failed inside RocksDB with UNAVAILABLE, outcome unknown), and the
+// primary exits; the next owner recovers whatever the store holds.
+func (f *FS) stopOwner(cause error) error {
+	f.outcomeUnknown.Store(true)
+	e := &ErrFenced{Epoch: f.epoch, Cause: cause.Error()}
+	if f.fenced.CompareAndSwap(nil, e) {
+		f.cfg.Logger.Error("this owner stops: the store may hold writes its RocksDB did not apply; the next owner reopens from the store", "epoch", f.epoch, "cause", cause)
+	}
+	f.fenceOnce.Do(func() { close(f.fencedCh) })
+	return &ErrOutcomeUnknown{Fence: f.fenced.Load()}
 }
 
 // definitelyNotStored: the fence stopped the sync before any of its bytes
@@ -823,6 +849,11 @@ func (f *FS) replaceCurrent(path string) error {
 		return retryLater(fmt.Errorf("CURRENT was changed by epoch %d, below ours, and no newer owner exists", currentEpoch(got)))
 	})
 	if err != nil {
+		if f.FenceError() == nil {
+			// The update may have landed: the store may name a MANIFEST
+			// that RocksDB, told it failed, will delete.
+			return f.stopOwner(fmt.Errorf("update of CURRENT failed: %w", err))
+		}
 		return err
 	}
 	f.mu.Lock()
