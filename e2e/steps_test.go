@@ -13,6 +13,7 @@ var steps = []step{
 	{name: "upgrade", labels: []string{"upgrade", "chart"}, run: stepUpgrade},
 	{name: "failover-delete", labels: []string{"failover", "failover-delete"}, run: stepFailover(failoverPodDelete)},
 	{name: "failover-kill", labels: []string{"failover", "failover-kill"}, run: stepFailover(failoverSIGKILL)},
+	{name: "failover-operator-killed", labels: []string{"failover", "operator-killed"}, run: stepOperatorKilledMidFailover},
 	{name: "zombie", labels: []string{"zombie", "fencing"}, run: stepZombie},
 	{name: "secondaries-failover", labels: []string{"secondaries", "failover"}, run: stepSecondariesFailover},
 	{name: "compaction", labels: []string{"compaction"}, run: stepCompaction},
