@@ -14,6 +14,7 @@ var steps = []step{
 	{name: "failover-delete", labels: []string{"failover", "failover-delete"}, run: stepFailover(failoverPodDelete)},
 	{name: "failover-kill", labels: []string{"failover", "failover-kill"}, run: stepFailover(failoverSIGKILL)},
 	{name: "failover-operator-killed", labels: []string{"failover", "operator-killed"}, run: stepOperatorKilledMidFailover},
+	{name: "store-outage", labels: []string{"failover", "store-outage"}, run: stepStoreOutage},
 	{name: "zombie", labels: []string{"zombie", "fencing"}, run: stepZombie},
 	{name: "secondaries-failover", labels: []string{"secondaries", "failover"}, run: stepSecondariesFailover},
 	{name: "compaction", labels: []string{"compaction"}, run: stepCompaction},
