@@ -287,11 +287,13 @@ func testFencingRace(t *testing.T, be storetest.Location) {
 		}
 		time.Sleep(time.Duration(20+round%7*15) * time.Millisecond)
 		nc := raceOwner(uint64(round + 1))
+		// Seals go a little late, racing the old owner's folds; every third
+		// successor also pauses before it records its takeover.
+		pause := time.Duration(0)
 		if round%3 == 0 {
-			// Every third successor pauses before it records its takeover,
-			// while the old owner's writers and the secondary go on.
-			nc.Store = pauseBeforeOpened(t, db, 150*time.Millisecond)
+			pause = 150 * time.Millisecond
 		}
+		nc.Store = successorStore(t, db, int64(round), pause)
 		next, err := startOwnerWith(t, db, nc)
 		if err != nil {
 			t.Fatal(err)

@@ -145,17 +145,29 @@ func (r *raceReader) stop() {
 	r.srv.Stop(time.Second)
 }
 
-// pauseBeforeOpened returns the store at db with every write of a takeover
-// record held for d: the new owner has raised the owner record and sealed
-// the logs, and the old owner, its writers and the secondary go on.
-func pauseBeforeOpened(t *testing.T, db string, d time.Duration) objstore.Store {
+// successorStore returns the store at db as a new owner of the fencing race
+// sees it: each seal is sent a little late (up to 30 ms), as from a
+// takeover that lists many logs before it seals them (the e2e run that
+// lost writes sealed 280 ms after its listing), so the old owner's folds
+// and their clean-up land in between; with pauseOpened, its takeover
+// record is also held for that long, while the old owner, its writers
+// and the secondary go on.
+func successorStore(t *testing.T, db string, seed int64, pauseOpened time.Duration) objstore.Store {
 	t.Helper()
 	store, err := objstore.Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &storetest.Hooked{Store: store, BeforePut: func(key string, _ int64, _ objstore.PutOptions) error {
-		if strings.HasPrefix(key, "_shale/opened/") {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewSource(seed))
+	return &storetest.Hooked{Store: store, BeforePut: func(key string, size int64, opts objstore.PutOptions) error {
+		switch {
+		case strings.HasPrefix(key, "_shale/opened/"):
+			time.Sleep(pauseOpened)
+		case size == 0 && opts.IfNoneMatch && !strings.HasPrefix(key, "_shale/"):
+			mu.Lock()
+			d := time.Duration(rng.Intn(30)) * time.Millisecond
+			mu.Unlock()
 			time.Sleep(d)
 		}
 		return nil
