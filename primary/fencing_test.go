@@ -285,6 +285,19 @@ func testFencingRace(t *testing.T, be storetest.Location) {
 				}
 			}(w)
 		}
+		// Flushes start new WALs, whose first segments need a confirmation
+		// and, during a takeover, may be stored by the old owner after the
+		// new one listed the store (never durable, never to be served).
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				if _, err := cur.kv.Flush(context.Background(), &kvv1.FlushRequest{}); err != nil {
+					return
+				}
+				time.Sleep(15 * time.Millisecond)
+			}
+		}()
 		time.Sleep(time.Duration(20+round%7*15) * time.Millisecond)
 		nc := raceOwner(uint64(round + 1))
 		// Seals go a little late, racing the old owner's folds; every third
