@@ -101,6 +101,9 @@ type Config struct {
 	// from the store (blockcache.go; 0: none, every read is a GET);
 	// RangeBlockBytes is the size of those ranges (default 64 KiB).
 	RangeCacheBytes, RangeBlockBytes int64
+	// Clock measures leases, AckFresh and the delete grace (clock.go);
+	// default SystemClock(), which counts time the machine was suspended.
+	Clock Clock
 }
 
 // Request describes one object-store request for instrumentation.
@@ -137,6 +140,9 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
 	}
 }
 

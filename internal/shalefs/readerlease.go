@@ -121,7 +121,7 @@ func (f *FS) dropLease(ctx context.Context) {
 // seenLease is what the owner knows of one reader lease.
 type seenLease struct {
 	etag    string
-	changed time.Time // when this owner saw it change (monotonic)
+	changed time.Duration // when this owner saw it change (its clock's wait reading)
 	lease   readerLease
 }
 
@@ -132,7 +132,7 @@ func (f *FS) protectedVersions(ctx context.Context) (map[versionRef]bool, error)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now := f.waitNow()
 	listed := map[string]bool{}
 	protected := map[versionRef]bool{}
 	for _, o := range objs {
@@ -153,7 +153,7 @@ func (f *FS) protectedVersions(ctx context.Context) (map[versionRef]bool, error)
 			s = &seenLease{etag: info.ETag, changed: now, lease: l}
 			f.readerLeases[o.Key] = s
 		}
-		if now.Sub(s.changed) < s.lease.TTL {
+		if now-s.changed < s.lease.TTL {
 			for _, r := range s.lease.Files {
 				protected[r] = true
 			}

@@ -677,12 +677,12 @@ func (f *FS) trashLoop() {
 }
 
 // noteTrash records a trash marker this owner knows about, and when it
-// first did (monotonic).
+// first did (its clock's wait reading).
 func (f *FS) noteTrash(key string) {
 	f.trashMu.Lock()
 	defer f.trashMu.Unlock()
 	if _, ok := f.trashSeen[key]; !ok {
-		f.trashSeen[key] = &trashEntry{first: time.Now()}
+		f.trashSeen[key] = &trashEntry{first: f.waitNow()}
 	}
 }
 
@@ -691,17 +691,17 @@ func (f *FS) noteTrash(key string) {
 // ownership first and stops when the confirmation is older than a lease, so
 // a deposed owner that has not noticed yet cannot delete a file its
 // successor uses. The grace runs from when this process first saw a marker,
-// on its monotonic clock: another machine's wall clock (the marker's
-// DeletedAt) can never shorten it. Deletes are batched (DeleteObjects, up
+// on its clock's wait reading (clock.go): another machine's wall clock (the
+// marker's DeletedAt) or a step of this one's can never shorten it. Deletes are batched (DeleteObjects, up
 // to 1000 keys a request); a log's first segment is deleted before the
 // rest of it. Markers a deposed owner wrote after this owner listed the
 // trash are left for the next owner's listing.
 func (f *FS) emptyTrash(ctx context.Context) error {
-	now := time.Now()
+	now := f.waitNow()
 	var due []objstore.ObjectInfo
 	f.trashMu.Lock()
 	for k, e := range f.trashSeen {
-		age := now.Sub(e.first)
+		age := now - e.first
 		if age >= f.cfg.DeleteGrace && !(e.dataGone && (e.sealsAfter < 0 || age < e.sealsAfter)) {
 			due = append(due, objstore.ObjectInfo{Key: k})
 		}
@@ -723,7 +723,7 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 
 // trashEntry is what the trash loop knows of one marker.
 type trashEntry struct {
-	first time.Time // when this process first saw it (monotonic)
+	first time.Duration // when this process first saw it (wait reading)
 	// Logs: the data is deleted, the seals wait until sealsAfter (age of
 	// the marker; negative: never, the writer's AckFresh is unknown).
 	dataGone   bool
@@ -744,7 +744,7 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 		return err
 	}
 	var keys, done []string
-	now := time.Now()
+	now := f.waitNow()
 	for _, m := range markers {
 		if f.FenceError() != nil || !f.leaseFresh() {
 			break
@@ -773,7 +773,7 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 			e.sealsAfter = after
 			f.trashMu.Unlock()
 		}
-		seals := e.sealsAfter >= 0 && now.Sub(e.first) >= e.sealsAfter
+		seals := e.sealsAfter >= 0 && now-e.first >= e.sealsAfter
 		if err := f.deleteLog(ctx, name, epoch, seals); err != nil {
 			return err
 		}
