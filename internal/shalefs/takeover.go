@@ -47,7 +47,7 @@ type epochClaim struct {
 // RocksDB is then opened on cfg.CacheDir by the caller.
 func Open(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}, base: time.Now()}
+	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}}
 	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
 	pol := f.background()
 
@@ -107,7 +107,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	f.takenAt = time.Now()
-	f.lastConfirm.Store(f.mono())
+	f.lastConfirm.Store(f.leaseNow())
 
 	// 3. Seal, then build the listing from what the seals cut, and record
 	// which logs of older epochs this owner's database is made of.
@@ -125,6 +125,10 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The wait runs on Go's monotonic clock, which stops while this machine
+	// is suspended: a new owner suspended (or its VM paused) during its
+	// wait only waits longer, which is safe. The old owner's lease is what
+	// must count a suspension, and does (clock.go).
 	if wait := time.Until(f.takenAt.Add(leaseWait(cfg.Lease, cfg.LeaseMargin, prev))); wait > 0 {
 		f.leaseWaited = wait
 		cfg.Logger.Info("waiting out the previous owner's read lease", "wait", wait.Round(time.Millisecond))
@@ -653,7 +657,7 @@ func (f *FS) every(interval time.Duration, fn func()) {
 func (f *FS) leaseLoop() {
 	f.every(f.cfg.ConfirmEvery, func() {
 		busy := f.readSince.Swap(false)
-		if !busy && time.Duration(f.mono()-f.lastConfirm.Load()) < f.cfg.IdleConfirmEvery {
+		if !busy && time.Duration(f.leaseNow()-f.lastConfirm.Load()) < f.cfg.IdleConfirmEvery {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Lease/2)
