@@ -33,7 +33,7 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 	ctx := stream.Context()
 	var (
 		applyErr error
-		done     loadApplied // written by the applier until applierDone closes
+		applied  loadApplied // written by the applier until applierDone closes
 	)
 	jobs := make(chan *loadBatch, 1)
 	free := make(chan *loadBatch, 2)
@@ -46,9 +46,9 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 					applyErr = err
 					close(failed)
 				} else {
-					done.messages++
-					done.pairs += j.pairs
-					done.bytes += j.bytes
+					applied.messages++
+					applied.pairs += j.pairs
+					applied.bytes += j.bytes
 				}
 			}
 			select {
@@ -59,7 +59,7 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 	}()
 	stop := func() { close(jobs); <-applierDone }
 	// end ends a load that failed after it started (the applier stopped).
-	end := func(err error) error { return endLoad(stream, err, done) }
+	end := func(err error) error { return endLoad(stream, err, applied) }
 
 	var received uint64 // pairs received, for error messages
 	sync := false
@@ -106,17 +106,17 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 		}
 		if errors.Is(bad, kvload.ErrPacked) {
 			stop()
-			return end(status.Errorf(codes.InvalidArgument, "load message after pair %d: %v; the %d pairs before its message were loaded", received, bad, done.pairs))
+			return end(status.Errorf(codes.InvalidArgument, "load message after pair %d: %v; the %d pairs before its message were loaded", received, bad, applied.pairs))
 		}
 		if bad != nil {
 			stop()
 			return end(status.Errorf(codes.InvalidArgument, "pair %d of the load: %s; the %d pairs before its message were loaded",
-				received, status.Convert(bad).Message(), done.pairs))
+				received, status.Convert(bad).Message(), applied.pairs))
 		}
 		if j.bytes > uint64(s.limits.MaxBatchBytes) {
 			stop()
 			return end(invalid("load message ending at pair %d is %d bytes of keys and values, over the %d-byte batch limit (send smaller messages, or raise --max-batch-size); the %d pairs before it were loaded",
-				received, j.bytes, s.limits.MaxBatchBytes, done.pairs))
+				received, j.bytes, s.limits.MaxBatchBytes, applied.pairs))
 		}
 		if err := s.canWrite(); err != nil {
 			stop()
@@ -139,7 +139,7 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 		}
 		s.durable(true)
 	}
-	return stream.SendAndClose(&kvv1.LoadResponse{Pairs: done.pairs, Bytes: done.bytes, Sequence: s.db.LatestSequence()})
+	return stream.SendAndClose(&kvv1.LoadResponse{Pairs: applied.pairs, Bytes: applied.bytes, Sequence: s.db.LatestSequence()})
 }
 
 // loadApplied is how much of a load was applied: messages written to
