@@ -564,7 +564,7 @@ func RecordedColdTier(ctx context.Context, hot objstore.Store) (string, error) {
 // as a reader sees them, writing nothing (no lease either), and reads the
 // properties of the hot tables to date their oldest data.
 func ReadTierStatus(ctx context.Context, hot, cold objstore.Store) (TierStatus, error) {
-	f := &FS{cfg: Config{Store: hot, Cold: cold}, store: hot, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), base: time.Now(), readOnly: true, epoch: math.MaxUint64}
+	f := &FS{cfg: Config{Store: hot, Cold: cold}, store: hot, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), readOnly: true, epoch: math.MaxUint64}
 	f.cfg.defaults()
 	if err := f.checkTiers(ctx, false); err != nil {
 		return TierStatus{}, err
