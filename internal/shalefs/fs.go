@@ -568,8 +568,10 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 	storedSome := false
 	for size > st.size {
 		if err := f.FenceError(); err != nil {
-			if storedSome {
-				return &ErrOutcomeUnknown{Fence: err.(*ErrFenced)}
+			if fe := err.(*ErrFenced); storedSome || fe.Cause != "" {
+				// A stopped owner's log may hold a failed sync's bytes
+				// (stopOwner): not "definitely not applied".
+				return &ErrOutcomeUnknown{Fence: fe}
 			}
 			return err
 		}
