@@ -45,6 +45,7 @@ func testOptions() Options {
 	o := DefaultOptions()
 	o.ShaleImage = "shale.local/shale:test"
 	o.FailoverGrace = time.Second
+	o.FailoverBackoff, o.FailoverBackoffMax = 200*time.Millisecond, time.Second
 	o.ObjectStoreCheckInterval = 2 * time.Second
 	o.GCInterval = 0 // tests drive the collector themselves
 	o.SecondaryStatusInterval = 500 * time.Millisecond
@@ -64,6 +65,11 @@ type harness struct {
 }
 
 func startOperator(t *testing.T) *harness {
+	t.Helper()
+	return startOperatorWith(t, testOptions())
+}
+
+func startOperatorWith(t *testing.T, opts Options) *harness {
 	t.Helper()
 	env := testenv.Start(t, testenv.WithCRDDirs("../config/crd/bases"), testenv.WithScheme(shalev1.AddToScheme))
 	srv := miniotest.Start(t)
@@ -87,7 +93,7 @@ func startOperator(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g, err := setup(ctx, mgr, testOptions())
+	g, err := setup(ctx, mgr, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +186,13 @@ func (h *harness) create(objs ...client.Object) {
 // store opens the test's MinIO at s3://shale/PREFIX.
 func (h *harness) store(prefix string) objstore.Store {
 	h.t.Helper()
-	st, err := objstore.OpenS3("s3://"+bucket+"/"+prefix, h.minio.S3Config())
+	return h.storeAt(bucket, prefix)
+}
+
+// storeAt opens the test's MinIO at s3://BUCKET/PREFIX.
+func (h *harness) storeAt(bucketName, prefix string) objstore.Store {
+	h.t.Helper()
+	st, err := objstore.OpenS3("s3://"+bucketName+"/"+prefix, h.minio.S3Config())
 	if err != nil {
 		h.t.Fatal(err)
 	}
