@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -297,9 +298,30 @@ func (h *harness) setPod(ns, name string, phase corev1.PodPhase, ready bool, sin
 	}
 	pod.Status.Phase = phase
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(since)}}
+	if ready {
+		h.primaryOpened(pod)
+	}
 	if err := h.c.Status().Update(h.ctx, pod); err != nil {
 		h.t.Fatalf("updating the status of Pod %s: %v", name, err)
 	}
+}
+
+// primaryOpened plays the primary of a Pod that reports ready: what it
+// left in the store by then, its epoch claim and CURRENT (the operator
+// looks for them before failing over a database that was ready).
+func (h *harness) primaryOpened(pod *corev1.Pod) {
+	h.t.Helper()
+	db := h.db(pod.Namespace, pod.Labels[shalev1.LabelRocksDB])
+	if db.Status.StoragePath == "" {
+		return
+	}
+	st := h.store(db.Status.StoragePath)
+	epoch, err := strconv.ParseUint(pod.Labels[shalev1.LabelEpoch], 10, 64)
+	if err != nil {
+		h.t.Fatalf("Pod %s: epoch label: %v", pod.Name, err)
+	}
+	h.put(st, fmt.Sprintf("_shale/epoch/%020d", epoch), "{}")
+	h.put(st, "CURRENT", "MANIFEST-000001\n")
 }
 
 // primaries lists the primary Pods of a database.
