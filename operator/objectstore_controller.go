@@ -81,7 +81,7 @@ func (r *objectStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		// Entries of RocksDBs the API server no longer has (a finalizer
 		// removed by hand), judged on this very copy: a RocksDB that
 		// registers meanwhile makes the patch conflict and this run again.
-		stale, err := staleUsers(ctx, r.apiReader, cur)
+		stale, err := staleUsers(ctx, r.Client, r.apiReader, cur)
 		if err != nil {
 			return err
 		}

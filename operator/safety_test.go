@@ -131,6 +131,19 @@ func testColdTierInUse(h *harness) {
 	if err := h.c.Update(h.ctx, cur); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "cold cannot change while RocksDBs keep tables in the cold tier") {
 		t.Errorf("moving the cold tier of an ObjectStore whose cold tier is in use: %v; want it refused", err)
 	}
+
+	// An entry whose RocksDB is gone without its finalizer (removed by
+	// hand) goes at the ObjectStore's next check; the live one stays.
+	if err := h.c.Get(h.ctx, client.ObjectKeyFromObject(store), cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Status.UsedBy = append(cur.Status.UsedBy, shalev1.StoreUser{Name: "vanished", ColdTier: true})
+	if err := h.c.Status().Update(h.ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStore(ns, store.Name, "vanished swept", func(os *shalev1.ObjectStore) bool {
+		return slices.Equal(os.Status.UsedBy, []shalev1.StoreUser{{Name: "orders", ColdTier: true}})
+	})
 }
 
 // testRetainWithStaleRecord (item 9): a policy changed to Retain while the

@@ -77,12 +77,18 @@ func (r *rocksDBReconciler) unregisterUse(ctx context.Context, db *shalev1.Rocks
 
 // staleUsers returns the entries of status.usedBy whose RocksDB the API
 // server does not have (or that names another ObjectStore now: a RocksDB
-// deleted and created again under the same name elsewhere).
-func staleUsers(ctx context.Context, reader client.Reader, store *shalev1.ObjectStore) ([]string, error) {
+// deleted and created again under the same name elsewhere). The cache
+// answers for the RocksDBs it has; what it lacks is asked of the API
+// server, so a RocksDB too new for the cache is never taken for gone.
+func staleUsers(ctx context.Context, cache, api client.Reader, store *shalev1.ObjectStore) ([]string, error) {
 	var stale []string
 	for _, u := range store.Status.UsedBy {
+		key := types.NamespacedName{Namespace: store.Namespace, Name: u.Name}
 		db := &shalev1.RocksDB{}
-		err := reader.Get(ctx, types.NamespacedName{Namespace: store.Namespace, Name: u.Name}, db)
+		if err := cache.Get(ctx, key, db); err == nil && db.Spec.ObjectStoreRef.Name == store.Name {
+			continue
+		}
+		err := api.Get(ctx, key, db)
 		switch {
 		case apierrors.IsNotFound(err):
 			stale = append(stale, u.Name)
