@@ -230,8 +230,19 @@ func lastLine(s string) string {
 	return l
 }
 
-// addFailure returns the failures with f added (once per epoch).
-func addFailure(cur *shalev1.PrimaryFailures, f shalev1.PrimaryFailure) (*shalev1.PrimaryFailures, bool) {
+// startsNewRow says whether a failure ends the row of failures before it
+// and counts as the first of a new one: a primary that had been ready and
+// then died (killed, crashed, its node lost) is what failover is for, and
+// is replaced at once however recently the one before it failed. Not when
+// it was killed for its memory: a limit the workload exceeds is exceeded
+// again by the next primary, typically once it is ready and serving.
+func startsNewRow(wasReady bool, reason string) bool {
+	return wasReady && reason != shalev1.ReasonOOMKilled
+}
+
+// addFailure returns the failures with f added (once per epoch); newRow
+// restarts the count (startsNewRow).
+func addFailure(cur *shalev1.PrimaryFailures, f shalev1.PrimaryFailure, newRow bool) (*shalev1.PrimaryFailures, bool) {
 	out := &shalev1.PrimaryFailures{}
 	if cur != nil {
 		if n := len(cur.Recent); n > 0 && cur.Recent[n-1].Epoch >= f.Epoch {
@@ -243,6 +254,9 @@ func addFailure(cur *shalev1.PrimaryFailures, f shalev1.PrimaryFailure) (*shalev
 		f.Message = f.Message[:1021] + "..."
 	}
 	out.Count++
+	if newRow {
+		out.Count = 1
+	}
 	out.Recent = append(out.Recent, f)
 	if n := len(out.Recent); n > maxRecentFailures {
 		out.Recent = out.Recent[n-maxRecentFailures:]

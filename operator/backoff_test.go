@@ -123,21 +123,47 @@ func TestAddFailure(t *testing.T) {
 	var f *shalev1.PrimaryFailures
 	for e := int64(1); e <= 7; e++ {
 		var added bool
-		f, added = addFailure(f, shalev1.PrimaryFailure{Epoch: e, Reason: shalev1.ReasonOOMKilled})
+		f, added = addFailure(f, shalev1.PrimaryFailure{Epoch: e, Reason: shalev1.ReasonOOMKilled}, false)
 		if !added {
 			t.Fatalf("epoch %d not added", e)
 		}
 		// Once per epoch: reconciles of the same failed Pod repeat it.
-		if _, again := addFailure(f, shalev1.PrimaryFailure{Epoch: e}); again {
+		if _, again := addFailure(f, shalev1.PrimaryFailure{Epoch: e}, false); again {
 			t.Fatalf("epoch %d added twice", e)
 		}
 	}
 	if f.Count != 7 || len(f.Recent) != maxRecentFailures || f.Recent[0].Epoch != 3 || f.Recent[4].Epoch != 7 {
 		t.Errorf("after 7 failures: %+v; want count 7, the last %d (epochs 3..7)", f, maxRecentFailures)
 	}
-	long, _ := addFailure(nil, shalev1.PrimaryFailure{Epoch: 1, Message: strings.Repeat("x", 5000)})
+	long, _ := addFailure(nil, shalev1.PrimaryFailure{Epoch: 1, Message: strings.Repeat("x", 5000)}, false)
 	if n := len(long.Recent[0].Message); n > 1024 {
 		t.Errorf("message of %d bytes kept; the CRD allows 1024", n)
+	}
+	// A new row restarts the count, and keeps the history.
+	row, _ := addFailure(f, shalev1.PrimaryFailure{Epoch: 8, Reason: shalev1.ReasonPrimaryCrashed}, true)
+	if row.Count != 1 || len(row.Recent) != maxRecentFailures || row.Recent[4].Epoch != 8 {
+		t.Errorf("new row: %+v; want count 1, epoch 8 last", row)
+	}
+}
+
+func TestStartsNewRow(t *testing.T) {
+	for _, tc := range []struct {
+		wasReady bool
+		reason   string
+		want     bool
+	}{
+		{true, shalev1.ReasonPrimaryCrashed, true},  // a serving primary killed or crashed: fail over at once
+		{true, shalev1.ReasonPrimaryNotReady, true}, // its node lost
+		{true, shalev1.ReasonPrimaryFailed, true},
+		{true, shalev1.ReasonOOMKilled, false}, // the next one exceeds the limit too
+		{false, shalev1.ReasonPrimaryCrashed, false},
+		{false, shalev1.ReasonImagePullFailed, false},
+		{false, shalev1.ReasonBadCredentials, false},
+		{false, shalev1.ReasonStartTimeout, false},
+	} {
+		if got := startsNewRow(tc.wasReady, tc.reason); got != tc.want {
+			t.Errorf("startsNewRow(%v, %s) = %v, want %v", tc.wasReady, tc.reason, got, tc.want)
+		}
 	}
 }
 

@@ -355,12 +355,13 @@ func (r *rocksDBReconciler) recordFailure(ctx context.Context, db *shalev1.Rocks
 	}
 	reason, msg := classifyFailure(pod, d)
 	f := shalev1.PrimaryFailure{Epoch: epoch, Time: metav1.NewTime(now), Reason: reason, Message: msg, Generation: specGeneration(pod, db)}
+	newRow := startsNewRow(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable)).EverReady, reason)
 	added := false
 	err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
 		if cur.Status.Epoch != epoch {
 			return errNoChange
 		}
-		cur.Status.PrimaryFailures, added = addFailure(cur.Status.PrimaryFailures, f)
+		cur.Status.PrimaryFailures, added = addFailure(cur.Status.PrimaryFailures, f, newRow)
 		return nil
 	})
 	if errors.Is(err, errNoChange) {

@@ -391,6 +391,29 @@ func testFailureBackoff(h *harness) {
 	if c := db.Condition(shalev1.ConditionPrimaryAvailable); !strings.Contains(c.Message, "shale:typo") {
 		t.Errorf("condition message %q lacks the image", c.Message)
 	}
+
+	// 6. A primary that was ready and is then killed (a chaos test, a
+	// node's OOM killer for another process) is replaced at once,
+	// whatever failed before: that is what failover is for. One killed for
+	// its own memory limit after being ready is not: the next one would
+	// exceed it too.
+	h.setPod(ns, "orders-primary-8", corev1.PodRunning, true, time.Now())
+	h.waitDB(ns, "orders", "ready at epoch 8", func(db *shalev1.RocksDB) (bool, string) { return db.Status.Phase == shalev1.PhaseReady, "want Ready" })
+	h.terminatePod(ns, "orders-primary-8", 137, "Error", "")
+	h.waitDB(ns, "orders", "killed after ready: failed over at once", func(db *shalev1.RocksDB) (bool, string) {
+		f := db.Status.PrimaryFailures
+		return db.Status.Epoch == 9 && f != nil && f.Count == 1, "want epoch 9, a new row of failures: " + jsonString(f)
+	})
+	h.setPod(ns, "orders-primary-9", corev1.PodRunning, true, time.Now())
+	h.waitDB(ns, "orders", "ready at epoch 9", func(db *shalev1.RocksDB) (bool, string) { return db.Status.Phase == shalev1.PhaseReady, "want Ready" })
+	h.terminatePod(ns, "orders-primary-9", 137, "OOMKilled", "")
+	h.waitDB(ns, "orders", "OOM killed after ready: backing off", func(db *shalev1.RocksDB) (bool, string) {
+		if db.Status.Epoch > 9 {
+			t.Fatalf("a primary OOM killed again was replaced at once: %s", statusString(db))
+		}
+		f := db.Status.PrimaryFailures
+		return f != nil && f.Count == 2 && condIs(db, shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonOOMKilled), "failures " + jsonString(f)
+	})
 }
 
 // terminatePod plays the kubelet for a primary whose process ended:
