@@ -57,6 +57,11 @@ type Config struct {
 	// go there (tier.go). A database that recorded a cold tier refuses to
 	// open without it.
 	Cold objstore.Store
+	// Existing says the database exists (a primary opened it before): a
+	// location without it (no CURRENT or no epoch claim) is refused before
+	// anything is claimed or written there, instead of becoming a new,
+	// empty database (preclaim.go).
+	Existing bool
 	// Storage classes for logs (WAL, MANIFEST, CURRENT, ...) and tables.
 	LogStorageClass, TableStorageClass string
 	// ReadTimeout bounds one attempt of a foreground read; WriteTimeout one

@@ -62,11 +62,6 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err := recognize(top); err != nil {
 		return nil, err
 	}
-	// The cold tier, before claiming anything: a misconfigured primary
-	// deposes nobody.
-	if err := f.checkTiers(ctx, true); err != nil {
-		return nil, err
-	}
 
 	// 1-2. Claim the epoch.
 	var existing []uint64
@@ -75,6 +70,12 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("list epochs: %w", err)
+	}
+	// Read-only checks (preclaim.go): a primary that cannot open the
+	// database here deposes nobody and writes nothing.
+	pre, err := f.beforeClaim(ctx, top, existing)
+	if err != nil {
+		return nil, err
 	}
 	epoch, err := chooseEpoch(existing, cfg.Epoch)
 	if err != nil {
@@ -108,6 +109,9 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	}
 	f.takenAt = time.Now()
 	f.lastConfirm.Store(f.leaseNow())
+	if err := f.afterClaim(ctx, pre); err != nil {
+		return nil, err
+	}
 
 	// 3. Seal, then build the listing from what the seals cut, and record
 	// which logs of older epochs this owner's database is made of.
