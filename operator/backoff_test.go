@@ -202,3 +202,32 @@ func TestDescribeLocationChange(t *testing.T) {
 		}
 	}
 }
+
+// With the operator's default backoff, a primary that fails at once every
+// time (a memory limit below what it needs at start) makes at most 5
+// epochs in any 10 minutes (issue 22): each failure is recorded as the
+// operator does and decideRestart says when the next primary starts.
+func TestBackoffBoundsEpochs(t *testing.T) {
+	o := DefaultOptions()
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	now := t0
+	var f *shalev1.PrimaryFailures
+	var starts []time.Time
+	for epoch := int64(1); now.Before(t0.Add(time.Hour)); epoch++ {
+		starts = append(starts, now)
+		now = now.Add(time.Millisecond) // it fails as soon as it starts
+		f, _ = addFailure(f, shalev1.PrimaryFailure{Epoch: epoch, Time: metav1.NewTime(now), Reason: shalev1.ReasonOOMKilled, Generation: 1}, false)
+		if d := decideRestart(f, 1, true, now, o.FailoverBackoff, o.FailoverBackoffMax); !d.Start {
+			now = d.NotBefore
+		}
+	}
+	for i := range starts {
+		j := i
+		for j < len(starts) && starts[j].Sub(starts[i]) < 10*time.Minute {
+			j++
+		}
+		if j-i > 5 {
+			t.Fatalf("%d epochs in the 10 minutes from %s: %v", j-i, starts[i].Sub(t0), starts[i:j])
+		}
+	}
+}

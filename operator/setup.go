@@ -58,7 +58,7 @@ func DefaultOptions() Options {
 	return Options{
 		FailoverGrace:            5 * time.Second,
 		StartupGrace:             10 * time.Minute,
-		FailoverBackoff:          10 * time.Second,
+		FailoverBackoff:          45 * time.Second,
 		FailoverBackoffMax:       5 * time.Minute,
 		ObjectStoreCheckInterval: 5 * time.Minute,
 		GCInterval:               time.Hour,
