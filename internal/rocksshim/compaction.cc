@@ -11,6 +11,7 @@
 
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 
@@ -20,6 +21,9 @@ using namespace ROCKSDB_NAMESPACE;
 
 struct rocksdb_options_t {
   Options rep;
+};
+struct rocksdb_block_based_table_options_t {  // as in RocksDB's db/c.cc
+  BlockBasedTableOptions rep;
 };
 
 // Implemented in Go (compaction.go).
@@ -87,6 +91,10 @@ extern "C" {
 
 void shale_compaction_service_attach(rocksdb_options_t* opts, uintptr_t handle) {
   opts->rep.compaction_service = std::make_shared<ShaleCompactionService>(handle);
+}
+
+void shale_block_based_set_bloom(rocksdb_block_based_table_options_t* o, double bits_per_key) {
+  o->rep.filter_policy.reset(NewBloomFilterPolicy(bits_per_key));
 }
 
 char* shale_table_options(rocksdb_options_t* opts, char** err) {

@@ -85,6 +85,16 @@ func (a *CompactionAttachment) Close() {
 	}
 }
 
+// SetBloomFilter gives a table factory a bloom filter of bitsPerKey,
+// instead of grocksdb.NewBloomFilter: that one (RocksDB's C API) is a
+// wrapper whose option string is only "bloomfilter", which a compaction
+// worker cannot rebuild a filter from, so remote compactions wrote tables
+// without filters. Filters of either kind read each other's tables.
+func SetBloomFilter(bbto *grocksdb.BlockBasedTableOptions, bitsPerKey float64) {
+	C.shale_block_based_set_bloom(bbtoHandle(bbto), C.double(bitsPerKey))
+	runtime.KeepAlive(bbto)
+}
+
 // TableOptions returns the table factory's options as a RocksDB option
 // string.
 func TableOptions(opts *grocksdb.Options) (string, error) {

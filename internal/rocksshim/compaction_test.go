@@ -63,7 +63,7 @@ func openWithService(t *testing.T, dir string, svc CompactionService) (*grocksdb
 	opts.SetTargetFileSizeBase(4 << 10) // several outputs per compaction
 	bbto := grocksdb.NewDefaultBlockBasedTableOptions()
 	bbto.SetBlockSize(8 << 10)
-	bbto.SetFilterPolicy(grocksdb.NewBloomFilter(10))
+	SetBloomFilter(bbto, 10)
 	opts.SetBlockBasedTableFactory(bbto)
 	a, err := AttachCompactionService(opts, svc)
 	if err != nil {
@@ -134,7 +134,7 @@ func TestRemoteCompactionInProcess(t *testing.T) {
 	if err != nil || len(files) < 2 || !strings.HasSuffix(files[0], ".sst") {
 		t.Fatalf("input files %v, %v", files, err)
 	}
-	if !strings.Contains(job.TableOptions, "block_size=8192") || !strings.Contains(job.TableOptions, "bloomfilter") {
+	if !strings.Contains(job.TableOptions, "block_size=8192") || !strings.Contains(job.TableOptions, "filter_policy=bloomfilter:10:false;") {
 		t.Fatalf("table options lack the block size or filter: %s", job.TableOptions)
 	}
 	res := svc.results[job.ID]
@@ -148,6 +148,10 @@ func TestRemoteCompactionInProcess(t *testing.T) {
 	}
 	if n := CompactionResultUint(res, "bytes_written"); n == 0 {
 		t.Fatalf("bytes_written = 0 in %q", res)
+	}
+	// Every table now is a remote output: each has a filter of its keys.
+	if props := db.GetProperty("rocksdb.aggregated-table-properties"); !strings.Contains(props, "# entries for filter=900;") {
+		t.Fatalf("the remote outputs' filters do not hold the 900 keys: %s", props)
 	}
 	// Installed by rename: nothing is left in the output directory.
 	for _, o := range outs {

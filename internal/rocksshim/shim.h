@@ -56,6 +56,10 @@ void shale_fs_evict(shale_fs_t* fs, const char* name, int n);
 // Installs a CompactionService that hands each compaction to the Go object
 // behind `handle` (see compaction.go).
 void shale_compaction_service_attach(rocksdb_options_t* opts, uintptr_t handle);
+// Sets a bloom filter of bits_per_key made by RocksDB's C++ API: unlike
+// the C API's (a wrapper whose id lacks the bits), it serializes as
+// "bloomfilter:<bits>:false", which a compaction worker can rebuild.
+void shale_block_based_set_bloom(rocksdb_block_based_table_options_t* o, double bits_per_key);
 // The table factory's options as a RocksDB option string (malloc'd).
 char* shale_table_options(rocksdb_options_t* opts, char** err);
 // The top-level field `key` of a serialized CompactionServiceInput or
