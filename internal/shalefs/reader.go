@@ -268,10 +268,10 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 	present := map[string]bool{}
 	var newLogs []string
 	currentTag, currentListed := "", false
+	if err := f.refuseLegacyDirs(ctx, top, activity); err != nil {
+		return err
+	}
 	for _, o := range top {
-		if legacyTableDir(o.Key) {
-			return fmt.Errorf("%w: %q is a table directory of the layout of earlier development builds; this build cannot read it", ErrNotShale, o.Key)
-		}
 		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && KindOf(name) == KindLog {
 			if f.cfg.SkipWALs && FileType(name) == "wal" {
 				continue // RocksDB opens without them (a compaction worker)

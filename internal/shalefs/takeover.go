@@ -228,11 +228,11 @@ func (f *FS) listStore(ctx context.Context, last *openedRecord, seal bool) (map[
 	if err != nil {
 		return nil, err
 	}
+	if err := f.refuseLegacyDirs(ctx, top, "open"); err != nil {
+		return nil, err
+	}
 	var logNames []string
 	for _, o := range top {
-		if legacyTableDir(o.Key) {
-			return nil, fmt.Errorf("%w: %q is a table directory of the layout of earlier development builds (tables are now flat objects); this build cannot open it", ErrNotShale, o.Key)
-		}
 		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && KindOf(name) == KindLog {
 			logNames = append(logNames, name)
 		}
@@ -276,6 +276,31 @@ func (f *FS) listStore(ctx context.Context, last *openedRecord, seal bool) (map[
 		return nil, err
 	}
 	return files, nil
+}
+
+// refuseLegacyDirs refuses a store whose top level holds table
+// directories of the layout of earlier development builds (tables are now
+// flat objects). MinIO may list an object that is being deleted as a
+// prefix for a moment ("OPTIONS-004015.<epoch>/" while the trash loop
+// deleted it, seen in make stress), so such a directory counts only if a
+// listing of it finds objects.
+func (f *FS) refuseLegacyDirs(ctx context.Context, top []objstore.ObjectInfo, activity string) error {
+	for _, o := range top {
+		if !legacyTableDir(o.Key) {
+			continue
+		}
+		var objs []objstore.ObjectInfo
+		if err := f.background().do(ctx, func(ctx context.Context) (err error) {
+			objs, err = f.list(ctx, o.Key, activity)
+			return err
+		}); err != nil {
+			return err
+		}
+		if len(objs) > 0 {
+			return fmt.Errorf("%w: %q is a table directory of the layout of earlier development builds (tables are now flat objects); this build cannot open it", ErrNotShale, o.Key)
+		}
+	}
+	return nil
 }
 
 // openParallelism bounds the listings and seals a takeover runs at once.
