@@ -133,7 +133,7 @@ func decideFailover(p primaryState, now time.Time, grace, startupGrace time.Dura
 // says whether this Pod was seen ready: it is set False/PrimaryStarting
 // whenever a new primary is created, True when it is seen ready, and
 // False/PrimaryNotReady when it stops being ready after that.
-func observePrimary(pod *corev1.Pod, available *metav1.Condition) primaryState {
+func observePrimary(pod *corev1.Pod, available *metav1.Condition, seenReady bool) primaryState {
 	if pod == nil {
 		return primaryState{}
 	}
@@ -150,8 +150,14 @@ func observePrimary(pod *corev1.Pod, available *metav1.Condition) primaryState {
 		}
 	}
 	p.Ready = readyCond != nil && readyCond.Status == corev1.ConditionTrue && p.Phase == corev1.PodRunning
+	// seenReady (status.readyEpoch is this Pod's epoch) outlives the
+	// condition, whose reason a refused failover replaces (DatabaseNotFound,
+	// ObjectStoreUnreachable, a backoff): without it a primary that was
+	// ready, then frozen while a failover was refused, was taken for one
+	// still starting and waited out the 10-minute startup grace.
+	p.EverReady = seenReady
 	if available != nil {
-		p.EverReady = available.Status == metav1.ConditionTrue || available.Reason == shalev1.ReasonPrimaryNotReady
+		p.EverReady = p.EverReady || available.Status == metav1.ConditionTrue || available.Reason == shalev1.ReasonPrimaryNotReady
 	}
 	if p.EverReady && !p.Ready {
 		// The kubelet's (or node controller's) transition time when it

@@ -77,30 +77,37 @@ func TestObservePrimary(t *testing.T) {
 	deleting := pod(corev1.PodRunning, corev1.ConditionTrue, t0)
 	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
 	for _, tc := range []struct {
-		name string
-		pod  *corev1.Pod
-		cond *metav1.Condition
-		want primaryState
+		name      string
+		pod       *corev1.Pod
+		cond      *metav1.Condition
+		seenReady bool
+		want      primaryState
 	}{
-		{"none", nil, cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), primaryState{}},
-		{"ready", pod(corev1.PodRunning, corev1.ConditionTrue, t0), cond(metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, t0),
+		{"none", nil, cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), false, primaryState{}},
+		{"ready", pod(corev1.PodRunning, corev1.ConditionTrue, t0), cond(metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, t0), false,
 			primaryState{Exists: true, Phase: corev1.PodRunning, Ready: true, Created: t0}},
-		{"starting", pod(corev1.PodRunning, corev1.ConditionFalse, t0), cond(metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, t0),
+		{"starting", pod(corev1.PodRunning, corev1.ConditionFalse, t0), cond(metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, t0), false,
 			primaryState{Exists: true, Phase: corev1.PodRunning, Created: t0}},
-		{"lost-readiness", pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0),
+		{"lost-readiness", pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), false,
 			primaryState{Exists: true, Phase: corev1.PodRunning, EverReady: true, NotReadySince: t0.Add(time.Minute), Created: t0}},
-		{"lost-readiness-seen-before", pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), cond(metav1.ConditionFalse, shalev1.ReasonPrimaryNotReady, t0.Add(2*time.Minute)),
+		{"lost-readiness-seen-before", pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), cond(metav1.ConditionFalse, shalev1.ReasonPrimaryNotReady, t0.Add(2*time.Minute)), false,
 			primaryState{Exists: true, Phase: corev1.PodRunning, EverReady: true, NotReadySince: t0.Add(time.Minute), Created: t0}},
 		// No Ready condition on the Pod: the operator's own observation.
-		{"no-pod-condition", pod(corev1.PodRunning, "", time.Time{}), cond(metav1.ConditionFalse, shalev1.ReasonPrimaryNotReady, t0.Add(2*time.Minute)),
+		{"no-pod-condition", pod(corev1.PodRunning, "", time.Time{}), cond(metav1.ConditionFalse, shalev1.ReasonPrimaryNotReady, t0.Add(2*time.Minute)), false,
 			primaryState{Exists: true, Phase: corev1.PodRunning, EverReady: true, NotReadySince: t0.Add(2 * time.Minute), Created: t0}},
 		// A Ready condition left over on a Pod that is not running.
-		{"failed-ready", pod(corev1.PodFailed, corev1.ConditionTrue, t0), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0),
+		{"failed-ready", pod(corev1.PodFailed, corev1.ConditionTrue, t0), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), false,
 			primaryState{Exists: true, Phase: corev1.PodFailed, EverReady: true, Created: t0}},
-		{"terminating", deleting, nil, primaryState{Exists: true, Terminating: true, Phase: corev1.PodRunning, Ready: true, Created: t0}},
+		{"terminating", deleting, nil, false, primaryState{Exists: true, Terminating: true, Phase: corev1.PodRunning, Ready: true, Created: t0}},
+		// Seen ready (status.readyEpoch), then frozen while a failover was
+		// refused, which replaced the condition's reason: not starting.
+		{"refused-failover-of-a-ready-primary", pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), cond(metav1.ConditionFalse, shalev1.ReasonDatabaseNotFound, t0.Add(2*time.Minute)), true,
+			primaryState{Exists: true, Phase: corev1.PodRunning, EverReady: true, NotReadySince: t0.Add(time.Minute), Created: t0}},
+		{"refused-failover-never-seen-ready", pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), cond(metav1.ConditionFalse, shalev1.ReasonDatabaseNotFound, t0.Add(2*time.Minute)), false,
+			primaryState{Exists: true, Phase: corev1.PodRunning, Created: t0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := observePrimary(tc.pod, tc.cond)
+			got := observePrimary(tc.pod, tc.cond, tc.seenReady)
 			if got.NotReadySince.IsZero() != tc.want.NotReadySince.IsZero() || !got.NotReadySince.Equal(tc.want.NotReadySince) {
 				t.Errorf("NotReadySince = %v, want %v", got.NotReadySince, tc.want.NotReadySince)
 			}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
 )
 
 // The primary's life cycle. status.epoch is the highest epoch handed out;
@@ -71,14 +72,14 @@ func (r *rocksDBReconciler) reconcilePrimary(ctx context.Context, db *shalev1.Ro
 		return ctrl.Result{}, err
 	}
 	now := r.now()
-	d := decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable)), now, r.opts.FailoverGrace, r.opts.StartupGrace)
+	d := decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch), now, r.opts.FailoverGrace, r.opts.StartupGrace)
 	if d.Action == actionFailover {
 		// Never fail over on the cache's word: read the Pod from the API
 		// server and decide again.
 		if pod, err = r.primaryPod(ctx, db, epoch, true); err != nil {
 			return ctrl.Result{}, err
 		}
-		d = decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable)), now, r.opts.FailoverGrace, r.opts.StartupGrace)
+		d = decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch), now, r.opts.FailoverGrace, r.opts.StartupGrace)
 	}
 	if d.Reason != shalev1.ReasonPrimaryReady {
 		r.pruneFailedPrimaries(ctx, db, epoch)
@@ -94,6 +95,9 @@ func (r *rocksDBReconciler) reconcilePrimary(ctx context.Context, db *shalev1.Ro
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionTrue, shalev1.ReasonPrimaryReady, fmt.Sprintf("primary %s (epoch %d) is ready", pod.Name, epoch))
 		r.deleteStalePrimaries(ctx, db, epoch)
 		if err := r.recordCreated(ctx, db, store); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.recordReadyEpoch(ctx, db, epoch); err != nil {
 			return ctrl.Result{}, err
 		}
 		return r.clearFailures(ctx, db)
@@ -119,6 +123,21 @@ func (r *rocksDBReconciler) recordCreated(ctx context.Context, db *shalev1.Rocks
 		if cur.Status.Created == nil {
 			cur.Status.Created = loc
 		}
+		return nil
+	})
+}
+
+// recordReadyEpoch notes that the primary of epoch was seen ready
+// (status.readyEpoch), once.
+func (r *rocksDBReconciler) recordReadyEpoch(ctx context.Context, db *shalev1.RocksDB, epoch int64) error {
+	if db.Status.ReadyEpoch >= epoch {
+		return nil
+	}
+	return patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		if cur.Status.Epoch != epoch || cur.Status.ReadyEpoch >= epoch {
+			return errNoChange
+		}
+		cur.Status.ReadyEpoch = epoch
 		return nil
 	})
 }
@@ -293,9 +312,24 @@ func (r *rocksDBReconciler) failover(ctx context.Context, db *shalev1.RocksDB, s
 		// A database that was ready has claims in its directory: none
 		// means the ObjectStore now points elsewhere. A primary there
 		// would refuse (--existing); better not to start one at all.
-		msg := describeLocationChange(db, store)
-		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonDatabaseNotFound, msg)
-		return ctrl.Result{RequeueAfter: time.Minute}, &refusal{eventDatabaseNotFound, msg}
+		// Unless the directory still holds the owner record or CURRENT:
+		// then the listing was wrong (MinIO answered one with nothing a
+		// few seconds after it restarted, in make e2e), so look again.
+		if found, err := r.databaseMarkers(ctx, db, store); err != nil || found {
+			known = false
+		} else {
+			msg := describeLocationChange(db, store)
+			rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonDatabaseNotFound, msg)
+			return ctrl.Result{RequeueAfter: time.Minute}, &refusal{eventDatabaseNotFound, msg}
+		}
+	}
+	if db.Status.Created != nil && !known {
+		// The database exists, and its epochs cannot be read now: a new
+		// primary could not open it either, and each one that fails
+		// counts toward the backoff. Look again soon.
+		msg := fmt.Sprintf("%s (primary %s); the database's epoch claims cannot be read from ObjectStore %s right now: no new primary starts until they can", d.Message, db.PrimaryPodName(observed), store.Name)
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonObjectStoreUnreachable, msg)
+		return ctrl.Result{RequeueAfter: epochsRecheck}, nil
 	}
 	next, err := nextEpoch(observed, highest, known)
 	if err != nil {
@@ -355,7 +389,7 @@ func (r *rocksDBReconciler) recordFailure(ctx context.Context, db *shalev1.Rocks
 	}
 	reason, msg := classifyFailure(pod, d)
 	f := shalev1.PrimaryFailure{Epoch: epoch, Time: metav1.NewTime(now), Reason: reason, Message: msg, Generation: specGeneration(pod, db)}
-	newRow := startsNewRow(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable)).EverReady, reason)
+	newRow := startsNewRow(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch).EverReady, reason)
 	added := false
 	err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
 		if cur.Status.Epoch != epoch {
@@ -462,6 +496,32 @@ func (r *rocksDBReconciler) storageEpoch(ctx context.Context, db *shalev1.RocksD
 	}
 	log.FromContext(ctx).Info("cannot read the epochs in storage; choosing from status alone", "error", err.Error())
 	return 0, false
+}
+
+// epochsRecheck is how soon a failover that could not read the database's
+// epochs looks again.
+const epochsRecheck = 5 * time.Second
+
+// databaseMarkers reports whether the database's directory holds its owner
+// record (_shale/owner) or CURRENT: a listing of its claims that found
+// none was then wrong.
+func (r *rocksDBReconciler) databaseMarkers(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	st, err := r.stores.database(ctx, store, db.Status.StoragePath)
+	if err != nil {
+		return false, err
+	}
+	for _, key := range []string{"_shale/owner", "CURRENT"} {
+		_, err := st.Stat(ctx, key)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, objstore.ErrNotFound) {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // ensureOwnerRecord writes the database's owner record unless this process

@@ -464,6 +464,14 @@ type RocksDBStatus struct {
 	// +optional
 	OwnerRecordPolicy ReclaimPolicy `json:"ownerRecordPolicy,omitempty"`
 
+	// ReadyEpoch is the epoch of the last primary seen ready. A primary of
+	// this epoch that stops being ready is failed over after the failover
+	// grace, not the startup grace, whatever PrimaryAvailable says
+	// meanwhile (a refused failover replaces its reason).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ReadyEpoch int64 `json:"readyEpoch,omitempty"`
+
 	// PrimaryFailures are the primaries that failed since one last stayed
 	// ready; a new primary after the first failure waits out an
 	// exponential backoff.
