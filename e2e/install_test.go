@@ -32,6 +32,9 @@ func (s *suite) chartArgs() []string {
 		"--set", "operator.shaleImage.repository=" + p + "/shale",
 		"--set", "demo.minio.image.repository=" + p + "/minio",
 		"--set", "demo.minio.enabled=true",
+		// On a volume: the store-outage step scales MinIO to zero, and an
+		// emptyDir would go with its Pod (and every database with it).
+		"--set", "demo.minio.persistence.enabled=true",
 		"--set", "operator.gc.interval=5s",
 		"--set", "operator.gc.grace=20s",
 		"--set", "operator.logLevel=debug",

@@ -497,3 +497,34 @@ func TestReaderDuringTakeoverServesOnlyDurable(t *testing.T) {
 		}
 	})
 }
+
+// A store that loses the database under its owner (a wiped bucket; seen in
+// make e2e when MinIO restarted without its volume) must stop the owner at
+// its next confirmation: before, a missing owner record fell back to the
+// claims, found none above ours, and the owner went on acknowledging
+// writes into a store that held no database.
+func TestOwnerStopsWhenTheStoreLostTheDatabase(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		a := openWith(t, Config{Store: store, Epoch: 1, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour})
+		var keys []string
+		if err := store.List(ctx, "", func(o objstore.ObjectInfo) error { keys = append(keys, o.Key); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.DeleteMany(ctx, keys); err != nil {
+			t.Fatal(err)
+		}
+		err = a.confirm(ctx, "lease")
+		var fe *ErrFenced
+		if !errors.As(err, &fe) || fe.Cause == "" || a.FenceError() == nil {
+			t.Fatalf("confirmation on a wiped store: %v; want the owner stopped", err)
+		}
+		if err := a.ReadAllowed(); err == nil {
+			t.Fatal("the owner of a wiped store serves reads")
+		}
+	})
+}

@@ -455,6 +455,15 @@ func (f *FS) checkEpoch(ctx context.Context, activity string) (uint64, error) {
 	if e > f.epoch {
 		return e, nil
 	}
+	if e < f.epoch && !f.readOnly {
+		// This owner raised the record to its epoch before it did
+		// anything else, and the record only goes up: a lower one (or
+		// none, and no claim as high as ours) means the store lost the
+		// database (a wiped bucket, a MinIO without its volume). Writing
+		// on would acknowledge writes into a store that holds no
+		// database; stop, and let the next owner refuse the location.
+		return 0, f.stopOwner(fmt.Errorf("the store no longer holds this database's ownership records (highest epoch there %d, ours %d): its data at %s was deleted or lost", e, f.epoch, f.store.URL()))
+	}
 	// The lease runs from before the read was sent: a newer owner that
 	// raised the record after that instant may be missing from it.
 	for {
