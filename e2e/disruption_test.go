@@ -126,8 +126,9 @@ func stepStoreOutage(t *testing.T, s *suite) {
 	s.verifyLedger(t, addr)
 }
 
-// stepUnstartablePrimary: a database whose primary cannot start (its
-// memory limit is far below what the process needs) must not churn
+// stepUnstartablePrimary: a database whose primary cannot start (a 4 MiB
+// memory limit: the container's init is OOM-killed; 12 MiB was enough for
+// an idle primary to start) must not churn
 // through epochs: the operator backs off (at most 5 epochs in 10 minutes;
 // observed here for 4 minutes, in which the schedule allows at most 4),
 // says why in PrimaryAvailable (OOMKilled) with the phase Degraded, keeps
@@ -145,8 +146,8 @@ func stepUnstartablePrimary(t *testing.T, s *suite) {
 				CacheSize:      ptrTo(q("256Mi")),
 				BlockCacheSize: ptrTo(q("32Mi")),
 				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("12Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("12Mi")},
+					Requests: corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("4Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("4Mi")},
 				},
 			},
 		},

@@ -135,7 +135,10 @@ func classifyFailure(pod *corev1.Pod, d failoverDecision) (reason, message strin
 		if t == nil {
 			continue
 		}
-		if t.Reason == "OOMKilled" {
+		// The kernel killed it for its memory: while running, or (a limit
+		// too low to start a process at all) runc's container init, which
+		// the runtime reports as a StartError saying so.
+		if t.Reason == "OOMKilled" || (t.Reason == "StartError" && strings.Contains(t.Message, "OOM-killed")) {
 			return shalev1.ReasonOOMKilled, oomMessage(pod)
 		}
 		last := lastLine(t.Message)

@@ -97,6 +97,8 @@ func TestClassifyFailure(t *testing.T) {
 	}{
 		{"no Pod", nil, failed, shalev1.ReasonPrimaryFailed, "the primary Pod failed"},
 		{"OOM killed", pod(term(137, "OOMKilled", "")), failed, shalev1.ReasonOOMKilled, "more memory than its limit (128Mi); its block cache is 268435456 bytes: raise spec.primary.resources.limits.memory or lower spec.primary.blockCacheSize"},
+		// A limit too low for the container's init: runc's StartError (seen on kind with 4Mi).
+		{"OOM killed at start", pod(term(128, "StartError", "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: container init was OOM-killed (memory limit too low?): unknown")), failed, shalev1.ReasonOOMKilled, "more memory than its limit (128Mi)"},
 		{"database not found", pod(term(1, "Error", logs+"no database at the location: s3://shale/dbs/ns/orders-1 holds no database, and --existing says ...")), failed,
 			shalev1.ReasonDatabaseNotFound, "shale: --db s3://shale/dbs/ns/orders-1: no database at the location"},
 		{"invalid key", pod(term(1, "Error", logs+"s3 check bucket s3://shale/dbs: The Access Key Id you provided does not exist (HTTP 403 InvalidAccessKeyId); check AWS_ACCESS_KEY_ID")), failed,
