@@ -31,6 +31,26 @@ type modelRules struct {
 	// hintSealShort: a hinted fetch that meets a seal lists instead (the
 	// seal may be void); before, the log ended there.
 	hintSealShort bool
+	// drop names one rule of the protocol the model leaves out, to show
+	// the model needs it (TestLogModelNeedsEveryRule): "" for none.
+	drop string
+}
+
+// Rules the model can leave out (modelRules.drop).
+const (
+	dropFill         = "the sealer fills the slots below its first seal"
+	dropFirstConfirm = "a new log's first segment is confirmed before its ack"
+	dropStaleConfirm = "a segment stored on a confirmation older than AckFresh is confirmed before its ack"
+	dropAdmission    = "log versions of older epochs count only if the last opened record names them"
+	dropOpenConfirm  = "Open confirms the ownership after writing the opened record"
+	dropReaderLease  = "a log is deleted only once no reader's refresh or lease can use it"
+)
+
+// without returns r with one rule left out.
+func (r modelRules) without(rule string) modelRules {
+	r.name += ", without: " + rule
+	r.drop = rule
+	return r
 }
 
 // fixedRules are the rules as built: the real buildLogVersion (which

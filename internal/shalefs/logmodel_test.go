@@ -370,6 +370,11 @@ func (x *explorer) list(s *mState, l uint8, ls *mList) (done bool, key string) {
 	return true, ""
 }
 
+// admit is admitLogVersion for L_l@1 under the opened record of epoch e.
+func (x *explorer) admit(s *mState, l, e uint8) bool {
+	return x.rules.drop == dropAdmission || admitLogVersion(logName(l), epochA, record(s, e))
+}
+
 // logWrites is the set of writes a log holds and the last slot it reaches.
 func logWrites(v logVersion, l uint8) (uint32, uint8) {
 	var w uint32
@@ -492,7 +497,7 @@ func (x *explorer) stepAWrite(s *mState) bool {
 		if s.ackStale {
 			x.event(evFreedSlot)
 		}
-		if slot == 1 || s.ackStale {
+		if (slot == 1 && x.rules.drop != dropFirstConfirm) || (s.ackStale && x.rules.drop != dropStaleConfirm) {
 			a.pending = slot
 			why := "the log's first segment"
 			if slot != 1 {
@@ -657,7 +662,7 @@ func (x *explorer) stepNew(s *mState, who string, e uint8) bool {
 		x.say(who, "lists the tables; writes _shale/opened/%d naming [%s]", e, strings.Join(names, " "))
 	case nConfirm:
 		// Open's last step: a confirmation before serving.
-		if s.st.owner != e {
+		if s.st.owner != e && x.rules.drop != dropOpenConfirm {
 			n.ph = nDone
 			x.event(evDeposedOpening)
 			x.say(who, "reads _shale/owner = %d: deposed while opening, serves nothing", s.st.owner)
@@ -731,7 +736,7 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 	}
 	switch n.sub {
 	case sStart:
-		if !admitLogVersion(name, epochA, record(s, n.last)) {
+		if !x.admit(s, l, n.last) {
 			s.st.trash |= 1 << l
 			x.event(evNotAdmitted)
 			x.say(who, "%s@1 is not named by _shale/opened/%d: trashes it, never replays it", name, n.last)
@@ -754,7 +759,7 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 		if seal(n.slot) {
 			x.say(who, "seals %s@1 at slot %d: won", name, n.slot)
 			n.sub = sList
-			if n.taken+1 < n.slot {
+			if n.taken+1 < n.slot && x.rules.drop != dropFill {
 				n.sub = sFill
 			}
 			return
@@ -799,7 +804,7 @@ func (x *explorer) deleteStep(s *mState, n *mNew, who string, e uint8) bool {
 	l := uint8(bits.TrailingZeros8(n.todo))
 	// The grace outlasts any refresh, and a live reader's lease protects
 	// the versions its view uses.
-	if s.r.viewLast[l] != 0 || (s.r.ph != rIdle && s.r.trashSeen&(1<<l) == 0) {
+	if x.rules.drop != dropReaderLease && (s.r.viewLast[l] != 0 || (s.r.ph != rIdle && s.r.trashSeen&(1<<l) == 0)) {
 		return false
 	}
 	if s.st.owner == e {
@@ -922,9 +927,8 @@ func (x *explorer) readerList(s *mState) bool {
 	if r.lst.cursor == 0 && r.lstLog == 0 {
 		r.trashSeen = s.st.trash
 	}
-	rec := record(s, r.opened)
 	admitted := func(l uint8) bool {
-		return r.trashSeen&(1<<l) == 0 && admitLogVersion(logName(l), epochA, rec)
+		return r.trashSeen&(1<<l) == 0 && x.admit(s, l, r.opened)
 	}
 	for r.lstLog < mLogs {
 		l := r.lstLog
@@ -1343,6 +1347,44 @@ func TestLogModelFindsOldHoles(t *testing.T) {
 				}
 				t.Logf("%s: %s:\n%s", tc.rules.name, kind, sched)
 			}
+		})
+	}
+}
+
+// TestLogModelNeedsEveryRule leaves out one rule of the protocol at a time
+// (besides those TestLogModelFindsOldHoles changes) and checks that the
+// model then breaks an invariant: each rule carries weight, and the model
+// is sharp enough to notice when one goes.
+func TestLogModelNeedsEveryRule(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		cfg  modelConfig
+		want string
+	}{
+		// B's seal loses slots 2 and 3 to A and wins 5; A stores the
+		// skipped slot 4, acknowledged and after B's last listing.
+		{dropFill, modelConfig{Pre: 1, Writes: 4}, vLostAck},
+		// A's new log appears after B's listing.
+		{dropFirstConfirm, modelConfig{Pre: 1, Writes: 1, NewLog: true}, vLostAck},
+		// A appends into the slot the seal deletion freed.
+		{dropStaleConfirm, modelConfig{Pre: 1, Writes: 2, Trash: true}, vLostAck},
+		// Item 1 again: the reader admits A's log B never listed.
+		{dropAdmission, modelConfig{Pre: 1, Writes: 1, NewLog: true, Reader: 1}, vNotDurable},
+		// B, deposed by C while opening, serves A's new log, which C
+		// (listing before it existed) does not replay.
+		{dropOpenConfirm, modelConfig{Pre: 1, Writes: 1, NewLog: true, Third: true}, vLostOwner},
+		// A reader's listing outlasts the trash, the deletes and A's
+		// append into the freed slot, and serves that append.
+		{dropReaderLease, modelConfig{Pre: 1, Writes: 1, Fold: 2, Reader: 1, Trash: true, PerKey: true}, vNotDurable},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			rules := fixedRules.without(tc.rule)
+			res := exploreModel(tc.cfg, rules, tc.want)
+			sched, ok := res.found[tc.want]
+			if !ok {
+				t.Fatalf("without %q the model found no schedule where %s (%d states)", tc.rule, tc.want, res.states)
+			}
+			t.Logf("%d states in %v; %s:\n%s", res.states, res.elapsed.Round(time.Millisecond), tc.want, sched)
 		})
 	}
 }
