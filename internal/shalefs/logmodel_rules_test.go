@@ -18,6 +18,11 @@ type modelRules struct {
 	// (one a fold of the version does not cover) it seals on from the
 	// highest slot listed + 1 (item 0).
 	resealUntilSealed bool
+	// fillGaps: while a listing shows empty slots between the log's end
+	// and its first valid seal (sealGap), the sealer takes them in order,
+	// whoever sealed it: a sealer that stopped between its stride's seal
+	// and the fill below it left slots the writer may still fill.
+	fillGaps bool
 	// readerConfirms: a refresh ends with a read of the owner record and
 	// installs its view only if that read shows the epoch of the opened
 	// record it used; a refresh that finds a takeover in progress keeps
@@ -38,7 +43,7 @@ type modelRules struct {
 
 // Rules the model can leave out (modelRules.drop).
 const (
-	dropFill         = "the sealer fills the slots below its first seal"
+	dropFill         = "the sealer takes the empty slots below its seal (fill and gap fill)"
 	dropFirstConfirm = "a new log's first segment is confirmed before its ack"
 	dropStaleConfirm = "a segment stored on a confirmation older than AckFresh is confirmed before its ack"
 	dropAdmission    = "log versions of older epochs count only if the last opened record names them"
@@ -55,10 +60,25 @@ func (r modelRules) without(rule string) modelRules {
 
 // fixedRules are the rules as built: the real buildLogVersion (which
 // ignores a seal a fold of the same version covers), the sealer's
-// re-listing (sealVersion), the reader's closing read of the owner record
-// (refresh), sizes that count only cleared segments (syncLocked).
+// re-listing and gap filling (sealVersion, sealGap), the reader's closing
+// read of the owner record (refresh), sizes that count only cleared
+// segments (syncLocked).
 var fixedRules = modelRules{
 	name:              "fixed rules",
+	build:             buildLogVersion,
+	resealUntilSealed: true,
+	fillGaps:          true,
+	readerConfirms:    true,
+	clearedOnly:       true,
+	hintSealShort:     true,
+}
+
+// firstFixRules are the rules of the first fix of issue 22 (main at
+// 06003b5): void seals and re-sealing, but a sealer takes a valid seal for
+// the log's end even when the log does not reach it. The model found two
+// ways to lose an acknowledged write with them (TestLogModelFindsOldHoles).
+var firstFixRules = modelRules{
+	name:              "rules of the first fix of issue 22 (no gap fill)",
 	build:             buildLogVersion,
 	resealUntilSealed: true,
 	readerConfirms:    true,
@@ -97,6 +117,7 @@ var oldReaderRules = modelRules{
 	name:              "rules before issue 22 for readers only",
 	build:             buildLogVersion,
 	resealUntilSealed: true,
+	fillGaps:          true,
 }
 
 // halfReaderRules fixes the reader's refresh but not what the owner
@@ -106,6 +127,7 @@ var halfReaderRules = modelRules{
 	name:              "reader confirmation without the announcement rule",
 	build:             buildLogVersion,
 	resealUntilSealed: true,
+	fillGaps:          true,
 	readerConfirms:    true,
 	hintSealShort:     true,
 }

@@ -42,7 +42,7 @@ import (
 const (
 	mLogs  = 2  // WALs A writes: L0 (open at the start) and L1 (after a switch)
 	mSlots = 16 // slots 1..15 of each log version
-	mFolds = 3  // folds per log version
+	mFolds = 4  // folds per log version
 )
 
 const (
@@ -163,7 +163,7 @@ const (
 const (
 	sStart  uint8 = iota // list it; seal it unless a seal counts already
 	sStride              // seal at slot; on losing it, skip ahead with a doubling stride
-	sFill                // seal each slot after taken and below slot, in order
+	sFill                // seal each slot after taken and below slot, in order, until one is won
 	sList                // list it again
 )
 
@@ -223,6 +223,7 @@ const (
 const (
 	evSealLost        = "a seal lost its slot to A"
 	evVoidReseal      = "the sealer found only void seals and sealed on"
+	evGapFill         = "the sealer filled empty slots below a seal"
 	evFencedBySeal    = "A's put met a seal: fenced"
 	evUnknown         = "A answered outcome unknown"
 	evFoldStored      = "A stored a fold"
@@ -734,6 +735,25 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 		}
 		next()
 	}
+	// decide: what the sealer does after a listing (the loop of
+	// sealVersion; first: the listing before any seal of its own).
+	decide := func(v logVersion, first bool) {
+		from, to, gap := v.sealGap()
+		switch {
+		case !v.sealed && (first || x.rules.resealUntilSealed):
+			if !first {
+				x.event(evVoidReseal)
+				x.say(who, "  no seal that counts (a fold covers each): seals on after slot %d", v.lastSeq)
+			}
+			n.taken, n.slot, n.stride, n.sub = uint8(v.lastSeq), uint8(v.lastSeq)+1, 1, sStride
+		case gap && x.rules.fillGaps && x.rules.drop != dropFill:
+			x.event(evGapFill)
+			x.say(who, "  empty slots %d-%d below the seal: fills them", from, to)
+			n.taken, n.slot, n.sub = uint8(from)-1, uint8(to)+1, sFill
+		default:
+			finish(v)
+		}
+	}
 	switch n.sub {
 	case sStart:
 		if !x.admit(s, l, n.last) {
@@ -750,11 +770,7 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 		v := x.build(n.lst.seen)
 		x.say(who, "lists %s@1: %s -> %s", name, objects(n.lst.seen), describe(v))
 		n.lst = mList{}
-		if v.sealed {
-			finish(v)
-			return
-		}
-		n.taken, n.slot, n.stride, n.sub = uint8(v.lastSeq), uint8(v.lastSeq)+1, 1, sStride
+		decide(v, true)
 	case sStride:
 		if seal(n.slot) {
 			x.say(who, "seals %s@1 at slot %d: won", name, n.slot)
@@ -775,7 +791,7 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 			n.sub = sList
 			return
 		}
-		x.say(who, "fills %s@1 slot %d: taken by A", name, slot)
+		x.say(who, "fills %s@1 slot %d: taken", name, slot)
 		n.taken = slot
 		if n.taken+1 >= n.slot {
 			n.sub = sList
@@ -788,13 +804,7 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 		v := x.build(n.lst.seen)
 		x.say(who, "lists %s@1 again: %s -> %s", name, objects(n.lst.seen), describe(v))
 		n.lst = mList{}
-		if x.rules.resealUntilSealed && !v.sealed {
-			x.event(evVoidReseal)
-			x.say(who, "  no seal that counts (a fold covers it): seals on after slot %d", v.lastSeq)
-			n.taken, n.slot, n.stride, n.sub = uint8(v.lastSeq), uint8(v.lastSeq)+1, 1, sStride
-			return
-		}
-		finish(v)
+		decide(v, false)
 	}
 }
 
@@ -1318,7 +1328,8 @@ func TestLogModel(t *testing.T) {
 // must find both holes (item 0: acknowledged writes lost to a seal in a
 // slot a fold freed; item 1: a reader serving a deposed owner's write that
 // never becomes durable), also with the other item's rules fixed, and
-// print their schedules.
+// print their schedules; and the two it found in the first fix (a gap
+// below a seal).
 func TestLogModelFindsOldHoles(t *testing.T) {
 	item0 := modelConfig{Pre: 1, Writes: 3, Fold: 2}
 	item1 := modelConfig{Pre: 1, Writes: 1, NewLog: true, Reader: 2}
@@ -1335,6 +1346,13 @@ func TestLogModelFindsOldHoles(t *testing.T) {
 		{"item 1", item1, oldRules, []string{vNotDurable, vUnfound}},
 		{"item 1, seals fixed", item1, oldReaderRules, []string{vNotDurable, vUnfound}},
 		{"item 1 through hints", hints, halfReaderRules, []string{vNotDurable}},
+		// The first fix of issue 22: a sealer that stops between its
+		// stride's seal and the fill below leaves empty slots under a
+		// valid seal; A fills one and acknowledges it. Either a second
+		// owner finds the first one's seal, or the fill stops at a void
+		// seal.
+		{"gap below a seal, two successors", modelConfig{Pre: 1, Writes: 3, Third: true}, firstFixRules, []string{vLostAck}},
+		{"gap below a seal, void seal in the fill", modelConfig{Pre: 1, Writes: 6, Fold: 6}, firstFixRules, []string{vLostAck}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := exploreModel(tc.cfg, tc.rules, tc.want...)
