@@ -240,7 +240,9 @@ const (
 
 func wbit(l, slot uint8) uint32 { return 1 << (uint(l)*mSlots + uint(slot)) }
 
-func logName(l uint8) string { return fmt.Sprintf("%06d.log", 10+2*int(l)) }
+var logNames = [mLogs]string{"000010.log", "000012.log"}
+
+func logName(l uint8) string { return logNames[l] }
 
 // writesString names a set of writes: "000010.log:2,3".
 func writesString(w uint32) string {
@@ -274,6 +276,7 @@ type explorer struct {
 	stop   func(found map[string][]uint8) bool
 	halted bool
 	builds map[verKey]logVersion
+	recs   map[[2]uint8]*openedRecord
 	cover  map[string]int
 	trace  func(who, what string) // set while replaying a path for printing
 }
@@ -373,7 +376,16 @@ func (x *explorer) list(s *mState, l uint8, ls *mList) (done bool, key string) {
 
 // admit is admitLogVersion for L_l@1 under the opened record of epoch e.
 func (x *explorer) admit(s *mState, l, e uint8) bool {
-	return x.rules.drop == dropAdmission || admitLogVersion(logName(l), epochA, record(s, e))
+	if x.rules.drop == dropAdmission {
+		return true
+	}
+	k := [2]uint8{e, s.st.opened[e]}
+	rec, ok := x.recs[k]
+	if !ok {
+		rec = record(s, e)
+		x.recs[k] = rec
+	}
+	return admitLogVersion(logName(l), epochA, rec)
 }
 
 // logWrites is the set of writes a log holds and the last slot it reaches.
@@ -636,14 +648,18 @@ func (x *explorer) stepNew(s *mState, who string, e uint8) bool {
 		for l := uint8(0); l < mLogs; l++ {
 			if s.st.logs[l].present() && s.st.trash&(1<<l) == 0 {
 				n.todo |= 1 << l
-				names = append(names, logName(l)+"@1")
+				if x.trace != nil {
+					names = append(names, logName(l)+"@1")
+				}
 			}
 		}
 		n.ph, n.sub = nSeal, sStart
 		if n.todo == 0 {
 			n.ph = nRecord
 		}
-		x.say(who, "lists the trash and the logs: %s", strings.Join(names, ", "))
+		if x.trace != nil {
+			x.say(who, "lists the trash and the logs: %s", strings.Join(names, ", "))
+		}
 	case nSeal:
 		x.sealStep(s, n, who, e)
 	case nRecord:
@@ -653,14 +669,16 @@ func (x *explorer) stepNew(s *mState, who string, e uint8) bool {
 			}
 		}
 		s.st.opened[e] = 0x80 | n.kept
-		var names []string
-		for l := uint8(0); l < mLogs; l++ {
-			if n.kept&(1<<l) != 0 {
-				names = append(names, logName(l)+"@1")
-			}
-		}
 		n.ph = nConfirm
-		x.say(who, "lists the tables; writes _shale/opened/%d naming [%s]", e, strings.Join(names, " "))
+		if x.trace != nil {
+			var names []string
+			for l := uint8(0); l < mLogs; l++ {
+				if n.kept&(1<<l) != 0 {
+					names = append(names, logName(l)+"@1")
+				}
+			}
+			x.say(who, "lists the tables; writes _shale/opened/%d naming [%s]", e, strings.Join(names, " "))
+		}
 	case nConfirm:
 		// Open's last step: a confirmation before serving.
 		if s.st.owner != e && x.rules.drop != dropOpenConfirm {
@@ -677,7 +695,9 @@ func (x *explorer) stepNew(s *mState, who string, e uint8) bool {
 		if e == epochB && x.cfg.Trash && n.kept != 0 {
 			n.ph = nFlush
 		}
-		x.say(who, "reads _shale/owner = %d: opens and serves %s", e, writesString(n.db))
+		if x.trace != nil {
+			x.say(who, "reads _shale/owner = %d: opens and serves %s", e, writesString(n.db))
+		}
 	case nFlush:
 		s.st.tables[e] = n.db
 		s.st.tableSet |= 1 << e
@@ -730,7 +750,9 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 				w, _ := logWrites(v, l)
 				n.kept |= 1 << l
 				n.db |= w
-				x.say(who, "  keeps %s@1 and will replay %s", name, writesString(w))
+				if x.trace != nil {
+					x.say(who, "  keeps %s@1 and will replay %s", name, writesString(w))
+				}
 			}
 		}
 		next()
@@ -768,7 +790,9 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 			return
 		}
 		v := x.build(n.lst.seen)
-		x.say(who, "lists %s@1: %s -> %s", name, objects(n.lst.seen), describe(v))
+		if x.trace != nil {
+			x.say(who, "lists %s@1: %s -> %s", name, objects(n.lst.seen), describe(v))
+		}
 		n.lst = mList{}
 		decide(v, true)
 	case sStride:
@@ -802,7 +826,9 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 			return
 		}
 		v := x.build(n.lst.seen)
-		x.say(who, "lists %s@1 again: %s -> %s", name, objects(n.lst.seen), describe(v))
+		if x.trace != nil {
+			x.say(who, "lists %s@1 again: %s -> %s", name, objects(n.lst.seen), describe(v))
+		}
 		n.lst = mList{}
 		decide(v, false)
 	}
@@ -903,7 +929,7 @@ func (x *explorer) stepReader(s *mState) bool {
 		}
 		r.opened, r.ownerSeen = highest, r.ownerRead
 		if x.rules.readerConfirms && (r.opened == 0 || r.ownerSeen != r.opened) {
-			x.keepView(s, fmt.Sprintf("the last opened record is _shale/opened/%d, the owner %d", highest, r.ownerSeen))
+			x.keepView(s, "the last opened record is _shale/opened/%d, the owner %d", highest, r.ownerSeen)
 			return true
 		}
 		r.ph = rList
@@ -921,7 +947,7 @@ func (x *explorer) stepReader(s *mState) bool {
 				x.say("reader", "closing read: _shale/owner = %d, not %d; lists everything again", owner, r.opened)
 				return true
 			}
-			x.keepView(s, fmt.Sprintf("closing read: _shale/owner = %d, not %d", owner, r.opened))
+			x.keepView(s, "closing read: _shale/owner = %d, not %d", owner, r.opened)
 			return true
 		}
 		x.say("reader", "closing read: _shale/owner = %d", owner)
@@ -971,17 +997,23 @@ func (x *explorer) readerList(s *mState) bool {
 			w, last := logWrites(v, l)
 			r.cand |= w
 			r.candLast[l] = last
-			logs = append(logs, fmt.Sprintf("%s@1 %s -> %s", logName(l), objects(r.seen[l]), describe(v)))
+			if x.trace != nil {
+				logs = append(logs, fmt.Sprintf("%s@1 %s -> %s", logName(l), objects(r.seen[l]), describe(v)))
+			}
 		}
 	}
 	for e := uint8(1); e < 4; e++ {
 		if s.st.tableSet&(1<<e) != 0 {
 			r.cand |= s.st.tables[e]
-			logs = append(logs, fmt.Sprintf("the table of epoch %d", e))
+			if x.trace != nil {
+				logs = append(logs, fmt.Sprintf("the table of epoch %d", e))
+			}
 		}
 	}
 	r.lstLog, r.seen = 0, [mLogs]verKey{}
-	x.say("reader", "lists the store: %s", strings.Join(logs, "; "))
+	if x.trace != nil {
+		x.say("reader", "lists the store: %s", strings.Join(logs, "; "))
+	}
 	if x.rules.readerConfirms {
 		r.ph = rConfirm
 		return true
@@ -992,13 +1024,13 @@ func (x *explorer) readerList(s *mState) bool {
 
 // keepView ends a refresh that found a takeover in progress
 // (ErrTakeoverInProgress): the view stays, the next refresh lists all.
-func (x *explorer) keepView(s *mState, why string) {
+func (x *explorer) keepView(s *mState, format string, args ...any) {
 	r := &s.r
 	r.full = true
 	r.ph = rIdle
 	r.n++
 	x.event(evReaderKeeps)
-	x.say("reader", "%s: a takeover is in progress; keeps its view", why)
+	x.say("reader", format+": a takeover is in progress; keeps its view", args...)
 }
 
 func (x *explorer) install(s *mState) {
@@ -1008,7 +1040,9 @@ func (x *explorer) install(s *mState) {
 	r.full = false
 	r.ph = rIdle
 	r.n++
-	x.say("reader", "installs the view: serves %s", writesString(r.view))
+	if x.trace != nil {
+		x.say("reader", "installs the view: serves %s", writesString(r.view))
+	}
 }
 
 // stepRHint is a refresh driven by A's announcement (refreshHinted): the
@@ -1047,7 +1081,9 @@ func (x *explorer) stepRHint(s *mState) bool {
 	r.viewLast = last
 	r.n++
 	x.event(evHint)
-	x.say("reader", "follows A's announcement: reads %s by key and serves it", writesString(got))
+	if x.trace != nil {
+		x.say("reader", "follows A's announcement: reads %s by key and serves it", writesString(got))
+	}
 	return true
 }
 
@@ -1235,7 +1271,7 @@ type modelResult struct {
 // rules; with stopAt, it stops as soon as it found every kind in it.
 func exploreModel(cfg modelConfig, rules modelRules, stopAt ...string) modelResult {
 	x := &explorer{cfg: cfg, rules: rules, seen: map[[2]uint64]struct{}{}, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
-		found: map[string][]uint8{}, builds: map[verKey]logVersion{}, cover: map[string]int{}}
+		found: map[string][]uint8{}, builds: map[verKey]logVersion{}, recs: map[[2]uint8]*openedRecord{}, cover: map[string]int{}}
 	if len(stopAt) > 0 {
 		x.stop = func(found map[string][]uint8) bool {
 			for _, k := range stopAt {
@@ -1272,18 +1308,18 @@ type modelBound struct {
 func modelBounds() []modelBound {
 	if os.Getenv("SHALE_MODEL_BOUND") == "large" {
 		return []modelBound{
-			{modelConfig{Name: "fold race", Pre: 1, Writes: 5, Fold: 2, Reader: 2, Hints: true},
-				[]string{evVoidReseal, evSealLost, evFencedBySeal, evHint, evReaderKeeps, evReaderRelists}},
-			{modelConfig{Name: "fold race, folds of 3", Pre: 1, Writes: 5, Fold: 3, Reader: 1},
-				[]string{evVoidReseal, evSealLost, evFencedBySeal}},
-			{modelConfig{Name: "fold race, one key per request", Pre: 1, Writes: 4, Fold: 2, Reader: 1, PerKey: true},
-				[]string{evVoidReseal, evSealLost, evFencedBySeal}},
-			{modelConfig{Name: "new log", Pre: 1, Writes: 3, Fold: 2, NewLog: true, Reader: 2, Hints: true},
-				[]string{evUnknown, evReaderKeeps, evHint, evVoidReseal}},
-			{modelConfig{Name: "trash and seal deletion", Pre: 1, Writes: 3, Fold: 2, NewLog: true, Reader: 2, Trash: true},
-				[]string{evSealsDeleted, evFreedSlot, evUnknown, evVoidReseal}},
-			{modelConfig{Name: "third owner", Pre: 1, Writes: 2, Fold: 2, NewLog: true, Reader: 1, Trash: true, Third: true, Crash: true},
-				[]string{evDeposedOpening, evIncompleteTaken, evNotAdmitted, evHeadDeleted, evUnknown}},
+			{modelConfig{Name: "fold race", Pre: 1, Writes: 6, Fold: 2, Reader: 2, Hints: true},
+				[]string{evVoidReseal, evGapFill, evSealLost, evFencedBySeal, evHint, evReaderKeeps, evReaderRelists}},
+			{modelConfig{Name: "fold race, folds of 3", Pre: 1, Writes: 6, Fold: 3, Reader: 2, Hints: true},
+				[]string{evVoidReseal, evGapFill, evSealLost, evFencedBySeal, evHint}},
+			{modelConfig{Name: "fold race, one key per request", Pre: 1, Writes: 5, Fold: 2, Reader: 1, PerKey: true},
+				[]string{evVoidReseal, evGapFill, evSealLost, evFencedBySeal}},
+			{modelConfig{Name: "new log", Pre: 1, Writes: 4, Fold: 2, NewLog: true, Reader: 2, Hints: true},
+				[]string{evUnknown, evReaderKeeps, evReaderRelists, evHint, evVoidReseal}},
+			{modelConfig{Name: "trash and seal deletion", Pre: 1, Writes: 4, Fold: 2, NewLog: true, Reader: 2, Hints: true, Trash: true},
+				[]string{evSealsDeleted, evFreedSlot, evUnknown, evVoidReseal, evHint}},
+			{modelConfig{Name: "third owner", Pre: 1, Writes: 3, Fold: 2, NewLog: true, Reader: 1, Trash: true, Third: true, Crash: true},
+				[]string{evDeposedOpening, evIncompleteTaken, evNotAdmitted, evHeadDeleted, evUnknown, evGapFill, evSealsDeleted}},
 		}
 	}
 	return []modelBound{
@@ -1295,8 +1331,8 @@ func modelBounds() []modelBound {
 			[]string{evUnknown, evReaderKeeps, evReaderRelists, evHint}},
 		{modelConfig{Name: "trash and seal deletion", Pre: 1, Writes: 2, Fold: 2, Reader: 1, Trash: true},
 			[]string{evSealsDeleted, evFreedSlot, evUnknown}},
-		{modelConfig{Name: "third owner", Pre: 1, Writes: 1, NewLog: true, Third: true, Crash: true},
-			[]string{evDeposedOpening, evIncompleteTaken, evNotAdmitted}},
+		{modelConfig{Name: "third owner", Pre: 1, Writes: 3, NewLog: true, Third: true, Crash: true},
+			[]string{evDeposedOpening, evIncompleteTaken, evNotAdmitted, evGapFill}},
 	}
 }
 
