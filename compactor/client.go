@@ -54,7 +54,7 @@ const (
 	ReasonQueue       = "queue_timeout"
 	ReasonTimeout     = "job_timeout"
 	ReasonFailed      = "job_failed"
-	ReasonBadResult   = "bad_result" // outputs missing or not as reported
+	ReasonBadResult   = "bad_result" // the result does not hold up (checkResult, checkOutputs)
 	ReasonFenced      = "fenced"
 	ReasonInput       = "bad_input"
 )
@@ -98,6 +98,7 @@ type pendingJob struct {
 	events  chan *compactorv1.CompactEvent
 	errc    chan error
 	attempt uint32
+	facts   jobFacts // what the result is judged by
 }
 
 const (
@@ -232,18 +233,25 @@ func (c *Client) Start(job rocksshim.CompactionJob) rocksshim.CompactionStatus {
 	if err != nil {
 		return c.fallback(ReasonInput, "", err)
 	}
+	facts, err := parseJobFacts(job.Input, job.Inputs)
+	if err != nil {
+		return c.fallback(ReasonInput, "", err)
+	}
 	var inputBytes uint64
 	for _, f := range files {
 		if n, ok := c.fs.Stat(f); ok {
 			inputBytes += uint64(n)
 		}
 	}
-	level, _, _ := rocksshim.CompactionField(job.Input, "output_level")
-	var outLevel int32
-	fmt.Sscan(level, &outLevel)
+	outLevel := int32(facts.outputLevel)
 	if c.cfg.KeepLocal != nil && c.cfg.KeepLocal(outLevel) {
 		c.jobs.WithLabelValues("kept_local").Inc()
 		return rocksshim.CompactionUseLocal
+	}
+	// What a result will be judged by (checkResult): without it no result
+	// could be installed, so do not ask a worker.
+	if err := knownInputs(files, job.Inputs); err != nil {
+		return c.fallback(ReasonInput, "", err)
 	}
 	id := c.fs.NewJobID()
 	c.mu.Lock()
@@ -252,7 +260,7 @@ func (c *Client) Start(job rocksshim.CompactionJob) rocksshim.CompactionStatus {
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pendingJob{id: id, start: time.Now(), cancel: cancel, events: make(chan *compactorv1.CompactEvent, 16), errc: make(chan error, 1)}
+	p := &pendingJob{id: id, start: time.Now(), cancel: cancel, events: make(chan *compactorv1.CompactEvent, 16), errc: make(chan error, 1), facts: facts}
 	first := make(chan error, 1)
 	go func() {
 		stream, err := c.client.Compact(ctx, &compactorv1.CompactRequest{
@@ -348,16 +356,38 @@ func (c *Client) Wait(job rocksshim.CompactionJob) (rocksshim.CompactionStatus, 
 	}
 }
 
-// done checks a result before RocksDB installs it: RocksDB renames
-// exactly the outputs the result names, and a rename that fails stops its
-// writes, so every one of them must be in the job's directory with the
-// size the worker reported. Only then does the FileSystem accept them.
+// done checks a result before RocksDB installs it. RocksDB installs
+// what the result says as it is: the outputs it names (none is fine by
+// RocksDB), with the boundaries, sequence numbers and ids it claims, and
+// then deletes the inputs; a result it cannot read, a failure status in
+// it, or an output it cannot rename or open stops its writes. So the
+// result must parse as RocksDB parses it, report success, name only this
+// attempt's outputs, each in the store with the size the worker reported
+// and a table's properties, and account for the inputs (checkResult).
+// Only then does the FileSystem accept those outputs; anything else
+// compacts locally.
 func (c *Client) done(p *pendingJob, ev *compactorv1.CompactEvent) (rocksshim.CompactionStatus, []byte) {
 	if err := c.fs.FenceError(); err != nil {
 		return c.fallback(ReasonFenced, p.id, err), nil
 	}
-	names, err := rocksshim.CompactionOutputFiles(ev.Result)
+	res, err := rocksshim.ParseCompactionResult(ev.Result)
 	if err != nil {
+		return c.fallback(ReasonBadResult, p.id, err), nil
+	}
+	if !res.Status.OK() {
+		return c.fallback(ReasonFailed, p.id, fmt.Errorf("the worker's result reports %s", res.Status)), nil
+	}
+	if err := checkOutputPath(res.OutputPath, p.id, ev.Attempt); err != nil {
+		return c.fallback(ReasonBadResult, p.id, err), nil
+	}
+	if res.OutputLevel != p.facts.outputLevel {
+		return c.fallback(ReasonBadResult, p.id, fmt.Errorf("the result is for level %d, the job for level %d", res.OutputLevel, p.facts.outputLevel)), nil
+	}
+	names := make([]string, len(res.Files))
+	for i, f := range res.Files {
+		names[i] = f.Name
+	}
+	if err := checkOutputNames(names); err != nil {
 		return c.fallback(ReasonBadResult, p.id, err), nil
 	}
 	reported := map[string]int64{}
@@ -365,12 +395,19 @@ func (c *Client) done(p *pendingJob, ev *compactorv1.CompactEvent) (rocksshim.Co
 		reported[o.Name] = int64(o.Size)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	stored, err := c.fs.JobOutputs(ctx, p.id, ev.Attempt)
-	cancel()
 	if err != nil {
 		return c.fallback(ReasonBadResult, p.id, fmt.Errorf("list the job's outputs: %w", err)), nil
 	}
 	if err := checkOutputs(names, reported, stored); err != nil {
+		return c.fallback(ReasonBadResult, p.id, err), nil
+	}
+	outs, err := c.outputFacts(ctx, p.id, ev.Attempt, res.Files, reported)
+	if err != nil {
+		return c.fallback(ReasonBadResult, p.id, err), nil
+	}
+	if err := checkResult(p.facts, outs); err != nil {
 		return c.fallback(ReasonBadResult, p.id, err), nil
 	}
 	c.fs.ExpectJobOutputs(p.id, ev.Attempt, reported)
@@ -380,6 +417,48 @@ func (c *Client) done(p *pendingJob, ev *compactorv1.CompactEvent) (rocksshim.Co
 	c.jobs.WithLabelValues("completed").Inc()
 	c.wait.Observe(time.Since(p.start).Seconds())
 	return rocksshim.CompactionSuccess, ev.Result
+}
+
+// outputFacts reads each output's properties from the store (a ranged
+// GET of its tail, a few at a time) next to what the result claims.
+func (c *Client) outputFacts(ctx context.Context, job string, attempt uint32, files []rocksshim.CompactionOutput, sizes map[string]int64) ([]outputFacts, error) {
+	outs := make([]outputFacts, len(files))
+	errs := make([]error, len(files))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, f := range files {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			props, err := c.fs.JobOutputProps(ctx, job, attempt, f.Name, sizes[f.Name])
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			o := outputFacts{name: f.Name, smallest: f.SmallestKey, largest: f.LargestKey, smallestSeqno: f.SmallestSeqno, largestSeqno: f.LargestSeqno, resultID: f.UniqueID, props: props}
+			o.tableID, o.tableIDErr = rocksshim.TableUniqueID(props.DBID, props.SessionID, props.OrigFileNumber)
+			outs[i] = o
+		}()
+	}
+	wg.Wait()
+	return outs, errors.Join(errs...)
+}
+
+// knownInputs: RocksDB described every input table of the job.
+func knownInputs(files []string, inputs []rocksshim.CompactionInput) error {
+	known := map[string]bool{}
+	for _, in := range inputs {
+		if in.Props != nil {
+			known[in.Name] = true
+		}
+	}
+	for _, f := range files {
+		if !known[f] {
+			return fmt.Errorf("RocksDB gave no metadata for input %s (a compaction while the database closes?); a result could not be judged", f)
+		}
+	}
+	return nil
 }
 
 // checkOutputs: the result's outputs, the worker's report and the store

@@ -8,3 +8,9 @@ func SetAfterUpload(cfg *WorkerConfig, fn func(j *compactorv1.Job)) { cfg.afterU
 
 // SetBeforeLease installs a test hook that runs before each Lease call.
 func SetBeforeLease(cfg *WorkerConfig, fn func()) { cfg.beforeLease = fn }
+
+// SetBeforeComplete installs a test hook that may change a worker's report
+// before it is sent.
+func SetBeforeComplete(cfg *WorkerConfig, fn func(j *compactorv1.Job, req *compactorv1.CompleteRequest)) {
+	cfg.beforeComplete = fn
+}

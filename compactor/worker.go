@@ -56,6 +56,9 @@ type WorkerConfig struct {
 	afterUpload func(j *compactorv1.Job)
 	// beforeLease, in tests, runs before each Lease call.
 	beforeLease func()
+	// beforeComplete, in tests, may change a report before it is sent
+	// (a worker that misreports).
+	beforeComplete func(j *compactorv1.Job, req *compactorv1.CompleteRequest)
 }
 
 // Worker runs compaction jobs leased from a scheduler.
@@ -357,8 +360,12 @@ func (w *Worker) run(ctx context.Context, j *compactorv1.Job) {
 		return
 	}
 	read, written := rocksshim.CompactionResultUint(result, "bytes_read"), rocksshim.CompactionResultUint(result, "bytes_written")
+	req := &compactorv1.CompleteRequest{Worker: w.cfg.ID, Job: ref, Result: result, Outputs: outputs, BytesRead: read, BytesWritten: written}
+	if w.cfg.beforeComplete != nil {
+		w.cfg.beforeComplete(j, req)
+	}
 	rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	resp, err := w.client.Complete(rctx, &compactorv1.CompleteRequest{Worker: w.cfg.ID, Job: ref, Result: result, Outputs: outputs, BytesRead: read, BytesWritten: written})
+	resp, err := w.client.Complete(rctx, req)
 	cancel()
 	if err != nil || !resp.Accepted {
 		w.jobs.WithLabelValues("refused").Inc()

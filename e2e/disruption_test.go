@@ -3,11 +3,16 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -119,4 +124,157 @@ func stepStoreOutage(t *testing.T, s *suite) {
 	t.Logf("writes resumed %s after MinIO came back (epoch %d -> %d, %d primary Pods); writer: %s",
 		first.at.Sub(up).Round(time.Millisecond), epoch, after.Status.Epoch, len(prims.Items), w.state())
 	s.verifyLedger(t, addr)
+}
+
+// stepUnstartablePrimary: a database whose primary cannot start (its
+// memory limit is far below what the process needs) must not churn
+// through epochs: the operator backs off (at most 5 epochs in 10 minutes;
+// observed here for 4 minutes, in which the schedule allows at most 4),
+// says why in PrimaryAvailable (OOMKilled) with the phase Degraded, keeps
+// only the last few failed Pods, and starts a primary at once when the
+// spec is fixed.
+func stepUnstartablePrimary(t *testing.T, s *suite) {
+	const name = "unstartable"
+	q := resource.MustParse
+	db := &shalev1.RocksDB{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.namespace},
+		Spec: shalev1.RocksDBSpec{
+			ObjectStoreRef: shalev1.ObjectStoreReference{Name: objectStoreName},
+			ReclaimPolicy:  shalev1.ReclaimDelete,
+			Primary: shalev1.PrimarySpec{
+				CacheSize:      ptrTo(q("256Mi")),
+				BlockCacheSize: ptrTo(q("32Mi")),
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("12Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("12Mi")},
+				},
+			},
+		},
+	}
+	if err := s.kube.Create(ctx(t, time.Minute), db); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var cur *shalev1.RocksDB
+	eventually(t, 4*time.Minute, "the operator to say why no primary runs", func() (bool, string) {
+		cur = s.rocksDB(t, name)
+		c := meta.FindStatusCondition(cur.Status.Conditions, shalev1.ConditionPrimaryAvailable)
+		return c != nil && c.Reason == shalev1.ReasonOOMKilled && cur.Status.Phase == shalev1.PhaseDegraded, describe(cur)
+	})
+	// The backoff schedule: epochs 1 and 2 at once, then 45 s, 90 s, 180 s
+	// after a failure; in the first 4 minutes there is room for 4.
+	time.Sleep(time.Until(start.Add(4 * time.Minute)))
+	cur = s.rocksDB(t, name)
+	if cur.Status.Epoch > 4 {
+		t.Fatalf("a primary that cannot start made %d epochs in 4 minutes: %s", cur.Status.Epoch, describe(cur))
+	}
+	c := meta.FindStatusCondition(cur.Status.Conditions, shalev1.ConditionPrimaryAvailable)
+	if c == nil || c.Reason != shalev1.ReasonOOMKilled {
+		t.Fatalf("PrimaryAvailable after 4 minutes: %+v", c)
+	}
+	var pods corev1.PodList
+	if err := s.kube.List(ctx(t, time.Minute), &pods, client.InNamespace(s.cfg.namespace), client.MatchingLabels{shalev1.LabelRocksDB: name, shalev1.LabelRole: shalev1.RolePrimary}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) > 4 {
+		t.Fatalf("%d primary Pods of a database whose primaries fail: failed ones pile up", len(pods.Items))
+	}
+	t.Logf("after 4 minutes: epoch %d, %d primary Pods, PrimaryAvailable %s: %s", cur.Status.Epoch, len(pods.Items), c.Reason, c.Message)
+
+	// Fixed: a raised limit is tried at once, without waiting out the backoff.
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Primary.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: q("1Gi")}
+	cur.Spec.Primary.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("128Mi")}
+	if err := s.kube.Patch(ctx(t, time.Minute), cur, patch); err != nil {
+		t.Fatal(err)
+	}
+	fixed := time.Now()
+	ready := s.waitReady(t, name, 1, 4*time.Minute)
+	t.Logf("with the limit raised, ready at epoch %d %s later", ready.Status.Epoch, time.Since(fixed).Round(time.Second))
+	s.deleteRocksDB(t, ready, false)
+}
+
+// stepNamespaceDeletion: a namespace holding an ObjectStore, its Secret and
+// a RocksDB with reclaimPolicy Delete is deleted. Everything in it is
+// deleted at once, in no particular order (the ObjectStore and Secret may
+// go before the RocksDB's finalizer runs), and the deletion must finish.
+// What happens to the data is what docs/operator.md says: the reclaim
+// policy is applied if the store can still be reached, otherwise the
+// directory stays with its owner record (saying Delete, for the garbage
+// collector of any ObjectStore at that location).
+func stepNamespaceDeletion(t *testing.T, s *suite) {
+	ns := s.cfg.namespace + "-nsdel"
+	c := ctx(t, 10*time.Minute)
+	if err := s.kube.Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	var sec corev1.Secret
+	if err := s.kube.Get(c, client.ObjectKey{Namespace: s.cfg.namespace, Name: "shale-objectstore"}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	copySec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sec.Name, Namespace: ns}, Data: sec.Data}
+	store := &shalev1.ObjectStore{
+		ObjectMeta: metav1.ObjectMeta{Name: objectStoreName, Namespace: ns},
+		Spec: shalev1.ObjectStoreSpec{
+			Endpoint:    s.objectStoreEndpoint(),
+			Credentials: shalev1.SecretReference{Name: sec.Name},
+			Hot:         shalev1.BucketLocation{Bucket: hotBucket, Prefix: "nsdel"},
+		},
+	}
+	q := resource.MustParse
+	db := &shalev1.RocksDB{
+		ObjectMeta: metav1.ObjectMeta{Name: "doomed", Namespace: ns},
+		Spec: shalev1.RocksDBSpec{
+			ObjectStoreRef: shalev1.ObjectStoreReference{Name: objectStoreName},
+			ReclaimPolicy:  shalev1.ReclaimDelete,
+			Primary: shalev1.PrimarySpec{
+				CacheSize:      ptrTo(q("256Mi")),
+				BlockCacheSize: ptrTo(q("32Mi")),
+				Resources:      corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("128Mi")}},
+			},
+		},
+	}
+	for _, o := range []client.Object{copySec, store, db} {
+		if err := s.kube.Create(c, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Minute, "RocksDB "+ns+"/doomed to be Ready", func() (bool, string) {
+		if err := s.kube.Get(c, client.ObjectKeyFromObject(db), db); err != nil {
+			return false, err.Error()
+		}
+		return isReady(db), describe(db)
+	})
+	path := db.Status.StoragePath
+	mc := s.minio(t)
+	before := len(listKeys(t, mc, path+"/"))
+
+	deleted := time.Now()
+	if err := s.kube.Delete(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Minute, "namespace "+ns+" to be gone", func() (bool, string) {
+		var n corev1.Namespace
+		err := s.kube.Get(c, client.ObjectKey{Name: ns}, &n)
+		if apierrors.IsNotFound(err) {
+			return true, ""
+		}
+		var rdb shalev1.RocksDB
+		state := fmt.Sprint(err)
+		if gerr := s.kube.Get(c, client.ObjectKeyFromObject(db), &rdb); gerr == nil {
+			state = describe(&rdb)
+		}
+		return false, state
+	})
+	after := len(listKeys(t, mc, path+"/"))
+	owner := exists(t, mc, path+".owner.json")
+	if after != 0 && !owner {
+		t.Fatalf("the namespace is gone, and %s/ keeps %d objects with no owner record: nothing will ever collect them", path, after)
+	}
+	t.Logf("namespace %s gone %s after its deletion; %s/: %d objects before, %d after (owner record left: %v)",
+		ns, time.Since(deleted).Round(time.Second), path, before, after, owner)
+	for _, k := range listKeys(t, mc, path+"/") {
+		mc.RemoveObject(context.Background(), hotBucket, k, minio.RemoveObjectOptions{})
+	}
+	mc.RemoveObject(context.Background(), hotBucket, path+".owner.json", minio.RemoveObjectOptions{})
 }

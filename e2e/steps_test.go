@@ -20,6 +20,8 @@ var steps = []step{
 	{name: "compaction", labels: []string{"compaction"}, run: stepCompaction},
 	{name: "tiering", labels: []string{"tiering"}, run: stepTiering},
 	{name: "gc", labels: []string{"gc"}, run: stepGC},
+	{name: "unstartable-primary", labels: []string{"backoff", "operator"}, run: stepUnstartablePrimary},
+	{name: "namespace-deletion", labels: []string{"gc", "namespace-deletion"}, run: stepNamespaceDeletion},
 	// Last: the dashboard's series exist once the steps above produced them.
 	{name: "metrics", labels: []string{"metrics", "chart"}, run: stepMetrics},
 }

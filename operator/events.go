@@ -29,4 +29,8 @@ const (
 	eventWorkersScaled          = "WorkersScaled"
 	eventCompactorPoolProblem   = "CompactorPoolProblem"
 	eventColdTierMissing        = "ColdTierMissing"
+	eventDatabaseNotFound       = "DatabaseNotFound"
+	eventPrimaryFailed          = "PrimaryFailed"
+	eventOwnerRecordStale       = "OwnerRecordStale"
+	eventStorageLeft            = "StorageLeft"
 )

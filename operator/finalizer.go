@@ -33,10 +33,16 @@ const podsGoneRecheck = 2 * time.Second
 //     deletion until it is force deleted);
 //  2. Delete: delete every object under the storage path, then the owner
 //     record. Retain: rewrite the owner record with Retain, so the garbage
-//     collector never deletes the directory;
-//  3. remove the finalizer.
+//     collector never deletes the directory (with the ObjectStore gone,
+//     wait for it unless status says the record says Retain already);
+//  3. remove the RocksDB from its ObjectStore's status.usedBy, and the
+//     finalizer.
 //
-// Every step is repeated until it succeeds; each is safe to repeat.
+// Every step is repeated until it succeeds; each is safe to repeat. In a
+// namespace being deleted the ObjectStore and its Secret go at the same
+// time as the RocksDB, so step 2 is tried once: if it cannot be done, the
+// data is left as it is, with its owner record (leaveData), and the
+// deletion finishes.
 func (r *rocksDBReconciler) reconcileDelete(ctx context.Context, db *shalev1.RocksDB) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(db, shalev1.FinalizerStorage) {
 		return ctrl.Result{}, nil
@@ -74,8 +80,14 @@ func (r *rocksDBReconciler) reconcileDelete(ctx context.Context, db *shalev1.Roc
 
 	if db.Status.StoragePath != "" {
 		if res, err := r.reclaim(ctx, db, policy); err != nil || !res.IsZero() {
-			return res, err
+			if !r.namespaceTerminating(ctx, db.Namespace) {
+				return res, err
+			}
+			r.leaveData(ctx, db, policy, err)
 		}
+	}
+	if err := r.unregisterUse(ctx, db); err != nil {
+		return ctrl.Result{}, err
 	}
 
 	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -159,8 +171,18 @@ func (r *rocksDBReconciler) reclaim(ctx context.Context, db *shalev1.RocksDB, po
 	err := r.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: db.Spec.ObjectStoreRef.Name}, store)
 	if apierrors.IsNotFound(err) {
 		if policy == shalev1.ReclaimRetain {
-			r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageRetained, "kept %s; ObjectStore %s is gone, so no owner record was written", db.Status.StoragePath, db.Spec.ObjectStoreRef.Name)
-			return ctrl.Result{}, nil
+			if db.Status.OwnerRecordPolicy == shalev1.ReclaimRetain || db.Status.Epoch == 0 {
+				r.recorder.Eventf(db, corev1.EventTypeNormal, eventStorageRetained, "kept %s; ObjectStore %s is gone, and its owner record says Retain already", db.Status.StoragePath, db.Spec.ObjectStoreRef.Name)
+				return ctrl.Result{}, nil
+			}
+			// The record may say Delete (written under an earlier
+			// policy): the garbage collector of a later ObjectStore at
+			// this location would delete the retained data. Only the
+			// ObjectStore's credentials can rewrite it.
+			r.recorder.Eventf(db, corev1.EventTypeWarning, eventOwnerRecordStale,
+				"keeping %s, but its owner record %s and ObjectStore %s is gone, so it cannot be rewritten: a later ObjectStore at this location would let the garbage collector delete the data. Create ObjectStore %s again (the deletion then completes), or remove the finalizer %s to leave the record as it is",
+				db.Status.StoragePath, recordSays(db.Status.OwnerRecordPolicy), db.Spec.ObjectStoreRef.Name, db.Spec.ObjectStoreRef.Name, shalev1.FinalizerStorage)
+			return ctrl.Result{RequeueAfter: time.Minute}, nil
 		}
 		r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteRefused,
 			"cannot delete %s: ObjectStore %s does not exist (recreate it, or remove the finalizer %s to leave the data)", db.Status.StoragePath, db.Spec.ObjectStoreRef.Name, shalev1.FinalizerStorage)
@@ -235,4 +257,46 @@ func (r *rocksDBReconciler) reclaimCold(ctx context.Context, db *shalev1.RocksDB
 	}
 	r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", url, err)
 	return ctrl.Result{}, err
+}
+
+// namespaceTerminating reports whether the namespace is being deleted.
+func (r *rocksDBReconciler) namespaceTerminating(ctx context.Context, name string) bool {
+	var ns corev1.Namespace
+	if err := r.apiReader.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	return ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
+}
+
+// leaveData ends the deletion of a RocksDB in a namespace being deleted
+// whose reclaim policy could not be applied (its ObjectStore or Secret
+// gone with the namespace, or the store failing): the directory stays
+// with its owner record, which decides what happens to it next (Delete:
+// the garbage collector of any ObjectStore at that location deletes it
+// after --gc-grace; Retain: nothing ever does). Said in an Event (which a
+// terminating namespace may refuse) and the operator's log.
+func (r *rocksDBReconciler) leaveData(ctx context.Context, db *shalev1.RocksDB, policy shalev1.ReclaimPolicy, cause error) {
+	why := "the ObjectStore is gone or unusable"
+	if cause != nil {
+		why = cause.Error()
+	}
+	next := "the garbage collector of any ObjectStore at that location deletes it after --gc-grace"
+	switch db.Status.OwnerRecordPolicy {
+	case shalev1.ReclaimRetain:
+		next = "it is kept: the garbage collector never deletes it"
+	case "":
+		next = "its owner record, as last written, decides whether the garbage collector of an ObjectStore at that location deletes it"
+	}
+	msg := fmt.Sprintf("namespace %s is being deleted and reclaimPolicy %s could not be applied (%s): left %s (ObjectStore %s) as it is; its owner record %s, so %s",
+		db.Namespace, policy, why, db.Status.StoragePath, db.Spec.ObjectStoreRef.Name, recordSays(db.Status.OwnerRecordPolicy), next)
+	r.recorder.Event(db, corev1.EventTypeWarning, eventStorageLeft, msg)
+	log.FromContext(ctx).Info("deletion in a terminating namespace left the data", "path", db.Status.StoragePath, "policy", policy, "ownerRecord", db.Status.OwnerRecordPolicy, "cause", why)
+}
+
+// recordSays says what an owner record says, as status knows it.
+func recordSays(p shalev1.ReclaimPolicy) string {
+	if p == "" {
+		return "may still say Delete (what it says is not known)"
+	}
+	return "says " + string(p)
 }

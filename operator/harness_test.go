@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,7 @@ func testOptions() Options {
 	o := DefaultOptions()
 	o.ShaleImage = "shale.local/shale:test"
 	o.FailoverGrace = time.Second
+	o.FailoverBackoff, o.FailoverBackoffMax = 200*time.Millisecond, time.Second
 	o.ObjectStoreCheckInterval = 2 * time.Second
 	o.GCInterval = 0 // tests drive the collector themselves
 	o.SecondaryStatusInterval = 500 * time.Millisecond
@@ -64,6 +66,11 @@ type harness struct {
 }
 
 func startOperator(t *testing.T) *harness {
+	t.Helper()
+	return startOperatorWith(t, testOptions())
+}
+
+func startOperatorWith(t *testing.T, opts Options) *harness {
 	t.Helper()
 	env := testenv.Start(t, testenv.WithCRDDirs("../config/crd/bases"), testenv.WithScheme(shalev1.AddToScheme))
 	srv := miniotest.Start(t)
@@ -87,7 +94,7 @@ func startOperator(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g, err := setup(ctx, mgr, testOptions())
+	g, err := setup(ctx, mgr, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +187,13 @@ func (h *harness) create(objs ...client.Object) {
 // store opens the test's MinIO at s3://shale/PREFIX.
 func (h *harness) store(prefix string) objstore.Store {
 	h.t.Helper()
-	st, err := objstore.OpenS3("s3://"+bucket+"/"+prefix, h.minio.S3Config())
+	return h.storeAt(bucket, prefix)
+}
+
+// storeAt opens the test's MinIO at s3://BUCKET/PREFIX.
+func (h *harness) storeAt(bucketName, prefix string) objstore.Store {
+	h.t.Helper()
+	st, err := objstore.OpenS3("s3://"+bucketName+"/"+prefix, h.minio.S3Config())
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -285,9 +298,30 @@ func (h *harness) setPod(ns, name string, phase corev1.PodPhase, ready bool, sin
 	}
 	pod.Status.Phase = phase
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(since)}}
+	if ready {
+		h.primaryOpened(pod)
+	}
 	if err := h.c.Status().Update(h.ctx, pod); err != nil {
 		h.t.Fatalf("updating the status of Pod %s: %v", name, err)
 	}
+}
+
+// primaryOpened plays the primary of a Pod that reports ready: what it
+// left in the store by then, its epoch claim and CURRENT (the operator
+// looks for them before failing over a database that was ready).
+func (h *harness) primaryOpened(pod *corev1.Pod) {
+	h.t.Helper()
+	db := h.db(pod.Namespace, pod.Labels[shalev1.LabelRocksDB])
+	if db.Status.StoragePath == "" {
+		return
+	}
+	st := h.store(db.Status.StoragePath)
+	epoch, err := strconv.ParseUint(pod.Labels[shalev1.LabelEpoch], 10, 64)
+	if err != nil {
+		h.t.Fatalf("Pod %s: epoch label: %v", pod.Name, err)
+	}
+	h.put(st, fmt.Sprintf("_shale/epoch/%020d", epoch), "{}")
+	h.put(st, "CURRENT", "MANIFEST-000001\n")
 }
 
 // primaries lists the primary Pods of a database.

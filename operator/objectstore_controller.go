@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,6 +78,17 @@ func (r *objectStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		cur.Status.ObservedGeneration = cur.Generation
 		cur.Status.LastCheckTime = &now
 		meta.SetStatusCondition(&cur.Status.Conditions, cond)
+		// Entries of RocksDBs the API server no longer has (a finalizer
+		// removed by hand), judged on this very copy: a RocksDB that
+		// registers meanwhile makes the patch conflict and this run again.
+		stale, err := staleUsers(ctx, r.Client, r.apiReader, cur)
+		if err != nil {
+			return err
+		}
+		cur.Status.UsedBy = slices.DeleteFunc(cur.Status.UsedBy, func(u shalev1.StoreUser) bool { return slices.Contains(stale, u.Name) })
+		if len(cur.Status.UsedBy) == 0 {
+			cur.Status.UsedBy = nil
+		}
 		return nil
 	})
 	if err != nil {

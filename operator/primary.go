@@ -1,10 +1,13 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -77,9 +80,12 @@ func (r *rocksDBReconciler) reconcilePrimary(ctx context.Context, db *shalev1.Ro
 		}
 		d = decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable)), now, r.opts.FailoverGrace, r.opts.StartupGrace)
 	}
+	if d.Reason != shalev1.ReasonPrimaryReady {
+		r.pruneFailedPrimaries(ctx, db, epoch)
+	}
 	switch d.Action {
 	case actionFailover:
-		return r.failover(ctx, db, store, d, rep)
+		return r.failover(ctx, db, store, d, pod, rep)
 	case actionWait:
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryNotReady, d.Message)
 		return ctrl.Result{RequeueAfter: d.RecheckAfter}, nil
@@ -87,10 +93,63 @@ func (r *rocksDBReconciler) reconcilePrimary(ctx context.Context, db *shalev1.Ro
 	if d.Reason == shalev1.ReasonPrimaryReady {
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionTrue, shalev1.ReasonPrimaryReady, fmt.Sprintf("primary %s (epoch %d) is ready", pod.Name, epoch))
 		r.deleteStalePrimaries(ctx, db, epoch)
-		return ctrl.Result{}, nil
+		if err := r.recordCreated(ctx, db, store); err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.clearFailures(ctx, db)
+	}
+	if reason, msg, ok := startingCause(pod); ok {
+		// Retrying will not help; said where users look (Ready copies it).
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, reason, fmt.Sprintf("primary %s (epoch %d) cannot start: %s", pod.Name, epoch, msg))
+		return ctrl.Result{RequeueAfter: d.RecheckAfter}, nil
 	}
 	rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, fmt.Sprintf("primary %s (epoch %d) is starting", pod.Name, epoch))
 	return ctrl.Result{RequeueAfter: d.RecheckAfter}, nil
+}
+
+// recordCreated records, the first time a primary is seen ready, where the
+// database is (status.created): its data exists from then on, so later
+// primaries get --existing.
+func (r *rocksDBReconciler) recordCreated(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) error {
+	if db.Status.Created != nil || store == nil {
+		return nil
+	}
+	loc := &shalev1.DatabaseLocation{Time: metav1.NewTime(r.now()), Endpoint: store.Spec.Endpoint, Region: store.Spec.Region, Bucket: store.Spec.Hot.Bucket}
+	return patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		if cur.Status.Created == nil {
+			cur.Status.Created = loc
+		}
+		return nil
+	})
+}
+
+// clearFailures forgets the failures in a row once the current primary
+// has been ready for the longest backoff.
+func (r *rocksDBReconciler) clearFailures(ctx context.Context, db *shalev1.RocksDB) (ctrl.Result, error) {
+	if db.Status.PrimaryFailures == nil {
+		return ctrl.Result{}, nil
+	}
+	// The condition as stored: this reconcile may be the one that makes it
+	// True (then it is looked at again after the full wait).
+	avail := db.Condition(shalev1.ConditionPrimaryAvailable)
+	if avail == nil || avail.Status != metav1.ConditionTrue {
+		return ctrl.Result{RequeueAfter: r.opts.FailoverBackoffMax}, nil
+	}
+	if left := avail.LastTransitionTime.Add(r.opts.FailoverBackoffMax).Sub(r.now()); left > 0 {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	epoch := db.Status.Epoch
+	err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		if cur.Status.Epoch != epoch {
+			return errNoChange
+		}
+		cur.Status.PrimaryFailures = nil
+		return nil
+	})
+	if errors.Is(err, errNoChange) {
+		err = nil
+	}
+	return ctrl.Result{}, err
 }
 
 // primaryPod returns the Pod of an epoch, nil if it does not exist. A Pod
@@ -201,19 +260,47 @@ func (r *rocksDBReconciler) createPrimary(ctx context.Context, db *shalev1.Rocks
 }
 
 // failover replaces the primary of the observed epoch with one of a higher
-// epoch.
-func (r *rocksDBReconciler) failover(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, d failoverDecision, rep *report) (ctrl.Result, error) {
+// epoch: it records the failure of the old one (pod, nil when gone), then
+// starts the new one unless decideRestart says to wait or the database is
+// not where it was created.
+func (r *rocksDBReconciler) failover(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, d failoverDecision, pod *corev1.Pod, rep *report) (ctrl.Result, error) {
 	observed := db.Status.Epoch
 	if store == nil {
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, d.Reason, d.Message)
 		return ctrl.Result{}, &refusal{eventFailoverRefused, fmt.Sprintf("%s, but ObjectStore %s does not exist: cannot start a new primary", d.Message, db.Spec.ObjectStoreRef.Name)}
 	}
+	now := r.now()
+	if countsAsFailure(d.Reason) {
+		if err := r.recordFailure(ctx, db, pod, d, now); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if dec := decideRestart(db.Status.PrimaryFailures, db.Generation, store.IsReachable(), now, r.opts.FailoverBackoff, r.opts.FailoverBackoffMax); !dec.Start {
+		msg := dec.Message
+		if dec.Reason == shalev1.ReasonObjectStoreUnreachable {
+			msg = fmt.Sprintf("%s (primary %s); no new primary starts while ObjectStore %s is not reachable (see its Reachable condition): it could not open the database", d.Message, db.PrimaryPodName(observed), store.Name)
+		}
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, dec.Reason, msg)
+		if dec.NotBefore.IsZero() {
+			// The ObjectStore's status changing wakes this up; look again
+			// now and then all the same.
+			return ctrl.Result{RequeueAfter: unreachableRecheck}, nil
+		}
+		return ctrl.Result{RequeueAfter: dec.NotBefore.Sub(now)}, nil
+	}
 	highest, known := r.storageEpoch(ctx, db, store)
+	if db.Status.Created != nil && known && highest == 0 {
+		// A database that was ready has claims in its directory: none
+		// means the ObjectStore now points elsewhere. A primary there
+		// would refuse (--existing); better not to start one at all.
+		msg := describeLocationChange(db, store)
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonDatabaseNotFound, msg)
+		return ctrl.Result{RequeueAfter: time.Minute}, &refusal{eventDatabaseNotFound, msg}
+	}
 	next, err := nextEpoch(observed, highest, known)
 	if err != nil {
 		return ctrl.Result{}, &refusal{eventEpochExhausted, err.Error()}
 	}
-	now := r.now()
 	oldName := db.PrimaryPodName(observed)
 	failing := metav1.Condition{Type: shalev1.ConditionFailover, Status: metav1.ConditionTrue, Reason: d.Reason,
 		Message: fmt.Sprintf("%s (%s, epoch %d); replacing it with %s, epoch %d", d.Message, oldName, observed, db.PrimaryPodName(next), next)}
@@ -256,6 +343,85 @@ func (r *rocksDBReconciler) failover(ctx context.Context, db *shalev1.RocksDB, s
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
+}
+
+// recordFailure adds the failure of the primary of the current epoch to
+// status.primaryFailures (once per epoch), with its cause, and says so in
+// an Event.
+func (r *rocksDBReconciler) recordFailure(ctx context.Context, db *shalev1.RocksDB, pod *corev1.Pod, d failoverDecision, now time.Time) error {
+	epoch := db.Status.Epoch
+	if pf := db.Status.PrimaryFailures; pf != nil && len(pf.Recent) > 0 && pf.Recent[len(pf.Recent)-1].Epoch >= epoch {
+		return nil // recorded by an earlier reconcile
+	}
+	reason, msg := classifyFailure(pod, d)
+	f := shalev1.PrimaryFailure{Epoch: epoch, Time: metav1.NewTime(now), Reason: reason, Message: msg, Generation: specGeneration(pod, db)}
+	newRow := startsNewRow(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable)).EverReady, reason)
+	added := false
+	err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		if cur.Status.Epoch != epoch {
+			return errNoChange
+		}
+		cur.Status.PrimaryFailures, added = addFailure(cur.Status.PrimaryFailures, f, newRow)
+		return nil
+	})
+	if errors.Is(err, errNoChange) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if added {
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventPrimaryFailed, "primary %s (epoch %d) failed (%d in a row): %s: %s",
+			db.PrimaryPodName(epoch), epoch, db.Status.PrimaryFailures.Count, reason, msg)
+		log.FromContext(ctx).Info("primary failed", "epoch", epoch, "reason", reason, "message", msg, "inARow", db.Status.PrimaryFailures.Count)
+	}
+	return nil
+}
+
+// specGeneration is the RocksDB generation a primary Pod was built from
+// (its annotation; the current one for Pods of older operators).
+func specGeneration(pod *corev1.Pod, db *shalev1.RocksDB) int64 {
+	if pod != nil {
+		if g, err := strconv.ParseInt(pod.Annotations[shalev1.AnnotationSpecGeneration], 10, 64); err == nil {
+			return g
+		}
+	}
+	return db.Generation
+}
+
+// pruneFailedPrimaries deletes the failed primary Pods of older epochs
+// but the newest keepFailedPods (for their logs and termination
+// messages), so that primaries failing again and again do not pile up.
+func (r *rocksDBReconciler) pruneFailedPrimaries(ctx context.Context, db *shalev1.RocksDB, epoch int64) {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels{shalev1.LabelRocksDB: db.Name, shalev1.LabelRole: shalev1.RolePrimary}); err != nil {
+		log.FromContext(ctx).Error(err, "listing failed primaries")
+		return
+	}
+	type failed struct {
+		pod   *corev1.Pod
+		epoch int64
+	}
+	var done []failed
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		e, err := strconv.ParseInt(p.Labels[shalev1.LabelEpoch], 10, 64)
+		if err != nil || e >= epoch || p.DeletionTimestamp != nil || !metav1.IsControlledBy(p, db) ||
+			(p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded) {
+			continue
+		}
+		done = append(done, failed{p, e})
+	}
+	if len(done) <= keepFailedPods {
+		return
+	}
+	slices.SortFunc(done, func(a, b failed) int { return cmp.Compare(b.epoch, a.epoch) })
+	for _, f := range done[keepFailedPods:] {
+		uid := f.pod.UID
+		if err := r.Delete(ctx, f.pod, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			log.FromContext(ctx).Error(err, "deleting a failed primary", "pod", f.pod.Name)
+		}
+	}
 }
 
 // deleteStalePrimaries deletes the Pods of older epochs once the current
@@ -325,11 +491,28 @@ func (r *rocksDBReconciler) writeOwnerRecord(ctx context.Context, db *shalev1.Ro
 	if err != nil {
 		return fmt.Errorf("writing the owner record: %w", err)
 	}
+	if policy != shalev1.ReclaimRetain && db.Status.OwnerRecordPolicy == shalev1.ReclaimRetain {
+		// Never let status say Retain while the record may say Delete.
+		if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+			cur.Status.OwnerRecordPolicy = ""
+			return nil
+		}); err != nil {
+			return fmt.Errorf("writing the owner record: %w", err)
+		}
+	}
 	rec := ownerRecord{Cluster: r.clusterID, Namespace: db.Namespace, Name: db.Name, UID: db.UID, ReclaimPolicy: policy, Updated: r.now().UTC()}
 	if err := putOwnerRecord(ctx, hot, ownerRecordKey(db.Namespace, db.DirName()), rec); err != nil {
 		return fmt.Errorf("writing the owner record: %w", err)
 	}
-	return nil
+	// What the record says, for a deletion that finds the ObjectStore gone
+	// (finalizer.go).
+	if db.Status.OwnerRecordPolicy == policy {
+		return nil
+	}
+	return client.IgnoreNotFound(patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		cur.Status.OwnerRecordPolicy = policy
+		return nil
+	}))
 }
 
 // setCondition sets a condition with the object's generation.

@@ -96,6 +96,12 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 		args = append(args, "--sst-storage-class", c)
 	}
 	args = append(args, planTiering(db, store).args...)
+	if db.Status.Created != nil {
+		// The database was ready once: a location without it is refused
+		// instead of becoming a new, empty database (an ObjectStore
+		// pointed elsewhere must not fork the database).
+		args = append(args, "--existing")
+	}
 
 	name := db.PrimaryPodName(epoch)
 	return &corev1.Pod{
@@ -103,6 +109,9 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 			Name:      name,
 			Namespace: db.Namespace,
 			Labels:    db.PrimaryLabels(epoch),
+			Annotations: map[string]string{
+				shalev1.AnnotationSpecGeneration: strconv.FormatInt(db.Generation, 10),
+			},
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,

@@ -212,6 +212,13 @@ func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if store != nil {
+		// Before anything of the database exists in the store: from here
+		// on the ObjectStore's location cannot be edited (usage.go).
+		if err := r.registerUse(ctx, db, store); err != nil {
+			return ctrl.Result{}, fmt.Errorf("recording the use of ObjectStore %s: %w", store.Name, err)
+		}
+	}
 	if store != nil && db.Status.StoragePath == "" {
 		path := db.StoragePathUnder(store.Spec.Hot.Prefix)
 		if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
@@ -352,6 +359,11 @@ func phaseOf(st *shalev1.RocksDBStatus) shalev1.RocksDBPhase {
 		return shalev1.PhasePending
 	case available != nil && available.Status == metav1.ConditionTrue:
 		return shalev1.PhaseReady
+	case isFailureReason(available):
+		// No primary can run as things are (failures in a row, the
+		// store unreachable, the database not found, an image that
+		// cannot be pulled): whatever failover started, none is running.
+		return shalev1.PhaseDegraded
 	case meta.IsStatusConditionTrue(st.Conditions, shalev1.ConditionFailover):
 		return shalev1.PhaseFailingOver
 	case available != nil && available.Reason == shalev1.ReasonPrimaryNotReady:

@@ -27,6 +27,11 @@ type Options struct {
 	// StartupGrace is how long a new primary may take to become ready
 	// before it is replaced.
 	StartupGrace time.Duration
+	// FailoverBackoff is the wait before the primary after a second
+	// failure in a row, doubled at each further one up to
+	// FailoverBackoffMax; a primary that stays ready for
+	// FailoverBackoffMax clears the count.
+	FailoverBackoff, FailoverBackoffMax time.Duration
 	// ObjectStoreCheckInterval is how often each ObjectStore is checked.
 	ObjectStoreCheckInterval time.Duration
 	// GCInterval is the time between garbage-collection passes; 0 turns
@@ -53,6 +58,8 @@ func DefaultOptions() Options {
 	return Options{
 		FailoverGrace:            5 * time.Second,
 		StartupGrace:             10 * time.Minute,
+		FailoverBackoff:          45 * time.Second,
+		FailoverBackoffMax:       5 * time.Minute,
 		ObjectStoreCheckInterval: 5 * time.Minute,
 		GCInterval:               time.Hour,
 		GCGrace:                  24 * time.Hour,
@@ -69,6 +76,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("--failover-grace must be positive")
 	case o.StartupGrace <= 0:
 		return fmt.Errorf("--startup-grace must be positive")
+	case o.FailoverBackoff <= 0 || o.FailoverBackoffMax < o.FailoverBackoff:
+		return fmt.Errorf("--failover-backoff must be positive and at most --failover-backoff-max")
 	case o.ObjectStoreCheckInterval <= 0:
 		return fmt.Errorf("--objectstore-check-interval must be positive")
 	case o.GCInterval < 0:

@@ -80,4 +80,14 @@ const (
 	ReasonTieringOff            = "TieringOff"
 	ReasonNoColdTier            = "ObjectStoreHasNoColdTier"
 	ReasonColdTierMissing       = "ColdTierMissing"
+
+	// Why primaries fail (PrimaryAvailable while no new primary is started,
+	// and status.primaryFailures).
+	ReasonOOMKilled              = "OOMKilled"
+	ReasonImagePullFailed        = "ImagePullFailed"
+	ReasonBadCredentials         = "BadCredentials"
+	ReasonDatabaseNotFound       = "DatabaseNotFound"
+	ReasonColdTierRefused        = "ColdTierRefused"
+	ReasonPrimaryCrashed         = "PrimaryCrashed"
+	ReasonObjectStoreUnreachable = "ObjectStoreUnreachable"
 )

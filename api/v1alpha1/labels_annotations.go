@@ -42,6 +42,11 @@ const (
 	// neither its restarts nor the API server's defaulting roll the Pods.
 	AnnotationSpecHash = "shale.rocks/spec-hash"
 
+	// AnnotationSpecGeneration, on a primary Pod, is the RocksDB generation
+	// it was built from: a failure of a Pod built from an older spec does
+	// not hold back a primary with the new one.
+	AnnotationSpecGeneration = "shale.rocks/spec-generation"
+
 	// FinalizerStorage holds a RocksDB until its reclaim policy has been
 	// applied to its storage directory.
 	FinalizerStorage = "shale.rocks/storage"

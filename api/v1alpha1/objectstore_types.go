@@ -9,13 +9,15 @@ import (
 type ObjectStoreSpec struct {
 	// Endpoint is the URL of the S3 API. Its scheme chooses transport
 	// security: http:// talks plain HTTP (no TLS, for a MinIO inside the
-	// cluster), https:// uses TLS verified against the system roots.
+	// cluster), https:// uses TLS verified against the system roots. It
+	// cannot change while RocksDBs keep data in the store (status.usedBy).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#@ ]+/?$')",message="endpoint must be http://HOST[:PORT] (plain HTTP, no TLS) or https://HOST[:PORT] (TLS), with no path, user or query: the bucket goes in hot.bucket"
 	Endpoint string `json:"endpoint"`
 
-	// Region requests are signed for; empty means us-east-1.
+	// Region requests are signed for; empty means us-east-1. It cannot
+	// change while RocksDBs keep data in the store (status.usedBy).
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[a-z0-9-]*$`
@@ -35,7 +37,9 @@ type ObjectStoreSpec struct {
 
 	// Cold is the optional second tier (HDD-class storage) that tiered SST
 	// placement moves cold files to: a RocksDB with spec.tiering keeps its
-	// cold tables in COLD.PREFIX/NAMESPACE/NAME-UID (docs/tiering.md).
+	// cold tables in COLD.PREFIX/NAMESPACE/NAME-UID (docs/tiering.md). It
+	// can be added at any time, and cannot change or go while a RocksDB
+	// keeps tables in it (status.usedBy with coldTier).
 	// +optional
 	Cold *ColdTier `json:"cold,omitempty"`
 
@@ -116,6 +120,31 @@ type ObjectStoreStatus struct {
 	// LastCheckTime is when the store was last checked.
 	// +optional
 	LastCheckTime *metav1.Time `json:"lastCheckTime,omitempty"`
+
+	// UsedBy lists the RocksDBs (of this namespace) that keep data in the
+	// store. The operator adds a RocksDB before its first primary (and
+	// marks coldTier before its first cold table can exist), and removes
+	// it once its deletion is done. While the list is not empty, endpoint
+	// and region cannot change, nor the cold tier once a RocksDB uses it:
+	// a primary pointed elsewhere would not find its database.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=4096
+	UsedBy []StoreUser `json:"usedBy,omitempty"`
+}
+
+// StoreUser is a RocksDB that keeps data in an ObjectStore.
+type StoreUser struct {
+	// Name of the RocksDB.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// ColdTier: the RocksDB keeps tables in the cold tier too
+	// (status.coldStoragePath is set).
+	// +optional
+	ColdTier bool `json:"coldTier,omitempty"`
 }
 
 // ObjectStore is an S3-compatible store that databases live in.
@@ -127,6 +156,8 @@ type ObjectStoreStatus struct {
 // +kubebuilder:printcolumn:name="Bucket",type=string,JSONPath=`.spec.hot.bucket`
 // +kubebuilder:printcolumn:name="Reachable",type=string,JSONPath=`.status.conditions[?(@.type=="Reachable")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.usedBy) || size(oldSelf.status.usedBy) == 0 || (self.spec.endpoint == oldSelf.spec.endpoint && has(self.spec.region) == has(oldSelf.spec.region) && (!has(self.spec.region) || self.spec.region == oldSelf.spec.region))",message="endpoint and region cannot change while RocksDBs keep data in this ObjectStore (status.usedBy): their next primaries would not find their databases; to move the data, create another ObjectStore"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.usedBy) || !oldSelf.status.usedBy.exists(u, has(u.coldTier) && u.coldTier) || !has(oldSelf.spec.cold) || (has(self.spec.cold) && self.spec.cold == oldSelf.spec.cold)",message="cold cannot change while RocksDBs keep tables in the cold tier (status.usedBy with coldTier): their next primaries would not find them"
 type ObjectStore struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

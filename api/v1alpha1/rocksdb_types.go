@@ -374,6 +374,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.storagePath) || (has(self.storagePath) && self.storagePath == oldSelf.storagePath)",message="status.storagePath is immutable once set: the database lives there"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.coldStoragePath) || (has(self.coldStoragePath) && self.coldStoragePath == oldSelf.coldStoragePath)",message="status.coldStoragePath is immutable once set: the database's cold tables live there"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.epoch) || (has(self.epoch) && self.epoch >= oldSelf.epoch)",message="status.epoch never decreases: the store refuses an owner whose epoch is not above every epoch taken"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.created) || (has(self.created) && self.created == oldSelf.created)",message="status.created is immutable once set: it says where the database was created"
 type RocksDBStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
 	// +optional
@@ -447,6 +448,73 @@ type RocksDBStatus struct {
 	// +listType=map
 	// +listMapKey=tier
 	Tiers []TierStatus `json:"tiers,omitempty"`
+
+	// Created says where the database was when a primary was first seen
+	// ready (set once). From then on its data exists: every primary is
+	// started with --existing, so one pointed at a location without the
+	// database refuses to start an empty one, and the operator says what
+	// changed since.
+	// +optional
+	Created *DatabaseLocation `json:"created,omitempty"`
+
+	// OwnerRecordPolicy is the reclaim policy the owner record in the store
+	// says, as the operator last wrote it (empty: not known). A deletion
+	// with Retain waits until the record says Retain, so that a later
+	// garbage collection at the same location cannot delete the data.
+	// +optional
+	OwnerRecordPolicy ReclaimPolicy `json:"ownerRecordPolicy,omitempty"`
+
+	// PrimaryFailures are the primaries that failed since one last stayed
+	// ready; a new primary after the first failure waits out an
+	// exponential backoff.
+	// +optional
+	PrimaryFailures *PrimaryFailures `json:"primaryFailures,omitempty"`
+}
+
+// DatabaseLocation is where a database's data was found.
+type DatabaseLocation struct {
+	// Time a primary was first seen ready.
+	Time metav1.Time `json:"time"`
+	// Endpoint, Region and Bucket of the ObjectStore then (the prefix is
+	// in status.storagePath).
+	Endpoint string `json:"endpoint"`
+	// +optional
+	Region string `json:"region,omitempty"`
+	Bucket string `json:"bucket"`
+}
+
+// PrimaryFailures counts the primaries that failed in a row.
+type PrimaryFailures struct {
+	// Count of primaries that failed since one last stayed ready (for the
+	// operator's longest backoff).
+	// +kubebuilder:validation:Minimum=0
+	Count int32 `json:"count"`
+
+	// Recent are the last few failures, oldest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=5
+	Recent []PrimaryFailure `json:"recent,omitempty"`
+}
+
+// PrimaryFailure is one primary that failed.
+type PrimaryFailure struct {
+	// Epoch of the primary (its Pod is NAME-primary-EPOCH).
+	Epoch int64 `json:"epoch"`
+	// Time the operator found it failed.
+	Time metav1.Time `json:"time"`
+	// Reason: OOMKilled, ImagePullFailed, BadCredentials,
+	// DatabaseNotFound, ColdTierRefused, PrimaryCrashed, PrimaryExited,
+	// PrimaryNotReady or PrimaryStartTimeout.
+	Reason string `json:"reason"`
+	// Message says more (the end of the primary's error, the memory
+	// limit, ...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// Generation of the RocksDB's spec the primary ran with: a changed
+	// spec is tried at once, without waiting out the backoff.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // TierStatus is what one storage tier holds of a database.

@@ -145,6 +145,76 @@ func TestValidation(t *testing.T) {
 		}
 	})
 
+	// While a RocksDB keeps data in the store (status.usedBy, kept by the
+	// operator), the fields that say where the data is cannot change: a
+	// primary pointed elsewhere would not find its database. The cold tier
+	// only once a RocksDB uses it.
+	t.Run("ObjectStoreInUse", func(t *testing.T) {
+		o := &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Name: "in-use", Namespace: "default"}, Spec: *store.Spec.DeepCopy()}
+		o.Spec.Region = "us-east-1"
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		setUsers := func(users ...shalev1.StoreUser) {
+			t.Helper()
+			cur := &shalev1.ObjectStore{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(o), cur); err != nil {
+				t.Fatal(err)
+			}
+			cur.Status.UsedBy = users
+			if err := c.Status().Update(ctx, cur); err != nil {
+				t.Fatalf("status.usedBy %v: %v", users, err)
+			}
+		}
+		update := func(mutate func(*shalev1.ObjectStoreSpec)) error {
+			cur := &shalev1.ObjectStore{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(o), cur); err != nil {
+				t.Fatal(err)
+			}
+			mutate(&cur.Spec)
+			return c.Update(ctx, cur)
+		}
+		cold := shalev1.ColdTier{Endpoint: "http://cold:9000", BucketLocation: shalev1.BucketLocation{Bucket: "cold", Prefix: "dbs"}}
+		setUsers(shalev1.StoreUser{Name: "orders"})
+		for _, tc := range []struct {
+			name   string
+			mutate func(*shalev1.ObjectStoreSpec)
+		}{
+			{"endpoint", func(s *shalev1.ObjectStoreSpec) { s.Endpoint = "http://elsewhere:9000" }},
+			{"region", func(s *shalev1.ObjectStoreSpec) { s.Region = "eu-west-1" }},
+			{"region-removed", func(s *shalev1.ObjectStoreSpec) { s.Region = "" }},
+		} {
+			wantInvalid(t, "in use: "+tc.name, update(tc.mutate), "endpoint and region cannot change while RocksDBs keep data in this ObjectStore")
+		}
+		// Credentials and storage classes may change; a cold tier may be
+		// added, and changed while no RocksDB uses it.
+		if err := update(func(s *shalev1.ObjectStoreSpec) {
+			s.Credentials.Name, s.StorageClasses.SST, s.Cold = "rotated", "STANDARD_IA", cold.DeepCopy()
+		}); err != nil {
+			t.Errorf("in use: credentials, storage class, a new cold tier: %v", err)
+		}
+		if err := update(func(s *shalev1.ObjectStoreSpec) { s.Cold.Bucket = "colder" }); err != nil {
+			t.Errorf("in use, cold tier unused: changing it: %v", err)
+		}
+		setUsers(shalev1.StoreUser{Name: "orders"}, shalev1.StoreUser{Name: "events", ColdTier: true})
+		for _, tc := range []struct {
+			name   string
+			mutate func(*shalev1.ObjectStoreSpec)
+		}{
+			{"cold-bucket", func(s *shalev1.ObjectStoreSpec) { s.Cold.Bucket = "coldest" }},
+			{"cold-prefix", func(s *shalev1.ObjectStoreSpec) { s.Cold.Prefix = "" }},
+			{"cold-endpoint", func(s *shalev1.ObjectStoreSpec) { s.Cold.Endpoint = "" }},
+			{"cold-removed", func(s *shalev1.ObjectStoreSpec) { s.Cold = nil }},
+		} {
+			wantInvalid(t, "cold tier in use: "+tc.name, update(tc.mutate), "cold cannot change while RocksDBs keep tables in the cold tier")
+		}
+		// No user left: everything but hot may change again.
+		setUsers()
+		if err := update(func(s *shalev1.ObjectStoreSpec) { s.Endpoint, s.Region, s.Cold = "http://elsewhere:9000", "", nil }); err != nil {
+			t.Errorf("not in use: moving it: %v", err)
+		}
+	})
+
 	t.Run("RocksDBCreate", func(t *testing.T) {
 		q := resource.MustParse
 		d := func(s string) *metav1.Duration {
@@ -295,6 +365,17 @@ func TestValidation(t *testing.T) {
 		if err := c.Status().Update(ctx, higher); err != nil {
 			t.Errorf("raising the epoch: %v", err)
 		}
+		// Where the database was created is recorded once.
+		created := higher.DeepCopy()
+		created.Status.Created = &shalev1.DatabaseLocation{Time: metav1.Now(), Endpoint: "http://minio:9000", Bucket: "shale"}
+		if err := c.Status().Update(ctx, created); err != nil {
+			t.Fatalf("status.created: %v", err)
+		}
+		moved = created.DeepCopy()
+		moved.Status.Created.Endpoint = "http://elsewhere:9000"
+		wantInvalid(t, "created", c.Status().Update(ctx, moved), "status.created is immutable once set")
+		moved.Status.Created = nil
+		wantInvalid(t, "created removed", c.Status().Update(ctx, moved), "status.created is immutable once set")
 	})
 
 	t.Run("CompactorPool", func(t *testing.T) {

@@ -55,6 +55,8 @@ func run() int {
 	fs.StringVar(&opts.ShaleImage, "shale-image", defaultImage, "image of primaries, secondaries and compactor pools that name none")
 	fs.DurationVar(&opts.FailoverGrace, "failover-grace", opts.FailoverGrace, "replace a primary that was ready once it has been not ready this long (a deleted, failed or vanished primary is replaced at once)")
 	fs.DurationVar(&opts.StartupGrace, "startup-grace", opts.StartupGrace, "replace a new primary that has not become ready in this long (must exceed the longest takeover: lease wait plus log replay)")
+	fs.DurationVar(&opts.FailoverBackoff, "failover-backoff", opts.FailoverBackoff, "wait this long before the primary after a second failure in a row, twice as long after each further one (a changed spec is tried at once)")
+	fs.DurationVar(&opts.FailoverBackoffMax, "failover-backoff-max", opts.FailoverBackoffMax, "longest wait between failing primaries; a primary ready this long clears the count")
 	fs.DurationVar(&opts.ObjectStoreCheckInterval, "objectstore-check-interval", opts.ObjectStoreCheckInterval, "how often each ObjectStore is checked (one LIST, two PUTs and a DELETE)")
 	fs.DurationVar(&opts.GCInterval, "gc-interval", opts.GCInterval, "time between garbage-collection passes over each ObjectStore (0: no garbage collection)")
 	fs.DurationVar(&opts.GCGrace, "gc-grace", opts.GCGrace, "delete an orphaned database directory only when nothing in it changed for this long")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
@@ -53,7 +55,10 @@ data, each chunk visible and durable at once.
 
 A malformed line stops the load with its line number; the pairs before it
 are loaded (durably with --sync). Loading the same pairs again is harmless,
-so fix the line and run the load again. --timeout does not bound a load.
+so fix the line and run the load again. If the server fails or loses
+ownership of the database mid-load, the pairs it had applied may or may not
+stay: the load reports "outcome unknown" with how many it applied; read
+them back or run the load again. --timeout does not bound a load.
 A progress bar goes to stderr when it is a terminal, otherwise a line every
 --progress-interval.`,
 		Example: `  shale kv load pairs.tsv
@@ -125,6 +130,10 @@ type loadSummary struct {
 	Durable     bool    `json:"durable"`
 	Sequence    uint64  `json:"sequence"`
 	Complete    bool    `json:"complete"` // false when a bad line or an error stopped it
+	// OutcomeUnknown: the load failed after pairs were sent, and they may
+	// or may not be in the database (Pairs were applied, not durably, by a
+	// server that then failed or was deposed).
+	OutcomeUnknown bool `json:"outcomeUnknown,omitempty"`
 }
 
 func (s *loadSummary) print(w io.Writer) {
@@ -133,8 +142,13 @@ func (s *loadSummary) print(w io.Writer) {
 		state = "stopped after loading"
 	}
 	dur := "not durable yet (--sync=false)"
-	if s.Durable {
+	switch {
+	case s.Durable:
 		dur = "durable"
+	case s.OutcomeUnknown:
+		dur = "outcome unknown"
+	case !s.Complete:
+		dur = "not durable"
 	}
 	files := ""
 	if s.Mode == "sst" {
@@ -153,6 +167,16 @@ type loader struct {
 	stderr io.Writer
 
 	pairs, bytes atomic.Uint64 // applied (sst: ingested), for the progress line
+
+	failed *streamFailure // a Load stream that failed
+}
+
+// streamFailure is what is known of a Load stream that failed: how much the
+// server applied (its trailer), and how many pairs were sent.
+type streamFailure struct {
+	sent     uint64 // pairs sent
+	known    bool   // the server's trailer said how much it applied
+	messages uint64 // messages applied (when known)
 }
 
 // sentMessage remembers the input lines of a message, to name the line of
@@ -196,14 +220,44 @@ func (l *loader) run() (*loadSummary, error) {
 	}
 	if err != nil {
 		sum.Complete = false
+		f := l.failed
+		if f != nil && f.known && f.messages > 0 && status.Code(err) == codes.Unavailable && ctx.Err() == nil {
+			// Applied, then the server failed or was deposed: the pairs
+			// may or may not stay.
+			sum.OutcomeUnknown = true
+			return sum, fmt.Errorf("kv load: outcome unknown; %d %s applied (%d pairs), not durably: the server stopped the load: %s",
+				f.messages, map[bool]string{true: "message", false: "messages"}[f.messages == 1], sum.Pairs, status.Convert(err).Message())
+		}
 		if ctx.Err() != nil {
 			err = errors.New("kv load: interrupted")
 		} else if _, ok := status.FromError(err); ok {
 			err = l.kc.describe(err)
 		}
+		if f != nil && !f.known && f.sent > 0 {
+			// The stream broke without the server saying how far it got.
+			sum.OutcomeUnknown = true
+			return sum, fmt.Errorf("%w; outcome unknown: an unknown number of the %d pairs sent were applied (read them back, or run the load again: loading the same pairs again is harmless)", err, f.sent)
+		}
 		return sum, fmt.Errorf("%w; %d pairs were loaded before it%s", err, sum.Pairs, map[bool]string{true: " (durably)", false: ""}[sum.Durable])
 	}
 	return sum, nil
+}
+
+// appliedOf reads how much of a failed load the server applied from its
+// trailer (kvload.TrailerApplied*).
+func appliedOf(md metadata.MD) (messages, pairs, bytes uint64, ok bool) {
+	get := func(key string) (uint64, bool) {
+		v := md.Get(key)
+		if len(v) != 1 {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(v[0], 10, 64)
+		return n, err == nil
+	}
+	messages, ok1 := get(kvload.TrailerAppliedMessages)
+	pairs, ok2 := get(kvload.TrailerAppliedPairs)
+	bytes, ok3 := get(kvload.TrailerAppliedBytes)
+	return messages, pairs, bytes, ok1 && ok2 && ok3
 }
 
 // loadStream sends the pairs with the Load RPC. It returns the input's
@@ -256,6 +310,13 @@ func (l *loader) loadStream(ctx context.Context, kv kvv1.KVClient, sum *loadSumm
 	send()
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
+		f := &streamFailure{sent: npairs}
+		if m, p, b, ok := appliedOf(stream.Trailer()); ok {
+			f.known, f.messages = true, m
+			sum.Pairs, sum.Bytes = p, b
+			l.pairs.Store(p)
+		}
+		l.failed = f
 		return lineErr, l.pairLine(err, sent)
 	}
 	sum.Pairs, sum.Bytes, sum.Sequence, sum.Durable = resp.Pairs, resp.Bytes, resp.Sequence, l.cfg.sync

@@ -10,9 +10,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/internal/miniotest"
+	"github.com/shale-rocks/shale/internal/shalefs"
+	"github.com/shale-rocks/shale/primary"
 )
 
 // scanAll reads every pair of the database.
@@ -142,7 +150,8 @@ func TestKVLoadErrors(t *testing.T) {
 	}
 	long := strings.Repeat("k", 17)
 	code, _, errOut = shale("kv", "load", "--addr", p.addr, "--batch-size", "1", in("long.tsv", "e\t5\nf\t6\n"+long+"\t7\ng\t8\n"))
-	if code != 1 || !strings.Contains(errOut, "line 3: pair 3 of the load: key") || !strings.Contains(errOut, "over the 16-byte limit") {
+	if code != 1 || !strings.Contains(errOut, "line 3: pair 3 of the load: key") || !strings.Contains(errOut, "over the 16-byte limit") ||
+		!strings.Contains(errOut, "; 2 pairs were loaded before it") {
 		t.Errorf("key over the server's limit: exit %d, %s", code, errOut)
 	}
 	got := scanAll(t, p.addr)
@@ -190,4 +199,62 @@ func shaleStdin(stdin string, args ...string) (code int, stdout, stderr string) 
 	var o, e strings.Builder
 	code = runWithStdin(args, strings.NewReader(stdin), &o, &e)
 	return code, o.String(), e.String()
+}
+
+// A streamed load whose primary is deposed mid-load (issue 22, item 4):
+// the pairs applied before the fence may or may not be in the database, and
+// the user is told so, with how much was applied, never "fenced" (which
+// would say nothing was).
+func TestKVLoadDeposedMidLoad(t *testing.T) {
+	db := "file://" + filepath.Join(t.TempDir(), "db")
+	startOwner := func(epoch uint64) *primary.Server {
+		s, err := primary.Start(primary.Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
+			Storage: shalefs.Config{Epoch: epoch, Lease: 100 * time.Millisecond, CacheDir: filepath.Join(t.TempDir(), "cache")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Stop(time.Second) })
+		return s
+	}
+	a := startOwner(1) // in-process: it keeps answering after the fence
+	kv := kvv1.NewKVClient(dial(t, a.Addr()))
+	get := func(key string) error {
+		_, err := kv.Get(context.Background(), &kvv1.GetRequest{Key: []byte(key)})
+		return err
+	}
+
+	in, feed := io.Pipe()
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		var o, e strings.Builder
+		code := runWithStdin([]string{"kv", "load", "--addr", a.Addr(), "--batch-size", "1", "-"}, in, &o, &e)
+		done <- result{code, o.String(), e.String()}
+	}()
+	fmt.Fprint(feed, "a\t1\nb\t2\nc\t3\n") // three messages of one pair
+	for deadline := time.Now().Add(waitDeadline); get("c") != nil; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first pairs of the load were not applied: %v", get("c"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	startOwner(2) // epoch 2 takes over
+	for deadline := time.Now().Add(waitDeadline); status.Code(get("a")) != codes.FailedPrecondition; {
+		if time.Now().After(deadline) {
+			t.Fatal("the deposed primary did not learn of epoch 2")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Fprint(feed, "d\t4\n")
+	feed.Close()
+	r := <-done
+	if r.code != 1 || !strings.Contains(r.stderr, "outcome unknown; 3 messages applied (3 pairs)") {
+		t.Fatalf("kv load deposed mid-load: exit %d, stderr %q; want outcome unknown; 3 messages applied (3 pairs)", r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr, "FailedPrecondition") {
+		t.Errorf("kv load deposed after pairs were applied says fenced: %s", r.stderr)
+	}
 }

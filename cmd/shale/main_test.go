@@ -530,6 +530,19 @@ func TestUnusableDB(t *testing.T) {
 			t.Errorf("primary --db %s changed the filesystem:\n%s\n%s", tc.db, before, after)
 		}
 	}
+
+	// --existing (the operator's, once a database was ready) on a location
+	// that does not hold the database: refused before anything is written.
+	moved := filepath.Join(root, "moved")
+	os.Mkdir(moved, 0o755)
+	before := tree(root)
+	code, _, errOut := shale("primary", "--db", "file://"+moved, "--existing", "--cache-dir", filepath.Join(root, "new-cache"), "--listen", "127.0.0.1:0", "--metrics-listen", "")
+	if code != 1 || !strings.Contains(errOut, "no database at the location: file://"+moved+" holds no database") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("primary --existing on an empty location: exit %d, stderr %q; want exit 1 and one line saying no database is there", code, errOut)
+	}
+	if after := tree(root); after != before {
+		t.Errorf("primary --existing on an empty location changed the filesystem:\n%s\n%s", before, after)
+	}
 }
 
 func tree(root string) string {

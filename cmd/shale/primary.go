@@ -72,6 +72,7 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	fs.Var(newSize(&cfg.Limits.MaxBatchBytes, cfg.Limits.MaxBatchBytes), "max-batch-size", "largest total of keys and values in one Write batch")
 	fs.StringVar(&st.CacheDir, "cache-dir", "", "local cache and staging `directory` (default: one per --db under the user cache dir)")
 	fs.Var(newSize(&st.CacheBytes, 8<<30), "cache-size", "SST bytes kept in --cache-dir; tables that do not fit are read from the store (0: unbounded)")
+	fs.BoolVar(&st.Existing, "existing", false, "the database exists (a primary opened it before): refuse a location that does not hold it, before claiming anything, instead of creating a new, empty database there")
 	fs.Var(uintValue{&st.Epoch}, "epoch", "fencing epoch to own the database with; must exceed every epoch in storage (0: the next one, deposing the current owner)")
 	fs.Var(newDuration(&st.Lease, 5*time.Second), "lease", "read lease: serve reads only while ownership was confirmed this recently; a new owner waits this long")
 	fs.Var(newDuration(&st.IdleConfirmEvery, 30*time.Second), "idle-confirm-interval", "how often a primary serving no reads confirms its ownership (one GET); a deposed idle primary exits within this long")

@@ -245,7 +245,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.bbto = grocksdb.NewDefaultBlockBasedTableOptions()
 	d.cache = grocksdb.NewLRUCache(o.BlockCacheBytes)
 	d.bbto.SetBlockCache(d.cache)
-	d.bbto.SetFilterPolicy(grocksdb.NewBloomFilter(10))
+	// Through the shim: grocksdb's filter serializes without its bits,
+	// and remote compactions rebuild the table factory from that string.
+	rocksshim.SetBloomFilter(d.bbto, 10)
 	d.bbto.SetCacheIndexAndFilterBlocks(true)
 	d.bbto.SetPinL0FilterAndIndexBlocksInCache(true)
 	d.bbto.SetFormatVersion(5)

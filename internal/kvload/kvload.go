@@ -16,6 +16,15 @@ import (
 	"io"
 )
 
+// Trailer keys of a Load that failed after it started: how much of it the
+// server had applied (decimal counts). Applied messages went to the
+// memtable, not durably; after a failure they may or may not stay.
+const (
+	TrailerAppliedMessages = "shale-load-applied-messages"
+	TrailerAppliedPairs    = "shale-load-applied-pairs"
+	TrailerAppliedBytes    = "shale-load-applied-bytes"
+)
+
 // Format of the input.
 type Format int
 

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
@@ -30,22 +32,23 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 	}
 	ctx := stream.Context()
 	var (
-		applyErr              error
-		appliedPairs, applied uint64 // written by the applier until done closes
+		applyErr error
+		applied  loadApplied // written by the applier until applierDone closes
 	)
 	jobs := make(chan *loadBatch, 1)
 	free := make(chan *loadBatch, 2)
-	failed, done := make(chan struct{}), make(chan struct{})
+	failed, applierDone := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(applierDone)
 		for j := range jobs {
 			if applyErr == nil {
 				if err := s.db.WriteBatch(&j.b, false); err != nil {
 					applyErr = err
 					close(failed)
 				} else {
-					appliedPairs += j.pairs
-					applied += j.bytes
+					applied.messages++
+					applied.pairs += j.pairs
+					applied.bytes += j.bytes
 				}
 			}
 			select {
@@ -54,7 +57,9 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 			}
 		}
 	}()
-	stop := func() { close(jobs); <-done }
+	stop := func() { close(jobs); <-applierDone }
+	// end ends a load that failed after it started (the applier stopped).
+	end := func(err error) error { return endLoad(stream, err, applied) }
 
 	var received uint64 // pairs received, for error messages
 	sync := false
@@ -65,7 +70,7 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 		}
 		if err != nil {
 			stop()
-			return err
+			return end(err)
 		}
 		sync = sync || req.Sync
 		var j *loadBatch
@@ -101,21 +106,21 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 		}
 		if errors.Is(bad, kvload.ErrPacked) {
 			stop()
-			return status.Errorf(codes.InvalidArgument, "load message after pair %d: %v; the %d pairs before its message were loaded", received, bad, appliedPairs)
+			return end(status.Errorf(codes.InvalidArgument, "load message after pair %d: %v; the %d pairs before its message were loaded", received, bad, applied.pairs))
 		}
 		if bad != nil {
 			stop()
-			return status.Errorf(codes.InvalidArgument, "pair %d of the load: %s; the %d pairs before its message were loaded",
-				received, status.Convert(bad).Message(), appliedPairs)
+			return end(status.Errorf(codes.InvalidArgument, "pair %d of the load: %s; the %d pairs before its message were loaded",
+				received, status.Convert(bad).Message(), applied.pairs))
 		}
 		if j.bytes > uint64(s.limits.MaxBatchBytes) {
 			stop()
-			return invalid("load message ending at pair %d is %d bytes of keys and values, over the %d-byte batch limit (send smaller messages, or raise --max-batch-size); the %d pairs before it were loaded",
-				received, j.bytes, s.limits.MaxBatchBytes, appliedPairs)
+			return end(invalid("load message ending at pair %d is %d bytes of keys and values, over the %d-byte batch limit (send smaller messages, or raise --max-batch-size); the %d pairs before it were loaded",
+				received, j.bytes, s.limits.MaxBatchBytes, applied.pairs))
 		}
 		if err := s.canWrite(); err != nil {
 			stop()
-			return err
+			return end(err) // fenced: "not applied" only if nothing was
 		}
 		select {
 		case jobs <- j:
@@ -126,21 +131,48 @@ func (s *Server) Load(stream kvv1.KV_LoadServer) error {
 	}
 	stop()
 	if applyErr != nil {
-		return loadError(s.writeError(ctx, applyErr), appliedPairs)
+		return end(s.writeError(ctx, applyErr))
 	}
 	if sync {
 		if err := s.db.SyncWAL(); err != nil {
-			return loadError(s.writeError(ctx, err), appliedPairs)
+			return end(s.writeError(ctx, err))
 		}
 		s.durable(true)
 	}
-	return stream.SendAndClose(&kvv1.LoadResponse{Pairs: appliedPairs, Bytes: applied, Sequence: s.db.LatestSequence()})
+	return stream.SendAndClose(&kvv1.LoadResponse{Pairs: applied.pairs, Bytes: applied.bytes, Sequence: s.db.LatestSequence()})
 }
 
-// loadError adds how much of a load was applied to a write error.
-func loadError(err error, pairs uint64) error {
+// loadApplied is how much of a load was applied: messages written to
+// RocksDB (sync=false, so to the memtable), their pairs and bytes.
+type loadApplied struct{ messages, pairs, bytes uint64 }
+
+func (a loadApplied) String() string {
+	return fmt.Sprintf("%d %s of this load (%d pairs) had been applied, not durably: they may or may not be in the database (read them back from the current primary, or load again: loading the same pairs again is harmless)",
+		a.messages, map[bool]string{true: "message", false: "messages"}[a.messages == 1], a.pairs)
+}
+
+// endLoad ends a load that failed after it started. The trailer says how
+// much of it was applied (kvload.TrailerApplied*), and so does the message.
+// FAILED_PRECONDITION ("fenced") promises that nothing was applied, ever:
+// once a message was, a fence ends the load UNAVAILABLE, outcome unknown.
+// The applied messages are in the deposed owner's memtable, and another
+// client's synced write may have carried them to the store before the new
+// owner sealed the WAL, or not.
+func endLoad(stream kvv1.KV_LoadServer, err error, a loadApplied) error {
+	stream.SetTrailer(metadata.Pairs(
+		kvload.TrailerAppliedMessages, strconv.FormatUint(a.messages, 10),
+		kvload.TrailerAppliedPairs, strconv.FormatUint(a.pairs, 10),
+		kvload.TrailerAppliedBytes, strconv.FormatUint(a.bytes, 10)))
 	st := status.Convert(err)
-	return status.Errorf(st.Code(), "%s (load: %d pairs were applied before this; loading the same pairs again is harmless)", st.Message(), pairs)
+	switch {
+	case st.Code() == codes.InvalidArgument:
+		return err // its message says how many pairs were loaded
+	case a.messages > 0 && st.Code() == codes.FailedPrecondition:
+		return status.Errorf(codes.Unavailable, "load outcome unknown: %s; %s", st.Message(), a)
+	case a.messages > 0:
+		return status.Errorf(st.Code(), "%s; %s", st.Message(), a)
+	}
+	return err
 }
 
 // Ingest implements KV: the file is staged on the local disk, then

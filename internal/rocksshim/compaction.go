@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"regexp"
 	"runtime"
 	"runtime/cgo"
@@ -44,6 +45,33 @@ type CompactionJob struct {
 	// from them).
 	Input        []byte
 	TableOptions string
+	// Start only: the input tables as the database knows them, to judge
+	// the result by; empty if RocksDB did not announce the compaction (it
+	// does not while shutting down).
+	Inputs []CompactionInput
+}
+
+// CompactionInput is one input table of a compaction.
+type CompactionInput struct {
+	Name  string // "000012.sst"
+	Level int
+	// The file's boundaries (user keys; a range deletion's extent
+	// included) and sequence numbers, from the database's live files.
+	Smallest, Largest           []byte
+	SmallestSeqno, LargestSeqno uint64
+	// From its table properties; nil if RocksDB had none.
+	Props *TableCounts
+}
+
+// TableCounts are the counts a table's properties record. In RocksDB
+// 7.8.3 Entries and Deletions include range deletions.
+type TableCounts struct {
+	Entries, Deletions, RangeDeletions, MergeOperands uint64
+	// FilterEntries is the number of keys in the table's filter; with
+	// FilterWholeKeys it is the number of distinct user keys among the
+	// table's point entries (full filter of whole keys, no prefixes).
+	FilterEntries   uint64
+	FilterWholeKeys bool
 }
 
 // CompactionService is a primary's remote compaction: Start submits a
@@ -85,6 +113,16 @@ func (a *CompactionAttachment) Close() {
 	}
 }
 
+// SetBloomFilter gives a table factory a bloom filter of bitsPerKey,
+// instead of grocksdb.NewBloomFilter: that one (RocksDB's C API) is a
+// wrapper whose option string is only "bloomfilter", which a compaction
+// worker cannot rebuild a filter from, so remote compactions wrote tables
+// without filters. Filters of either kind read each other's tables.
+func SetBloomFilter(bbto *grocksdb.BlockBasedTableOptions, bitsPerKey float64) {
+	C.shale_block_based_set_bloom(bbtoHandle(bbto), C.double(bitsPerKey))
+	runtime.KeepAlive(bbto)
+}
+
 // TableOptions returns the table factory's options as a RocksDB option
 // string.
 func TableOptions(opts *grocksdb.Options) (string, error) {
@@ -110,9 +148,26 @@ func attachmentOf(h C.uintptr_t) *CompactionAttachment {
 }
 
 //export shaleCompactionStart
-func shaleCompactionStart(h C.uintptr_t, session *C.char, slen C.int, id C.uint64_t, input *C.char, n C.size_t) C.int {
+func shaleCompactionStart(h C.uintptr_t, session *C.char, slen C.int, id C.uint64_t, input *C.char, n C.size_t, inputs *C.shale_compaction_input_t, ninputs C.int) C.int {
 	a := attachmentOf(h)
 	job := CompactionJob{Session: C.GoStringN(session, slen), ID: uint64(id), Input: C.GoBytes(unsafe.Pointer(input), C.int(n)), TableOptions: a.tableOptions}
+	if ninputs > 0 {
+		for _, in := range unsafe.Slice(inputs, int(ninputs)) {
+			ci := CompactionInput{
+				Name: C.GoString(in.name), Level: int(in.level),
+				Smallest:      C.GoBytes(unsafe.Pointer(in.smallest), C.int(in.smallest_len)),
+				Largest:       C.GoBytes(unsafe.Pointer(in.largest), C.int(in.largest_len)),
+				SmallestSeqno: uint64(in.smallest_seqno), LargestSeqno: uint64(in.largest_seqno),
+			}
+			if in.has_props != 0 {
+				ci.Props = &TableCounts{
+					Entries: uint64(in.entries), Deletions: uint64(in.deletions), RangeDeletions: uint64(in.range_deletions),
+					MergeOperands: uint64(in.merge_operands), FilterEntries: uint64(in.filter_entries), FilterWholeKeys: in.filter_whole_keys != 0,
+				}
+			}
+			job.Inputs = append(job.Inputs, ci)
+		}
+	}
 	return C.int(a.svc.Start(job))
 }
 
@@ -283,4 +338,131 @@ func CompactionOutputPath(result []byte) (string, bool, error) {
 	}
 	p, err := decodeString(v)
 	return p, err == nil, err
+}
+
+// CompactionResult is a serialized CompactionServiceResult as RocksDB
+// reads it.
+type CompactionResult struct {
+	Status           ResultStatus
+	OutputPath       string
+	OutputLevel      int
+	NumOutputRecords uint64
+	Files            []CompactionOutput
+}
+
+// CompactionOutput is one output table a result names, with the metadata
+// RocksDB installs for it as is (it does not read the table for these).
+type CompactionOutput struct {
+	Name string
+	// Internal keys: user key, then 8 bytes of sequence number and type.
+	SmallestKey, LargestKey     []byte
+	SmallestSeqno, LargestSeqno uint64
+	// RocksDB's internal form; {0, 0} means none (RocksDB then does not
+	// verify the table's id when it opens it).
+	UniqueID [2]uint64
+}
+
+// ResultStatus is the status a worker's RocksDB reported with a result.
+type ResultStatus struct {
+	Code, Subcode, Severity int
+	Message                 string
+}
+
+// OK reports whether the remote compaction succeeded.
+func (s ResultStatus) OK() bool { return s.Code == 0 }
+
+// rocksdb::Status::Code names (include/rocksdb/status.h).
+var statusCodes = []string{"OK", "NotFound", "Corruption", "Not implemented", "Invalid argument", "IO error",
+	"Merge in progress", "Result incomplete", "Shutdown in progress", "Operation timed out", "Operation aborted",
+	"Resource busy", "Operation expired", "Operation failed. Try again.", "Compaction too large", "Column family dropped"}
+
+func (s ResultStatus) String() string {
+	name := fmt.Sprintf("status code %d", s.Code)
+	if s.Code >= 0 && s.Code < len(statusCodes) {
+		name = statusCodes[s.Code]
+	}
+	if s.Message == "" {
+		return name
+	}
+	return name + ": " + s.Message
+}
+
+// ParseCompactionResult reads a serialized CompactionServiceResult with
+// RocksDB's own parser and its 7.8.3 field table (compaction.cc): what
+// parses here, RocksDB reads, and the values are the ones it installs.
+func ParseCompactionResult(data []byte) (*CompactionResult, error) {
+	if len(data) == 0 {
+		return nil, errors.New("empty compaction result")
+	}
+	var out C.shale_compaction_result_t
+	var cerr *C.char
+	if C.shale_compaction_result_parse((*C.char)(unsafe.Pointer(&data[0])), C.size_t(len(data)), &out, &cerr) != 0 {
+		return nil, fmt.Errorf("compaction result: %s", takeString(cerr))
+	}
+	defer C.shale_compaction_result_free(&out)
+	r := &CompactionResult{
+		Status:     ResultStatus{Code: int(out.code), Subcode: int(out.subcode), Severity: int(out.severity), Message: C.GoString(out.message)},
+		OutputPath: C.GoString(out.output_path), OutputLevel: int(out.output_level), NumOutputRecords: uint64(out.num_output_records),
+	}
+	for _, f := range unsafe.Slice(out.files, int(out.nfiles)) {
+		r.Files = append(r.Files, CompactionOutput{
+			Name:          C.GoStringN(f.name, C.int(f.name_len)),
+			SmallestKey:   C.GoBytes(unsafe.Pointer(f.smallest), C.int(f.smallest_len)),
+			LargestKey:    C.GoBytes(unsafe.Pointer(f.largest), C.int(f.largest_len)),
+			SmallestSeqno: uint64(f.smallest_seqno), LargestSeqno: uint64(f.largest_seqno),
+			UniqueID: [2]uint64{uint64(f.unique_id[0]), uint64(f.unique_id[1])},
+		})
+	}
+	return r, nil
+}
+
+// TableUniqueID is the unique id (RocksDB's external form) of a table
+// whose properties hold these creating db id, session id and original
+// file number (rocksdb.creating.db.identity, ...session.identity,
+// rocksdb.original.file.number), computed by RocksDB.
+func TableUniqueID(dbID, session string, fileNumber uint64) ([2]uint64, error) {
+	if dbID == "" || session == "" {
+		return [2]uint64{}, errors.New("the table's properties name no creating db or session")
+	}
+	cid, cs := C.CString(dbID), C.CString(session)
+	defer C.free(unsafe.Pointer(cid))
+	defer C.free(unsafe.Pointer(cs))
+	var out [2]C.uint64_t
+	var cerr *C.char
+	if C.shale_table_unique_id(cid, C.size_t(len(dbID)), cs, C.size_t(len(session)), C.uint64_t(fileNumber), &out[0], &cerr) != 0 {
+		return [2]uint64{}, fmt.Errorf("table unique id: %s", takeString(cerr))
+	}
+	return [2]uint64{uint64(out[0]), uint64(out[1])}, nil
+}
+
+// ExternalUniqueID turns a unique id in RocksDB's internal form (as a
+// MANIFEST and a compaction result hold it) into the external form
+// TableUniqueID returns. RocksDB 7.8.3 exports only the latter; this is
+// its InternalUniqueIdToExternal (table/unique_id.cc), a bijection built
+// on BijectiveHash2x64 (util/hash.cc). TestRemoteCompactionInProcess
+// checks it against real results.
+func ExternalUniqueID(internal [2]uint64) [2]uint64 {
+	const hiOffsetForZero, loOffsetForZero = 17391078804906429400, 6417269962128484497
+	hi, lo := bijectiveHash2x64(internal[1]+hiOffsetForZero, internal[0]+loOffsetForZero)
+	return [2]uint64{lo, hi}
+}
+
+// bijectiveHash2x64 with seed 0: XXH3's 9-to-16-byte 128-bit hash.
+func bijectiveHash2x64(inHigh, inLow uint64) (outHigh, outLow uint64) {
+	const bitflipl, bitfliph = 0x59973f0033362349, 0xc202797692d63d58
+	hi, lo := bits.Mul64(inLow^inHigh^bitflipl, 0x9E3779B185EBCA87)
+	lo += 0x3c0000000000000 // (len - 1) << 54
+	inHigh ^= bitfliph
+	hi += inHigh + uint64(uint32(inHigh))*0x85EBCA76
+	lo ^= bits.ReverseBytes64(hi)
+	h2, l2 := bits.Mul64(lo, 0xC2B2AE3D27D4EB4F)
+	hi = h2 + hi*0xC2B2AE3D27D4EB4F
+	return xxh3Avalanche(hi), xxh3Avalanche(l2)
+}
+
+func xxh3Avalanche(h uint64) uint64 {
+	h ^= h >> 37
+	h *= 0x165667919E3779F9
+	h ^= h >> 32
+	return h
 }

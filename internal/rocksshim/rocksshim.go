@@ -30,6 +30,17 @@ func init() {
 	}
 }
 
+func init() {
+	t := reflect.TypeOf(grocksdb.BlockBasedTableOptions{})
+	if t.NumField() == 0 || t.Field(0).Name != "c" || t.Field(0).Type.Kind() != reflect.Pointer || t.Field(0).Offset != 0 {
+		panic(fmt.Sprintf("rocksshim: grocksdb.BlockBasedTableOptions no longer starts with its C handle (first field %v); update rocksshim.bbtoHandle", t.Field(0)))
+	}
+}
+
+func bbtoHandle(o *grocksdb.BlockBasedTableOptions) *C.rocksdb_block_based_table_options_t {
+	return *(**C.rocksdb_block_based_table_options_t)(unsafe.Pointer(o))
+}
+
 func optionsHandle(o *grocksdb.Options) *C.rocksdb_options_t {
 	return *(**C.rocksdb_options_t)(unsafe.Pointer(o))
 }

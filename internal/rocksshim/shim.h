@@ -53,14 +53,71 @@ void shale_fs_destroy(shale_fs_t* fs);
 void shale_fs_evict(shale_fs_t* fs, const char* name, int n);
 
 // ---- Remote compaction (compaction.cc) ---------------------------------------
+// One input table of a compaction, as StartV2 hands it to Go: its file
+// boundaries (user keys) and sequence numbers from the live files'
+// metadata, and counts from its table properties when has_props.
+typedef struct {
+  char* name;  // "000012.sst"
+  int level;
+  char* smallest;
+  size_t smallest_len;
+  char* largest;
+  size_t largest_len;
+  uint64_t smallest_seqno;
+  uint64_t largest_seqno;
+  int has_props;
+  uint64_t entries;          // every entry, range deletions included
+  uint64_t deletions;        // point and range deletions
+  uint64_t range_deletions;
+  uint64_t merge_operands;
+  uint64_t filter_entries;   // keys in the filter
+  int filter_whole_keys;     // the filter holds each distinct user key once
+} shale_compaction_input_t;
 // Installs a CompactionService that hands each compaction to the Go object
-// behind `handle` (see compaction.go).
+// behind `handle` (see compaction.go), and the event listener that tells
+// it about each compaction's inputs.
 void shale_compaction_service_attach(rocksdb_options_t* opts, uintptr_t handle);
+// Sets a bloom filter of bits_per_key made by RocksDB's C++ API: unlike
+// the C API's (a wrapper whose id lacks the bits), it serializes as
+// "bloomfilter:<bits>:false", which a compaction worker can rebuild.
+void shale_block_based_set_bloom(rocksdb_block_based_table_options_t* o, double bits_per_key);
 // The table factory's options as a RocksDB option string (malloc'd).
 char* shale_table_options(rocksdb_options_t* opts, char** err);
 // The top-level field `key` of a serialized CompactionServiceInput or
 // CompactionServiceResult (malloc'd), or NULL if absent or on error.
 char* shale_compaction_field(const char* data, size_t n, const char* key, char** err);
+// One output of a parsed CompactionServiceResult (strings malloc'd).
+typedef struct {
+  char* name;
+  size_t name_len;
+  char* smallest;  // internal keys
+  size_t smallest_len;
+  char* largest;
+  size_t largest_len;
+  uint64_t smallest_seqno;
+  uint64_t largest_seqno;
+  uint64_t unique_id[2];
+} shale_result_file_t;
+typedef struct {
+  int code;  // rocksdb::Status::Code of the remote compaction
+  int subcode;
+  int severity;
+  char* message;
+  char* output_path;
+  int output_level;
+  uint64_t num_output_records;
+  int nfiles;
+  shale_result_file_t* files;
+} shale_compaction_result_t;
+// Parses a serialized CompactionServiceResult the way RocksDB 7.8.3 reads
+// it: 0 and *out (free with shale_compaction_result_free), or 1 and *err.
+int shale_compaction_result_parse(const char* data, size_t n, shale_compaction_result_t* out,
+                                  char** err);
+void shale_compaction_result_free(shale_compaction_result_t* r);
+// The unique id (RocksDB's external form, two little-endian words) of a
+// table whose properties hold these db id, session id and file number.
+int shale_table_unique_id(const char* db_id, size_t db_id_len, const char* session, size_t session_len,
+                          uint64_t file_number, uint64_t out[2], char** err);
 typedef struct shale_cancel_t shale_cancel_t;
 shale_cancel_t* shale_cancel_new(void);
 void shale_cancel_set(shale_cancel_t* c);
@@ -83,6 +140,14 @@ typedef struct {
 // the first entry that is not in *out; -1 on error (*err malloc'd).
 int shale_sst_check_sizes(const char* path, size_t max_key, size_t max_value,
                           shale_sst_violation_t* out, char** err);
+typedef struct {
+  uint64_t entries, deletions, range_deletions, filter_entries, orig_file_number;
+  char* db_id;  // malloc'd strings
+  char* db_session_id;
+  char* filter_policy;
+} shale_sst_props_t;
+// The table properties of the SST file at path: 0, or -1 and *err.
+int shale_sst_properties(const char* path, shale_sst_props_t* out, char** err);
 // ---- Fast paths (db.cc) ----------------------------------------------------
 // The fast paths turn RocksDB's perf context off on the calling thread.
 // Get's results besides the length, 0 on entry. Addresses as integers: a

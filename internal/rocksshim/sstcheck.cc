@@ -1,5 +1,6 @@
 // Reads an external SST file before it is ingested, so that the server's
-// key and value limits hold for every write path, not only for Put/Write.
+// key and value limits hold for every write path, not only for Put/Write;
+// and a local SST file's table properties.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -45,5 +46,25 @@ int shale_sst_check_sizes(const char* path, size_t max_key, size_t max_value,
     return -1;
   }
   out->index = n;  // the number of entries read
+  return 0;
+}
+
+int shale_sst_properties(const char* path, shale_sst_props_t* out, char** err) {
+  Options opts;
+  SstFileReader reader(opts);
+  Status s = reader.Open(path);
+  if (!s.ok()) {
+    *err = strdup(s.ToString().c_str());
+    return -1;
+  }
+  auto p = reader.GetTableProperties();
+  out->entries = p->num_entries;
+  out->deletions = p->num_deletions;
+  out->range_deletions = p->num_range_deletions;
+  out->filter_entries = p->num_filter_entries;
+  out->orig_file_number = p->orig_file_number;
+  out->db_id = strdup(p->db_id.c_str());
+  out->db_session_id = strdup(p->db_session_id.c_str());
+  out->filter_policy = strdup(p->filter_policy_name.c_str());
   return 0;
 }

@@ -43,3 +43,29 @@ func CheckSSTSizes(path string, maxKey, maxValue int) (*SSTEntryTooLarge, uint64
 		return nil, 0, cError(cerr)
 	}
 }
+
+// SSTProps are some table properties of a local SST file.
+type SSTProps struct {
+	TableCounts
+	FilterPolicy    string
+	DBID, SessionID string
+	OrigFileNumber  uint64
+}
+
+// SSTProperties reads the table properties of the SST file at path.
+func SSTProperties(path string) (SSTProps, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var p C.shale_sst_props_t
+	var cerr *C.char
+	if C.shale_sst_properties(cpath, &p, &cerr) != 0 {
+		return SSTProps{}, cError(cerr)
+	}
+	defer C.free(unsafe.Pointer(p.db_id))
+	defer C.free(unsafe.Pointer(p.db_session_id))
+	defer C.free(unsafe.Pointer(p.filter_policy))
+	return SSTProps{
+		TableCounts:  TableCounts{Entries: uint64(p.entries), Deletions: uint64(p.deletions), RangeDeletions: uint64(p.range_deletions), FilterEntries: uint64(p.filter_entries)},
+		FilterPolicy: C.GoString(p.filter_policy), DBID: C.GoString(p.db_id), SessionID: C.GoString(p.db_session_id), OrigFileNumber: uint64(p.orig_file_number),
+	}, nil
+}

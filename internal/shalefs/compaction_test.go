@@ -3,12 +3,18 @@ package shalefs
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/linxGnu/grocksdb"
+
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/rocksshim"
 )
 
 func TestJobNames(t *testing.T) {
@@ -179,4 +185,86 @@ func TestSweepCompactions(t *testing.T) {
 			t.Errorf("%s was left", j)
 		}
 	}
+}
+
+// writeSST writes a table of n puts, dels deletions and one range deletion
+// to path, with Shale's table format.
+func writeSST(t *testing.T, path string, n, dels int) {
+	t.Helper()
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	bbto := grocksdb.NewDefaultBlockBasedTableOptions()
+	defer bbto.Destroy()
+	rocksshim.SetBloomFilter(bbto, 10)
+	bbto.SetFormatVersion(5)
+	opts.SetBlockBasedTableFactory(bbto)
+	opts.SetCompression(grocksdb.LZ4Compression)
+	env := grocksdb.NewDefaultEnvOptions()
+	defer env.Destroy()
+	w := grocksdb.NewSSTFileWriter(env, opts)
+	defer w.Destroy()
+	if err := w.Open(path); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n+dels; i++ {
+		k := []byte(fmt.Sprintf("key%06d", i))
+		var err error
+		if i < n {
+			err = w.Put(k, bytes.Repeat([]byte("v"), 100))
+		} else {
+			err = w.Delete(k)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.DeleteRange([]byte("x"), []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJobOutputProps: a primary reads a compaction output's properties
+// from the store (one ranged GET of its tail) as RocksDB reads them, and
+// refuses an object that is not a whole table.
+func TestJobOutputProps(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := openFS(t, store, 3, filepath.Join(t.TempDir(), "cache"))
+		job := f.NewJobID()
+		path := filepath.Join(t.TempDir(), "000012.sst")
+		writeSST(t, path, 3000, 200)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		putObject(t, store, JobOutputKey(job, 1, "000012.sst"), string(data))
+		got, err := f.JobOutputProps(context.Background(), job, 1, "000012.sst", int64(len(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := rocksshim.SSTProperties(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Entries != 3201 || got.Deletions != 201 || got.RangeDeletions != 1 || got.Entries != want.Entries || got.Deletions != want.Deletions ||
+			got.DBID != want.DBID || got.SessionID != want.SessionID || got.SessionID == "" || got.OrigFileNumber != want.OrigFileNumber {
+			t.Fatalf("from the store %+v, RocksDB reads %+v", got, want)
+		}
+		for name, bad := range map[string]string{
+			"000013.sst": "not a table at all, but long enough to have a footer: " + strings.Repeat("x", 100),
+			"000014.sst": string(data[len(data)/2:]), // the tail of a table: its handles point past the start
+			"000015.sst": "short",
+		} {
+			putObject(t, store, JobOutputKey(job, 1, name), bad)
+			if p, err := f.JobOutputProps(context.Background(), job, 1, name, int64(len(bad))); err == nil {
+				t.Errorf("%s: read %+v from %d bytes that are not a table", name, p, len(bad))
+			}
+		}
+	})
 }

@@ -96,9 +96,11 @@ func TestLateLogOfDeposedOwnerNeverReplayed(t *testing.T) {
 	})
 }
 
-// A segment upload that landed after Sync gave up on it (its slot now holds
-// a prefix of the bytes the next Sync sends) is our own, not a seal: the
-// owner must not fence itself, and the log must read back whole.
+// A segment upload whose reply is lost is found in its slot by the retry:
+// our own bytes, adopted, not a seal (the owner must not fence itself). A
+// sync that gives up instead (every attempt failed; the last one lands
+// later) stops the owner (issue 22, item 2): it uploads nothing more, and
+// the next owner reads the late segment as part of the log.
 func TestLateOwnSegmentIsNotAFence(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
 		raw, err := objstore.Open(loc.NewURL(t))
@@ -106,33 +108,47 @@ func TestLateOwnSegmentIsNotAFence(t *testing.T) {
 			t.Fatal(err)
 		}
 		const name = "000007.log"
-		var dropPuts atomic.Bool
-		hooked := &storetest.Hooked{Store: raw, BeforePut: func(key string, _ int64, _ objstore.PutOptions) error {
-			if dropPuts.Load() && strings.HasPrefix(key, name+"/") {
-				return retryLater(errors.New("connection reset (test)"))
-			}
-			return nil
-		}}
+		var dropPuts, dropReply atomic.Bool
+		hooked := &storetest.Hooked{Store: raw,
+			BeforePut: func(key string, _ int64, _ objstore.PutOptions) error {
+				if dropPuts.Load() && strings.HasPrefix(key, name+"/") {
+					return retryLater(errors.New("connection reset (test)"))
+				}
+				return nil
+			},
+			AfterPut: func(key string, _ int64, _ objstore.PutOptions, err error) error {
+				if err == nil && strings.HasPrefix(key, name+"/") && dropReply.CompareAndSwap(true, false) {
+					return retryLater(errors.New("reply lost (test)"))
+				}
+				return err
+			}}
 		a := openWith(t, Config{Store: hooked, Epoch: 1, RetryFor: 300 * time.Millisecond})
 		if err := a.Create(name); err != nil {
 			t.Fatal(err)
 		}
 		first := bytes.Repeat([]byte("x"), 100)
-		dropPuts.Store(true)
-		if err := a.Sync(name, appendLocal(t, a, name, first), "wal"); err == nil {
-			t.Fatal("sync succeeded with every upload failing")
-		}
-		// The abandoned request arrives after all.
-		if _, err := raw.Put(context.Background(), segmentKey(name, 1, 1), bytes.NewReader(first), int64(len(first)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
-			t.Fatal(err)
-		}
-		dropPuts.Store(false)
-		second := bytes.Repeat([]byte("y"), 50)
-		if err := a.Sync(name, appendLocal(t, a, name, second), "wal"); err != nil {
-			t.Fatalf("sync after our own late segment: %v", err)
+		dropReply.Store(true)
+		if err := a.Sync(name, appendLocal(t, a, name, first), "wal"); err != nil {
+			t.Fatalf("sync whose first reply was lost: %v", err)
 		}
 		if err := a.FenceError(); err != nil {
 			t.Fatalf("the owner fenced itself on its own segment: %v", err)
+		}
+
+		second := bytes.Repeat([]byte("y"), 50)
+		dropPuts.Store(true)
+		err = a.Sync(name, appendLocal(t, a, name, second), "wal")
+		var unknown *ErrOutcomeUnknown
+		if !errors.As(err, &unknown) || a.FenceError() == nil {
+			t.Fatalf("sync with every upload failing: %v; want the owner stopped, outcome unknown", err)
+		}
+		// The abandoned request arrives after all.
+		if _, err := raw.Put(context.Background(), segmentKey(name, 1, 2), bytes.NewReader(second), int64(len(second)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+			t.Fatal(err)
+		}
+		dropPuts.Store(false)
+		if err := a.Sync(name, appendLocal(t, a, name, []byte("zzz")), "wal"); err == nil {
+			t.Fatal("a stopped owner synced")
 		}
 		a.Stop()
 		b := openWith(t, Config{Store: raw, Epoch: 2})
@@ -362,7 +378,8 @@ func count(t *testing.T, store objstore.Store, prefix string) (int, error) {
 // segment counted as stored: a later sync of the same bytes would find
 // "nothing new" and acknowledge them unconfirmed. Here B took over before
 // A created the log, so B never lists it: acknowledging would lose the
-// write. The later sync must confirm, find B, and answer outcome unknown.
+// write. The later sync must not succeed: A stopped at the failure (item
+// 2), so it answers outcome unknown.
 func TestSyncAfterFailedConfirmationConfirmsAgain(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
 		store, err := objstore.Open(loc.NewURL(t))
@@ -385,10 +402,8 @@ func TestSyncAfterFailedConfirmationConfirmsAgain(t *testing.T) {
 		}
 		size := appendLocal(t, a, late, []byte("a write B never lists"))
 		failOwner.Store(true)
-		err = a.Sync(late, size, "wal")
-		var fe *ErrFenced
-		if err == nil || errors.As(err, &fe) {
-			t.Fatalf("sync whose confirmation failed: %v; want a store error", err)
+		if err := a.Sync(late, size, "wal"); err == nil || definitelyNotStored(err) {
+			t.Fatalf("sync whose confirmation failed: %v; want an error with the outcome unknown", err)
 		}
 		if _, err := store.Stat(context.Background(), segmentKey(late, 1, 1)); err != nil {
 			t.Fatalf("the test needs A's segment in the store: %v", err)

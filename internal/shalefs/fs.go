@@ -57,6 +57,11 @@ type Config struct {
 	// go there (tier.go). A database that recorded a cold tier refuses to
 	// open without it.
 	Cold objstore.Store
+	// Existing says the database exists (a primary opened it before): a
+	// location without it (no CURRENT or no epoch claim) is refused before
+	// anything is claimed or written there, instead of becoming a new,
+	// empty database (preclaim.go).
+	Existing bool
 	// Storage classes for logs (WAL, MANIFEST, CURRENT, ...) and tables.
 	LogStorageClass, TableStorageClass string
 	// ReadTimeout bounds one attempt of a foreground read; WriteTimeout one
@@ -101,6 +106,9 @@ type Config struct {
 	// from the store (blockcache.go; 0: none, every read is a GET);
 	// RangeBlockBytes is the size of those ranges (default 64 KiB).
 	RangeCacheBytes, RangeBlockBytes int64
+	// Clock measures leases, AckFresh and the delete grace (clock.go);
+	// default SystemClock(), which counts time the machine was suspended.
+	Clock Clock
 }
 
 // Request describes one object-store request for instrumentation.
@@ -138,6 +146,9 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
 }
 
 // FS is an open Shale FileSystem for one database.
@@ -165,10 +176,10 @@ type FS struct {
 	// applied" (the KV service answers UNAVAILABLE, not FAILED_PRECONDITION).
 	outcomeUnknown atomic.Bool
 	fenceOnce      sync.Once
-	// Leases are measured on the monotonic clock: base is this FS's origin
-	// and lastConfirm the start of the last ownership confirmation, in
-	// nanoseconds since base, so a wall-clock step cannot stretch a lease.
-	base        time.Time
+	// Leases are measured on cfg.Clock's lease reading (clock.go), which
+	// counts time the machine was suspended and never goes back:
+	// lastConfirm is that reading at the start of the last ownership
+	// confirmation.
 	lastConfirm atomic.Int64
 	confirmMu   sync.Mutex // one on-demand confirmation at a time
 	takenAt     time.Time
@@ -308,11 +319,8 @@ func (f *FS) ReadAllowed() error {
 	return nil
 }
 
-// mono is the monotonic time since this FS's origin.
-func (f *FS) mono() int64 { return int64(time.Since(f.base)) }
-
 func (f *FS) leaseFresh() bool {
-	return f.mono()-f.lastConfirm.Load() < int64(f.cfg.Lease)
+	return f.leaseNow()-f.lastConfirm.Load() < int64(f.cfg.Lease)
 }
 
 func (f *FS) observe(op, name, activity string, n int64, start time.Time, err error) {
@@ -439,7 +447,7 @@ func (f *FS) confirm(ctx context.Context, activity string) error {
 // ours (0: none), renewing the read lease when there is none. It does not
 // fence.
 func (f *FS) checkEpoch(ctx context.Context, activity string) (uint64, error) {
-	start := f.mono()
+	start := f.leaseNow()
 	e, err := f.ownerEpoch(ctx, activity)
 	if err != nil {
 		return 0, err
@@ -565,8 +573,10 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 	storedSome := false
 	for size > st.size {
 		if err := f.FenceError(); err != nil {
-			if storedSome {
-				return &ErrOutcomeUnknown{Fence: err.(*ErrFenced)}
+			if fe := err.(*ErrFenced); storedSome || fe.Cause != "" {
+				// A stopped owner's log may hold a failed sync's bytes
+				// (stopOwner): not "definitely not applied".
+				return &ErrOutcomeUnknown{Fence: fe}
 			}
 			return err
 		}
@@ -586,7 +596,7 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 			return err
 		}
 		storedSome = true
-		if seq == 1 || f.mono()-f.lastConfirm.Load() >= int64(f.cfg.AckFresh) {
+		if seq == 1 || f.leaseNow()-f.lastConfirm.Load() >= int64(f.cfg.AckFresh) {
 			// A new log: created after the new owner's listing, no seal
 			// protects it. An old confirmation: the seal that would have
 			// stopped this segment may have been deleted (docs/fencing.md).

@@ -85,7 +85,7 @@ const readerFullEvery = 10 * time.Minute
 // prepares cfg.CacheDir (a directory of its own, never the primary's).
 func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, base: time.Now()}
+	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}}
 	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
 	f.readOnly = true
 	if f.cfg.ReaderID == "" {

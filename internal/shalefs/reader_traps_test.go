@@ -184,7 +184,16 @@ func secondaryDiff(p *trapPrimary, d *engine.DB) string {
 // catchUpOnce is one catch-up as the secondary runs it: refresh, then
 // RocksDB's TryCatchUpWithPrimary.
 func catchUpOnce(r *FS, d *engine.DB) error {
-	if err := r.Refresh(context.Background()); err != nil {
+	// A refresh that fails before RocksDB reads anything (a WAL it listed
+	// deleted before its lease named it: these primaries delete after
+	// 1 ms) is retried, as the secondary does; the catch-up runs once.
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err = r.Refresh(context.Background()); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("refresh: %w", err)
 	}
 	if err := d.TryCatchUp(); err != nil {

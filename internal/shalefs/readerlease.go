@@ -17,9 +17,9 @@ import (
 // deleted under a secondary). A reader publishes _shale/readers/<id>, the
 // file versions its view uses, and renews it at least every TTL/3; the
 // owner's trash loop deletes no version a live lease names. Liveness is
-// judged without comparing clocks: the owner notes, on its own monotonic
-// clock, when it last saw each lease object change (every renewal changes
-// it), and a lease that has not changed for its TTL no longer protects
+// judged without comparing clocks: the owner notes, on its own clock's wait
+// reading (clock.go), when it last saw each lease object change (every
+// renewal changes it), and a lease that has not changed for its TTL no longer protects
 // anything. A reader that could not renew within its TTL refuses reads
 // (ReadAllowed) until it renews and catches up again: what it reads might
 // have been deleted, and it says so instead of failing silently.
@@ -67,10 +67,10 @@ func (f *FS) publishLease(ctx context.Context) error {
 	}
 	files := f.leaseFiles()
 	sum, _ := json.Marshal(files)
-	if string(sum) == f.leaseSum && time.Duration(f.mono()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL/3 {
+	if string(sum) == f.leaseSum && time.Duration(f.leaseNow()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL/3 {
 		return nil
 	}
-	start := f.mono()
+	start := f.leaseNow()
 	b, _ := json.Marshal(readerLease{ID: f.cfg.ReaderID, TTL: f.cfg.ReaderTTL, Renewal: newNonce(), Files: files})
 	if _, err := f.put(ctx, readersPrefix+f.cfg.ReaderID, "", "lease", b, objstore.PutOptions{}); err != nil {
 		return fmt.Errorf("renew reader lease: %w", err)
@@ -83,7 +83,7 @@ func (f *FS) publishLease(ctx context.Context) error {
 // readerLeaseFresh: the reader renewed its lease within its TTL, so the
 // owner has deleted nothing its view uses.
 func (f *FS) readerLeaseFresh() bool {
-	return time.Duration(f.mono()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL
+	return time.Duration(f.leaseNow()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL
 }
 
 // readerMayServe: the lease is fresh, and if it had lapsed RocksDB has
@@ -121,7 +121,7 @@ func (f *FS) dropLease(ctx context.Context) {
 // seenLease is what the owner knows of one reader lease.
 type seenLease struct {
 	etag    string
-	changed time.Time // when this owner saw it change (monotonic)
+	changed time.Duration // when this owner saw it change (its clock's wait reading)
 	lease   readerLease
 }
 
@@ -132,7 +132,7 @@ func (f *FS) protectedVersions(ctx context.Context) (map[versionRef]bool, error)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now := f.waitNow()
 	listed := map[string]bool{}
 	protected := map[versionRef]bool{}
 	for _, o := range objs {
@@ -153,7 +153,7 @@ func (f *FS) protectedVersions(ctx context.Context) (map[versionRef]bool, error)
 			s = &seenLease{etag: info.ETag, changed: now, lease: l}
 			f.readerLeases[o.Key] = s
 		}
-		if now.Sub(s.changed) < s.lease.TTL {
+		if now-s.changed < s.lease.TTL {
 			for _, r := range s.lease.Files {
 				protected[r] = true
 			}

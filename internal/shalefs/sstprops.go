@@ -13,7 +13,8 @@ import (
 
 // Reading a table's properties block from the store, so that `shale admin
 // tiers` can tell how old the data in the hot tier is without opening the
-// database. The layout is RocksDB's block-based table (table/format.cc,
+// database, and so that a primary can check a remote compaction's outputs
+// before RocksDB installs them (one ranged GET of each output's tail). The layout is RocksDB's block-based table (table/format.cc,
 // table/block_based/block_builder.cc): the file ends with a 53-byte footer
 // (checksum type, metaindex and index block handles as varints padded to
 // 40 bytes, format version, magic number); the metaindex block maps
@@ -105,6 +106,9 @@ func tableProperties(ctx context.Context, s objstore.Store, key string, size int
 		return nil, err
 	}
 	block := func(h blockHandle) ([]byte, error) {
+		if h.off > uint64(size) || h.size > uint64(size)-h.off || h.off+h.size+trailerLen > uint64(size) {
+			return nil, fmt.Errorf("block handle (%d, %d) beyond the table's %d bytes", h.off, h.size, size)
+		}
 		end := int64(h.off + h.size + trailerLen)
 		var b []byte
 		if int64(h.off) >= tailOff && end <= size {
@@ -171,6 +175,74 @@ func dataTime(props map[string][]byte) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(int64(v), 0)
+}
+
+// TableProps are the properties of a table a primary checks a remote
+// compaction's output by (RocksDB's table/table_properties.cc names).
+type TableProps struct {
+	// In RocksDB 7.8.3 Entries and Deletions count range deletions too.
+	Entries, Deletions, RangeDeletions, MergeOperands uint64
+	// What RocksDB derives the table's unique id from.
+	DBID, SessionID string
+	OrigFileNumber  uint64
+}
+
+// parseTableProps decodes the properties a table must have.
+func parseTableProps(props map[string][]byte) (TableProps, error) {
+	var p TableProps
+	for _, f := range []struct {
+		name     string
+		v        *uint64
+		required bool
+	}{
+		{"rocksdb.num.entries", &p.Entries, true},
+		{"rocksdb.deleted.keys", &p.Deletions, true},
+		{"rocksdb.num.range-deletions", &p.RangeDeletions, false},
+		{"rocksdb.merge.operands", &p.MergeOperands, false},
+		{"rocksdb.original.file.number", &p.OrigFileNumber, false},
+	} {
+		b, ok := props[f.name]
+		if !ok {
+			if f.required {
+				return TableProps{}, fmt.Errorf("no %s property", f.name)
+			}
+			continue
+		}
+		v, n := binary.Uvarint(b)
+		if n != len(b) {
+			return TableProps{}, fmt.Errorf("property %s is not a varint", f.name)
+		}
+		*f.v = v
+	}
+	p.DBID = string(props["rocksdb.creating.db.identity"])
+	p.SessionID = string(props["rocksdb.creating.session.identity"])
+	if p.RangeDeletions > p.Deletions || p.Deletions > p.Entries {
+		return TableProps{}, fmt.Errorf("inconsistent counts: %d entries, %d deletions, %d range deletions", p.Entries, p.Deletions, p.RangeDeletions)
+	}
+	return p, nil
+}
+
+// JobOutputProps reads the properties of one output of a compaction job's
+// attempt (size bytes) from the store: a block-based table whose footer,
+// metaindex and properties parse, or an error naming what is wrong.
+func (f *FS) JobOutputProps(ctx context.Context, job string, attempt uint32, name string, size int64) (TableProps, error) {
+	key := JobOutputKey(job, attempt, name)
+	var props map[string][]byte
+	err := f.background().do(ctx, func(ctx context.Context) error {
+		start := time.Now()
+		var err error
+		props, err = tableProperties(ctx, f.store, key, size)
+		f.observe("get", name, "compaction", min(size, tailBytes), start, err)
+		return err
+	})
+	if err != nil {
+		return TableProps{}, fmt.Errorf("read the properties of %s: %w", key, err)
+	}
+	p, err := parseTableProps(props)
+	if err != nil {
+		return TableProps{}, fmt.Errorf("%s: %w", key, err)
+	}
+	return p, nil
 }
 
 func getRange(ctx context.Context, s objstore.Store, key string, off, n int64) ([]byte, error) {

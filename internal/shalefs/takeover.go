@@ -47,7 +47,7 @@ type epochClaim struct {
 // RocksDB is then opened on cfg.CacheDir by the caller.
 func Open(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}, base: time.Now()}
+	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}}
 	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
 	pol := f.background()
 
@@ -62,11 +62,6 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err := recognize(top); err != nil {
 		return nil, err
 	}
-	// The cold tier, before claiming anything: a misconfigured primary
-	// deposes nobody.
-	if err := f.checkTiers(ctx, true); err != nil {
-		return nil, err
-	}
 
 	// 1-2. Claim the epoch.
 	var existing []uint64
@@ -75,6 +70,12 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("list epochs: %w", err)
+	}
+	// Read-only checks (preclaim.go): a primary that cannot open the
+	// database here deposes nobody and writes nothing.
+	pre, err := f.beforeClaim(ctx, top, existing)
+	if err != nil {
+		return nil, err
 	}
 	epoch, err := chooseEpoch(existing, cfg.Epoch)
 	if err != nil {
@@ -107,7 +108,10 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	f.takenAt = time.Now()
-	f.lastConfirm.Store(f.mono())
+	f.lastConfirm.Store(f.leaseNow())
+	if err := f.afterClaim(ctx, pre); err != nil {
+		return nil, err
+	}
 
 	// 3. Seal, then build the listing from what the seals cut, and record
 	// which logs of older epochs this owner's database is made of.
@@ -125,6 +129,10 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The wait runs on Go's monotonic clock, which stops while this machine
+	// is suspended: a new owner suspended (or its VM paused) during its
+	// wait only waits longer, which is safe. The old owner's lease is what
+	// must count a suspension, and does (clock.go).
 	if wait := time.Until(f.takenAt.Add(leaseWait(cfg.Lease, cfg.LeaseMargin, prev))); wait > 0 {
 		f.leaseWaited = wait
 		cfg.Logger.Info("waiting out the previous owner's read lease", "wait", wait.Round(time.Millisecond))
@@ -696,7 +704,7 @@ func (f *FS) every(interval time.Duration, fn func()) {
 func (f *FS) leaseLoop() {
 	f.every(f.cfg.ConfirmEvery, func() {
 		busy := f.readSince.Swap(false)
-		if !busy && time.Duration(f.mono()-f.lastConfirm.Load()) < f.cfg.IdleConfirmEvery {
+		if !busy && time.Duration(f.leaseNow()-f.lastConfirm.Load()) < f.cfg.IdleConfirmEvery {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Lease/2)
@@ -720,12 +728,12 @@ func (f *FS) trashLoop() {
 }
 
 // noteTrash records a trash marker this owner knows about, and when it
-// first did (monotonic).
+// first did (its clock's wait reading).
 func (f *FS) noteTrash(key string) {
 	f.trashMu.Lock()
 	defer f.trashMu.Unlock()
 	if _, ok := f.trashSeen[key]; !ok {
-		f.trashSeen[key] = &trashEntry{first: time.Now()}
+		f.trashSeen[key] = &trashEntry{first: f.waitNow()}
 	}
 }
 
@@ -734,17 +742,17 @@ func (f *FS) noteTrash(key string) {
 // ownership first and stops when the confirmation is older than a lease, so
 // a deposed owner that has not noticed yet cannot delete a file its
 // successor uses. The grace runs from when this process first saw a marker,
-// on its monotonic clock: another machine's wall clock (the marker's
-// DeletedAt) can never shorten it. Deletes are batched (DeleteObjects, up
+// on its clock's wait reading (clock.go): another machine's wall clock (the
+// marker's DeletedAt) or a step of this one's can never shorten it. Deletes are batched (DeleteObjects, up
 // to 1000 keys a request); a log's first segment is deleted before the
 // rest of it. Markers a deposed owner wrote after this owner listed the
 // trash are left for the next owner's listing.
 func (f *FS) emptyTrash(ctx context.Context) error {
-	now := time.Now()
+	now := f.waitNow()
 	var due []objstore.ObjectInfo
 	f.trashMu.Lock()
 	for k, e := range f.trashSeen {
-		age := now.Sub(e.first)
+		age := now - e.first
 		if age >= f.cfg.DeleteGrace && !(e.dataGone && (e.sealsAfter < 0 || age < e.sealsAfter)) {
 			due = append(due, objstore.ObjectInfo{Key: k})
 		}
@@ -766,7 +774,7 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 
 // trashEntry is what the trash loop knows of one marker.
 type trashEntry struct {
-	first time.Time // when this process first saw it (monotonic)
+	first time.Duration // when this process first saw it (wait reading)
 	// Logs: the data is deleted, the seals wait until sealsAfter (age of
 	// the marker; negative: never, the writer's AckFresh is unknown).
 	dataGone   bool
@@ -787,7 +795,7 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 		return err
 	}
 	var keys, done []string
-	now := time.Now()
+	now := f.waitNow()
 	for _, m := range markers {
 		if f.FenceError() != nil || !f.leaseFresh() {
 			break
@@ -816,7 +824,7 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 			e.sealsAfter = after
 			f.trashMu.Unlock()
 		}
-		seals := e.sealsAfter >= 0 && now.Sub(e.first) >= e.sealsAfter
+		seals := e.sealsAfter >= 0 && now-e.first >= e.sealsAfter
 		if err := f.deleteLog(ctx, name, epoch, seals); err != nil {
 			return err
 		}

@@ -34,7 +34,10 @@ import (
 // a random identity, and _shale/tier in the cold store carries the same
 // identity. A cold location that holds another database's marker is
 // refused: tables of two databases under one prefix would overwrite each
-// other (their names and epochs collide).
+// other (their names and epochs collide). A third, _shale/tiers-paired in
+// the hot store, is written once the marker exists: a cold location
+// without the marker is then a moved or emptied cold tier, not a pairing
+// interrupted between its two writes, and is refused.
 
 // Tier is where a table lives.
 type Tier uint8
@@ -65,8 +68,9 @@ func TierFor(name string, t rocksshim.Temperature, haveCold bool) Tier {
 }
 
 const (
-	tiersKey      = "_shale/tiers" // hot store: the cold tier of this database
-	coldMarkerKey = "_shale/tier"  // cold store: whose cold tier this is
+	tiersKey       = "_shale/tiers"        // hot store: the cold tier of this database
+	coldMarkerKey  = "_shale/tier"         // cold store: whose cold tier this is
+	tiersPairedKey = "_shale/tiers-paired" // hot store: the marker was written
 )
 
 // tierRecord is _shale/tiers.
@@ -95,9 +99,10 @@ const (
 
 // decideTiers checks the records of a database against the cold store this
 // process was given. rec and mark are nil when missing; coldEmpty says the
-// cold location holds no object at all; owner is false for readers, which
-// write nothing. An error names the problem and the flag that fixes it.
-func decideTiers(rec *tierRecord, mark *coldMarker, haveCold, coldEmpty, owner bool) (tierAction, error) {
+// cold location holds no object at all; paired says _shale/tiers-paired
+// exists (read by owners only); owner is false for readers, which write
+// nothing. An error names the problem and the flag that fixes it.
+func decideTiers(rec *tierRecord, mark *coldMarker, haveCold, coldEmpty, paired, owner bool) (tierAction, error) {
 	switch {
 	case rec == nil && !haveCold:
 		return tiersOK, nil
@@ -113,6 +118,10 @@ func decideTiers(rec *tierRecord, mark *coldMarker, haveCold, coldEmpty, owner b
 		return tiersCreate, nil
 	case mark == nil && !owner:
 		return 0, fmt.Errorf("--cold-db: the cold location is not this database's cold tier (it has no marker; the database records %s)", rec.Cold)
+	case mark == nil && paired:
+		// Not a pairing interrupted between its writes: the marker was
+		// there. Taking this location would hide every cold table.
+		return 0, fmt.Errorf("--cold-db: the cold location has no marker of this database's cold tier, which was paired before (at %s): the cold tier was moved or emptied; pass --cold-db (and --cold-endpoint) of the location that holds it", rec.Cold)
 	case mark == nil && !coldEmpty:
 		return 0, fmt.Errorf("--cold-db: the cold location holds objects but is not this database's cold tier (the database records %s)", rec.Cold)
 	case mark == nil:
@@ -123,54 +132,83 @@ func decideTiers(rec *tierRecord, mark *coldMarker, haveCold, coldEmpty, owner b
 	return tiersOK, nil
 }
 
+// tierState is what the tier records of a database say (readTiers).
+type tierState struct {
+	rec       *tierRecord
+	mark      *coldMarker
+	coldEmpty bool
+	// paired: _shale/tiers-paired exists (read for owners of a tiered
+	// database only).
+	paired bool
+}
+
+// readTiers reads the tier records, writing nothing.
+func (f *FS) readTiers(ctx context.Context, owner bool) (st tierState, err error) {
+	err = f.background().do(ctx, func(ctx context.Context) error {
+		st = tierState{}
+		// The marker first: it is written after the record, so a
+		// marker seen here has its record visible below.
+		var err error
+		if f.cfg.Cold != nil {
+			if st.mark, err = readColdMarker(ctx, f.cfg.Cold); err != nil {
+				return err
+			}
+		}
+		b, _, err := f.get(ctx, tiersKey, "", "open")
+		switch {
+		case errors.Is(err, objstore.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			st.rec = &tierRecord{}
+			if err := json.Unmarshal(b, st.rec); err != nil || st.rec.ID == "" {
+				return fmt.Errorf("%s is unreadable (%v); refusing to open", tiersKey, err)
+			}
+		}
+		if owner && st.rec != nil {
+			switch _, err := f.store.Stat(ctx, tiersPairedKey); {
+			case err == nil:
+				st.paired = true
+			case !errors.Is(err, objstore.ErrNotFound):
+				return err
+			}
+		}
+		if f.cfg.Cold != nil && st.mark == nil {
+			st.coldEmpty, err = storeEmpty(ctx, f.cfg.Cold)
+			return err
+		}
+		return nil
+	})
+	return st, err
+}
+
 // checkTiers runs decideTiers against the stores, writing the records it
 // asks for (owners only), and puts the configured cold store (f.cfg.Cold)
-// in use once they agree. It runs before an owner claims its epoch, so a
-// misconfigured primary deposes nobody. A reader given a cold store for a
+// in use once they agree. An owner runs it after claiming its epoch, and
+// before that preflightTiers, which writes nothing, so a misconfigured
+// primary deposes nobody (preclaim.go). A reader given a cold store for a
 // database that has not recorded one yet leaves it pending: Refresh checks
 // again (adoptPendingCold), since the primary may record it later.
 func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 	pol := f.background()
 	for attempt := 0; attempt < 5; attempt++ {
-		var rec *tierRecord
-		var mark *coldMarker
-		coldEmpty := false
-		err := pol.do(ctx, func(ctx context.Context) error {
-			rec, mark, coldEmpty = nil, nil, false
-			// The marker first: it is written after the record, so a
-			// marker seen here has its record visible below.
-			var err error
-			if f.cfg.Cold != nil {
-				if mark, err = readColdMarker(ctx, f.cfg.Cold); err != nil {
-					return err
-				}
-			}
-			b, _, err := f.get(ctx, tiersKey, "", "open")
-			switch {
-			case errors.Is(err, objstore.ErrNotFound):
-			case err != nil:
-				return err
-			default:
-				rec = &tierRecord{}
-				if err := json.Unmarshal(b, rec); err != nil || rec.ID == "" {
-					return fmt.Errorf("%s is unreadable (%v); refusing to open", tiersKey, err)
-				}
-			}
-			if f.cfg.Cold != nil && mark == nil {
-				coldEmpty, err = storeEmpty(ctx, f.cfg.Cold)
-				return err
-			}
-			return nil
-		})
+		st, err := f.readTiers(ctx, owner)
 		if err != nil {
 			return err
 		}
-		action, err := decideTiers(rec, mark, f.cfg.Cold != nil, coldEmpty, owner)
+		rec := st.rec
+		action, err := decideTiers(rec, st.mark, f.cfg.Cold != nil, st.coldEmpty, st.paired, owner)
 		if err != nil {
 			return err
 		}
 		switch action {
 		case tiersOK:
+			if owner && rec != nil && !st.paired {
+				// A database paired before the note existed.
+				if err := f.notePaired(ctx); err != nil {
+					return err
+				}
+			}
 			f.useCold()
 			return nil
 		case tiersIgnoreCold:
@@ -216,12 +254,34 @@ func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 			if err != nil {
 				return fmt.Errorf("mark the cold tier: %w", err)
 			}
+			if err := f.notePaired(ctx); err != nil {
+				return err
+			}
 			f.cfg.Logger.Info("cold tier recorded", "cold", f.cfg.Cold.URL())
 			f.useCold()
 			return nil
 		}
 	}
 	return errors.New("the cold tier records keep changing; refusing to open")
+}
+
+// notePaired writes _shale/tiers-paired (once; its content is only a
+// time): from then on a cold location without the marker is refused.
+func (f *FS) notePaired(ctx context.Context) error {
+	b, _ := json.Marshal(struct {
+		PairedAt time.Time `json:"pairedAt"`
+	}{time.Now().UTC()})
+	err := f.background().do(ctx, func(ctx context.Context) error {
+		_, err := f.put(ctx, tiersPairedKey, "", "open", b, objstore.PutOptions{IfNoneMatch: true})
+		if errors.Is(err, objstore.ErrPreconditionFailed) {
+			return nil // written already (by us, a lost reply, or an earlier owner)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("note the cold tier's pairing: %w", err)
+	}
+	return nil
 }
 
 func readColdMarker(ctx context.Context, cold objstore.Store) (*coldMarker, error) {
@@ -564,7 +624,7 @@ func RecordedColdTier(ctx context.Context, hot objstore.Store) (string, error) {
 // as a reader sees them, writing nothing (no lease either), and reads the
 // properties of the hot tables to date their oldest data.
 func ReadTierStatus(ctx context.Context, hot, cold objstore.Store) (TierStatus, error) {
-	f := &FS{cfg: Config{Store: hot, Cold: cold}, store: hot, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), base: time.Now(), readOnly: true, epoch: math.MaxUint64}
+	f := &FS{cfg: Config{Store: hot, Cold: cold}, store: hot, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), readOnly: true, epoch: math.MaxUint64}
 	f.cfg.defaults()
 	if err := f.checkTiers(ctx, false); err != nil {
 		return TierStatus{}, err

@@ -67,7 +67,7 @@ func TestDecideTiers(t *testing.T) {
 		{"reader, tiered", rec, mine, true, false, false, tiersOK, ""},
 		{"reader, another database's", rec, other, true, false, false, 0, "another database"},
 	} {
-		got, err := decideTiers(tc.rec, tc.mark, tc.haveCold, tc.empty, tc.owner)
+		got, err := decideTiers(tc.rec, tc.mark, tc.haveCold, tc.empty, false, tc.owner)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%s: decideTiers = %v, %v; want error containing %q", tc.name, got, err, tc.err)
@@ -77,6 +77,16 @@ func TestDecideTiers(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("%s: decideTiers = %v, %v; want %v", tc.name, got, err, tc.want)
 		}
+	}
+	// Paired before (_shale/tiers-paired): a cold location without the
+	// marker is a moved or emptied cold tier, never one to mark.
+	for _, empty := range []bool{true, false} {
+		if got, err := decideTiers(rec, nil, true, empty, true, true); err == nil || !strings.Contains(err.Error(), "moved or emptied") || !strings.Contains(err.Error(), "s3://cold/db") {
+			t.Errorf("paired, marker missing (empty %v): decideTiers = %v, %v; want a refusal naming the recorded location", empty, got, err)
+		}
+	}
+	if got, err := decideTiers(rec, mine, true, false, true, true); err != nil || got != tiersOK {
+		t.Errorf("paired, marker present: decideTiers = %v, %v; want tiersOK", got, err)
 	}
 }
 
