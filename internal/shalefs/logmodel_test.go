@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"testing"
@@ -268,7 +269,7 @@ func writesString(w uint32) string {
 type explorer struct {
 	cfg   modelConfig
 	rules modelRules
-	seen  map[[2]uint64]struct{}
+	seen  stateSet
 	seeds [2]maphash.Seed
 	path  []uint8
 	// found: per violation kind, the shortest path to it.
@@ -1184,11 +1185,9 @@ func (x *explorer) initial() mState {
 func (x *explorer) dfs(s *mState) {
 	// States are known by a 128-bit hash: a collision among a few million
 	// states is far less likely than a bit flip.
-	h := [2]uint64{maphash.Comparable(x.seeds[0], *s), maphash.Comparable(x.seeds[1], *s)}
-	if _, ok := x.seen[h]; ok {
+	if !x.seen.add(maphash.Comparable(x.seeds[0], *s), maphash.Comparable(x.seeds[1], *s)) {
 		return
 	}
-	x.seen[h] = struct{}{}
 	if kind, _ := x.check(s); kind != "" {
 		if p, ok := x.found[kind]; !ok || len(x.path) < len(p) {
 			x.found[kind] = append([]uint8(nil), x.path...)
@@ -1206,6 +1205,50 @@ func (x *explorer) dfs(s *mState) {
 		x.path = append(x.path, uint8(id))
 		x.dfs(&t)
 		x.path = x.path[:len(x.path)-1]
+	}
+}
+
+// stateSet is the set of states explored, as 128-bit hashes in one flat
+// open-addressed table (no pointers for the GC to scan, 16 bytes a slot):
+// the large bound explores tens of millions of states.
+type stateSet struct {
+	slots []uint64 // pairs; 0, 0 is an empty slot
+	n     int
+}
+
+// add inserts a hash and reports whether it was new.
+func (t *stateSet) add(lo, hi uint64) bool {
+	if lo == 0 && hi == 0 {
+		lo = 1
+	}
+	if t.slots == nil || 4*(t.n+1) > 3*len(t.slots)/2 {
+		t.grow()
+	}
+	mask := uint64(len(t.slots)/2 - 1)
+	for i := lo & mask; ; i = (i + 1) & mask {
+		switch a, b := t.slots[2*i], t.slots[2*i+1]; {
+		case a == 0 && b == 0:
+			t.slots[2*i], t.slots[2*i+1] = lo, hi
+			t.n++
+			return true
+		case a == lo && b == hi:
+			return false
+		}
+	}
+}
+
+func (t *stateSet) grow() {
+	old := t.slots
+	t.slots = make([]uint64, max(2*len(old), 1<<17))
+	t.n = 0
+	for i := 0; i < len(old); i += 2 {
+		if old[i] != 0 || old[i+1] != 0 {
+			t.add(old[i], old[i+1])
+		}
+	}
+	if len(old) >= 1<<24 {
+		old = nil
+		debug.FreeOSMemory() // the old table, now, not at twice the heap
 	}
 }
 
@@ -1270,7 +1313,7 @@ type modelResult struct {
 // exploreModel explores every interleaving within cfg's bounds under
 // rules; with stopAt, it stops as soon as it found every kind in it.
 func exploreModel(cfg modelConfig, rules modelRules, stopAt ...string) modelResult {
-	x := &explorer{cfg: cfg, rules: rules, seen: map[[2]uint64]struct{}{}, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+	x := &explorer{cfg: cfg, rules: rules, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 		found: map[string][]uint8{}, builds: map[verKey]logVersion{}, recs: map[[2]uint8]*openedRecord{}, cover: map[string]int{}}
 	if len(stopAt) > 0 {
 		x.stop = func(found map[string][]uint8) bool {
@@ -1285,8 +1328,9 @@ func exploreModel(cfg modelConfig, rules modelRules, stopAt ...string) modelResu
 	start := time.Now()
 	s := x.initial()
 	x.dfs(&s)
-	res := modelResult{states: len(x.seen), elapsed: time.Since(start), found: map[string]string{}, cover: x.cover}
-	x.seen = nil
+	res := modelResult{states: x.seen.n, elapsed: time.Since(start), found: map[string]string{}, cover: x.cover}
+	x.seen = stateSet{}
+	debug.FreeOSMemory() // the next exploration starts from an empty heap
 	for kind, path := range x.found {
 		res.found[kind] = x.schedule(x.minimize(kind, path))
 	}
