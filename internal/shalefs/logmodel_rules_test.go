@@ -2,8 +2,9 @@ package shalefs
 
 // The rules the log-protocol model (logmodel_test.go) runs: the fixed
 // rules of issue 22, which call the real pure decisions of fence.go, and a
-// frozen copy of the rules before it. docs/rfcs/0001-log-protocol-model.md
-// says what the model covers.
+// frozen copy of the rules before it and of its first fix, each with the
+// holes the model finds in it. docs/rfcs/0001-log-protocol-model.md says
+// what the model covers.
 
 // modelRules is one version of the store-level log protocol. The pure
 // decisions are functions (build); what the I/O code does around them
@@ -73,22 +74,9 @@ var fixedRules = modelRules{
 	hintSealShort:     true,
 }
 
-// firstFixRules are the rules of the first fix of issue 22 (main at
-// 06003b5): void seals and re-sealing, but a sealer takes a valid seal for
-// the log's end even when the log does not reach it. The model found two
-// ways to lose an acknowledged write with them (TestLogModelFindsOldHoles).
-var firstFixRules = modelRules{
-	name:              "rules of the first fix of issue 22 (no gap fill)",
-	build:             buildLogVersion,
-	resealUntilSealed: true,
-	readerConfirms:    true,
-	clearedOnly:       true,
-	hintSealShort:     true,
-}
-
 // ---------------------------------------------------------------------
-// The rules before issue 22, kept to show the model finds their holes.
-// Nothing outside the model uses them.
+// The rules before issue 22 (and of its first fix), kept to show the
+// model finds their holes. Nothing outside the model uses them.
 // ---------------------------------------------------------------------
 
 // oldRules: a log ends at its first seal, void or not; the sealer stops
@@ -129,6 +117,19 @@ var halfReaderRules = modelRules{
 	resealUntilSealed: true,
 	fillGaps:          true,
 	readerConfirms:    true,
+	hintSealShort:     true,
+}
+
+// firstFixRules are the rules of the first fix of issue 22 (main at
+// 06003b5): void seals and re-sealing, but a sealer takes a valid seal for
+// the log's end even when the log does not reach it. The model found two
+// ways to lose an acknowledged write with them (TestLogModelFindsOldHoles).
+var firstFixRules = modelRules{
+	name:              "rules of the first fix of issue 22 (no gap fill)",
+	build:             buildLogVersion,
+	resealUntilSealed: true,
+	readerConfirms:    true,
+	clearedOnly:       true,
 	hintSealShort:     true,
 }
 

@@ -26,7 +26,8 @@ import (
 //     readers; may notice the takeover through its lease loop.
 //   - B, the new owner (epoch 2): claims the epoch and raises the owner
 //     record, reads the last opened record, lists the logs, seals each
-//     admitted version (stride, then fill), writes its opened record,
+//     admitted version (stride, then fill; again after void seals; the
+//     gap below a seal), writes its opened record,
 //     confirms and serves what it replayed; then flushes that into a
 //     table, trashes the logs, deletes their data and later their seals.
 //   - C (optional), a third owner after B; B may crash at any point.
@@ -35,9 +36,9 @@ import (
 //
 // docs/rfcs/0001-log-protocol-model.md says what is modelled, what is
 // abstracted away, and how to run it. The rules (logmodel_rules_test.go)
-// are either the fixed ones, which call buildLogVersion, admitLogVersion
-// and chooseLogVersion of fence.go, or a frozen copy of the rules before
-// issue 22.
+// are either the fixed ones, which call buildLogVersion, sealGap,
+// admitLogVersion and chooseLogVersion of fence.go, or a frozen copy of
+// the rules before issue 22 (and of its first fix).
 
 // Bounds of the model's arrays.
 const (
