@@ -167,6 +167,28 @@ func foldCovers(folds map[uint64]segment, slot uint64) bool {
 	return false
 }
 
+// sealGap returns the slots between the end of a sealed log and its first
+// valid seal, which a sealer must still take before the log is final. The
+// log ends at that seal only if the writer can no longer store anything
+// below it; an empty slot below it is one the writer, going slot by slot,
+// may still fill and acknowledge. A sealer leaves such slots when it stops
+// between winning a slot far ahead (the stride) and filling the ones below
+// (it crashed, or was deposed, or won a void seal in a slot a fold had
+// freed and took it for the end). Found by the log-protocol model
+// (docs/rfcs/0001-log-protocol-model.md). No gap for a version without
+// segment 1 (deleted) or with data the log does not reach (a hole: the
+// store lost data, and the open refuses).
+func (v logVersion) sealGap() (from, to uint64, ok bool) {
+	if !v.sealed || !v.anchored || v.stray || len(v.segments) == 0 {
+		return 0, 0, false
+	}
+	end := v.segments[len(v.segments)-1].end()
+	if end+1 >= v.sealSeq {
+		return 0, 0, false
+	}
+	return end + 1, v.sealSeq - 1, true
+}
+
 // contiguous reports whether the log reaches every object before its seal;
 // data it cannot reach means a segment is missing and the log cannot be
 // replayed safely.

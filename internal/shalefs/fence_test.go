@@ -274,6 +274,32 @@ func TestCurrentEpoch(t *testing.T) {
 	}
 }
 
+func TestSealGap(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		segs     []segment
+		from, to uint64 // 0: no gap
+	}{
+		{"open log", segs(10, 20), 0, 0},
+		{"sealed right after the log", segs(10, 20, 0), 0, 0},
+		// A sealer won slot 5 with its stride and stopped before filling
+		// slot 4: the writer may still store and acknowledge it.
+		{"stride seal, fill not done", segs(10, 20, 30, -1, 0), 4, 4},
+		{"two empty slots", segs(10, -1, -1, 0), 2, 3},
+		// The fill won a slot a fold had freed (void) and stopped there.
+		{"void seal in the fill", []segment{{seq: 1, size: 10}, fold(1, 6, 60), {seq: 6, size: 0}, {seq: 9, size: 0}}, 7, 8},
+		{"void seal, real seal after the fold", []segment{{seq: 1, size: 10}, fold(1, 6, 60), {seq: 6, size: 0}, {seq: 7, size: 0}}, 0, 0},
+		{"data in the gap's first slot", segs(10, 20, -1, 30, -1, 0), 0, 0}, // a hole: the open refuses
+		{"deleted log", segs(-1, 20, -1, 0), 0, 0},
+		{"only a seal", segs(0), 0, 0},
+	} {
+		from, to, ok := buildLogVersion(1, tc.segs).sealGap()
+		if ok != (tc.from != 0) || from != tc.from || to != tc.to {
+			t.Errorf("%s: sealGap = %d, %d, %v; want %d, %d", tc.name, from, to, ok, tc.from, tc.to)
+		}
+	}
+}
+
 func TestHeadDeleted(t *testing.T) {
 	for _, c := range []struct {
 		segs        []segment

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -494,6 +495,90 @@ func TestReaderDuringTakeoverServesOnlyDurable(t *testing.T) {
 		}
 		if _, ok := r.Stat(late); ok {
 			t.Fatalf("the reader admitted %s after B's takeover, which never replays it", late)
+		}
+	})
+}
+
+// The gap below a seal, with two successors (found by the log-protocol
+// model, docs/rfcs/0001-log-protocol-model.md): B's stride loses slots 2
+// and 3 to A and wins slot 5, and B stops (crashes) before filling slot 4.
+// C lists slots 1-3 and the seal in 5. It took the log as sealed, so A,
+// blind, stored slot 4 and acknowledged it, and C never had it. Now C
+// fills the slots between the log's end and its seal.
+func TestSuccessorFillsGapBelowEarlierSeal(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const wal = "000028.log"
+		a := openWith(t, Config{Store: store, Epoch: 1, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour, AckFresh: time.Hour})
+		if err := a.Create(wal); err != nil {
+			t.Fatal(err)
+		}
+		var acked []byte
+		write := func(i int) error {
+			b := []byte(fmt.Sprintf("write %d;", i))
+			err := a.Sync(wal, appendLocal(t, a, wal, b), "wal")
+			if err == nil {
+				acked = append(acked, b...)
+			}
+			return err
+		}
+		if err := write(1); err != nil {
+			t.Fatal(err)
+		}
+
+		// B lists slot 1; its first seal is held while A writes 2 and 3;
+		// its fill of slot 4 never goes out (B dies there).
+		held, release := make(chan struct{}), make(chan struct{})
+		bctx, crash := context.WithCancel(ctx)
+		bStore := &storetest.Hooked{Store: store, BeforePut: func(key string, size int64, _ objstore.PutOptions) error {
+			switch {
+			case size != 0:
+			case key == segmentKey(wal, 1, 2):
+				close(held)
+				<-release
+			case key == segmentKey(wal, 1, 4):
+				crash()
+				return bctx.Err()
+			}
+			return nil
+		}}
+		bc := make(chan error, 1)
+		go func() {
+			f, err := Open(bctx, Config{Store: bStore, Epoch: 2, CacheDir: filepath.Join(t.TempDir(), "b"), Lease: 100 * time.Millisecond, DeleteGrace: time.Hour})
+			if err == nil {
+				f.Stop()
+			}
+			bc <- err
+		}()
+		<-held
+		for i := 2; i <= 3; i++ {
+			if err := write(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(release)
+		if err := <-bc; err == nil {
+			t.Fatal("B opened; the test needs it to die before filling slot 4")
+		}
+		if _, err := store.Stat(ctx, segmentKey(wal, 1, 5)); err != nil {
+			t.Fatalf("the test needs B's seal in slot 5: %v", err)
+		}
+
+		c := openWith(t, Config{Store: store, Epoch: 3})
+		werr := write(4)
+		if err := c.Fetch(wal, "open"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(c.cfg.CacheDir, wal))
+		if err != nil || !bytes.Equal(got, acked) {
+			t.Fatalf("C recovered %q (%v); A acknowledged %q (its write to slot 4: %v)", got, err, acked, werr)
+		}
+		if werr == nil || !definitelyNotStored(werr) {
+			t.Fatalf("A's write after C's takeover: %v; want fenced", werr)
 		}
 	})
 }

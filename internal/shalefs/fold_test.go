@@ -383,3 +383,115 @@ func TestSealInSlotAFoldFreed(t *testing.T) {
 		}
 	})
 }
+
+// The gap below a seal (found by the log-protocol model,
+// docs/rfcs/0001-log-protocol-model.md): B's stride loses slots 2, 3 and
+// 5 to A's data and wins slot 9; A's fold of 1..6 frees slots 2..6 just
+// before; B's fill then wins slot 6 (void: the fold covers it) and took
+// that for the end of the log, leaving slots 7 and 8 empty below the seal
+// in slot 9. A, blind, stored slot 7 and acknowledged it; B never had it.
+// Now B fills the slots between the log's end and its seal.
+func TestFillStoppedByVoidSealLeavesNoGap(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const wal, fold = "000026.log", 6
+		// A's fold is held before it is stored, so that B's stride meets
+		// A's segments, and released before B's seal in slot 9.
+		foldHeld, foldRelease := make(chan struct{}), make(chan struct{})
+		aStore := &storetest.Hooked{Store: store, BeforePut: func(key string, _ int64, _ objstore.PutOptions) error {
+			if key == foldKey(wal, 1, 1, fold) {
+				close(foldHeld)
+				<-foldRelease
+			}
+			return nil
+		}}
+		a := openWith(t, Config{Store: aStore, Epoch: 1, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour, AckFresh: time.Hour, FoldSegments: fold})
+		if err := a.Create(wal); err != nil {
+			t.Fatal(err)
+		}
+		var acked []byte
+		write := func(i int) error {
+			b := []byte(fmt.Sprintf("write %d;", i))
+			err := a.Sync(wal, appendLocal(t, a, wal, b), "wal")
+			if err == nil {
+				acked = append(acked, b...)
+			}
+			return err
+		}
+		if err := write(1); err != nil {
+			t.Fatal(err)
+		}
+
+		// B lists slot 1; its seals for slots 2 and 9 are held.
+		held2, release2 := make(chan struct{}), make(chan struct{})
+		held9, release9 := make(chan struct{}), make(chan struct{})
+		bStore := &storetest.Hooked{Store: store, BeforePut: func(key string, size int64, _ objstore.PutOptions) error {
+			switch {
+			case size != 0:
+			case key == segmentKey(wal, 1, 2):
+				close(held2)
+				<-release2
+			case key == segmentKey(wal, 1, 9):
+				close(held9)
+				<-release9
+			}
+			return nil
+		}}
+		type opened struct {
+			f   *FS
+			err error
+		}
+		bc := make(chan opened, 1)
+		go func() {
+			f, err := Open(ctx, Config{Store: bStore, Epoch: 2, CacheDir: filepath.Join(t.TempDir(), "b"), Lease: 100 * time.Millisecond, DeleteGrace: time.Hour})
+			bc <- opened{f, err}
+		}()
+		<-held2
+		for i := 2; i <= fold; i++ { // acknowledged; the fold of 1..6 starts and is held
+			if err := write(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-foldHeld
+		close(release2) // B loses slots 2, 3 and 5 to A's segments; its seal for 9 is held
+		<-held9
+		close(foldRelease) // the fold lands and frees slots 2..6
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if _, err := store.Stat(ctx, segmentKey(wal, 1, fold)); errors.Is(err, objstore.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the fold did not free slot %d", fold)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		close(release9) // B wins 9, then slot 6, freed by the fold
+		b := <-bc
+		if b.err != nil {
+			t.Fatal(b.err)
+		}
+		t.Cleanup(b.f.Stop)
+		if _, err := store.Stat(ctx, segmentKey(wal, 1, fold)); err != nil {
+			t.Fatalf("the test needs B's seal in slot %d: %v", fold, err)
+		}
+
+		// A's next write goes to slot 7: stored and acknowledged only if
+		// nothing sealed it.
+		werr := write(fold + 1)
+		if err := b.f.Fetch(wal, "open"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(b.f.cfg.CacheDir, wal))
+		if err != nil || !bytes.Equal(got, acked) {
+			t.Fatalf("B recovered %q (%v); A acknowledged %q (its write to slot %d: %v)", got, err, acked, fold+1, werr)
+		}
+		if werr == nil || !definitelyNotStored(werr) {
+			t.Fatalf("A's write after B's takeover: %v; want fenced", werr)
+		}
+	})
+}

@@ -492,8 +492,8 @@ func (f *FS) trash(ctx context.Context, name string, epoch uint64) error {
 	return err
 }
 
-// sealVersion lists one log version and, unless it is sealed already or
-// is this owner's, seals it: an empty segment created with If-None-Match at
+// sealVersion lists one log version and, unless it is sealed already (up
+// to its seal) or is this owner's, seals it: an empty segment created with If-None-Match at
 // a slot after its last segment. A stale owner may still be appending, one
 // slot after another, while the (possibly long) listing runs; re-listing
 // after every lost slot could chase it forever. So a lost slot is skipped
@@ -509,9 +509,17 @@ func (f *FS) trash(ctx context.Context, name string, epoch uint64) error {
 // so if the listing after a round shows no valid seal, the next round
 // starts after everything it lists. The fold that voids a seal was stored
 // before the slot was freed, so that listing sees it.
+//
+// And a valid seal is the log's end only if the log reaches it. A sealer
+// that stops between its stride's seal and the fill below it (it crashed,
+// or was deposed, or its fill won a void seal and stopped there) leaves
+// empty slots under the seal, which the writer may still fill and
+// acknowledge; so whenever the listing shows such a gap (sealGap), those
+// slots are taken in order too, whoever sealed the log. The sealer is done
+// when a listing shows a valid seal the log reaches.
 func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVersion, error) {
 	v, err := f.listVersion(ctx, name, epoch)
-	if err != nil || v.sealed || epoch >= f.epoch {
+	if err != nil || epoch >= f.epoch {
 		return v, err
 	}
 	pol := f.background()
@@ -528,37 +536,57 @@ func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVer
 		}
 		return true, nil
 	}
-	for !v.sealed {
-		taken := v.lastSeq // every slot up to here is used
-		slot, stride := taken+1, uint64(1)
-		for {
-			won, err := seal(slot)
-			if err != nil {
-				return logVersion{}, err
+	for round := 0; ; round++ {
+		from, to, gap := v.sealGap()
+		switch {
+		case !v.sealed:
+			if round > 0 {
+				f.cfg.Logger.Warn("a seal landed in a slot the log's writer had folded away; sealing after it", "log", name, "epoch", epoch, "last_slot", v.lastSeq)
 			}
-			if won {
-				break
+			taken := v.lastSeq // every slot up to here is used
+			slot, stride := taken+1, uint64(1)
+			for {
+				won, err := seal(slot)
+				if err != nil {
+					return logVersion{}, err
+				}
+				if won {
+					break
+				}
+				taken = slot
+				slot, stride = slot+stride, min(stride*2, 1<<16)
 			}
-			taken = slot
-			slot, stride = slot+stride, min(stride*2, 1<<16)
-		}
-		for s := taken + 1; s < slot; s++ {
-			won, err := seal(s)
-			if err != nil {
-				return logVersion{}, err
+			for s := taken + 1; s < slot; s++ {
+				won, err := seal(s)
+				if err != nil {
+					return logVersion{}, err
+				}
+				if won {
+					break // the log ends at its first seal, unless a fold voids it
+				}
 			}
-			if won {
-				break // the log ends at its first seal, unless a fold voids it
+		case gap:
+			// Empty slots below the first valid seal: a sealer (an earlier
+			// owner, or this one's fill after a void seal) stopped before
+			// taking them, and the writer may still store there. Take them
+			// in order, as the fill does.
+			f.cfg.Logger.Warn("empty slots below a log's seal; sealing them", "log", name, "epoch", epoch, "from", from, "to", to)
+			for s := from; s <= to; s++ {
+				won, err := seal(s)
+				if err != nil {
+					return logVersion{}, err
+				}
+				if won {
+					break
+				}
 			}
+		default:
+			return v, nil
 		}
 		if v, err = f.listVersion(ctx, name, epoch); err != nil {
 			return logVersion{}, err
 		}
-		if !v.sealed {
-			f.cfg.Logger.Warn("a seal landed in a slot the log's writer had folded away; sealing after it", "log", name, "epoch", epoch, "last_slot", v.lastSeq)
-		}
 	}
-	return v, nil
 }
 
 // listVersion reads one log version's segments.
