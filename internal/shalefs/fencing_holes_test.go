@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -517,15 +516,8 @@ func TestSuccessorFillsGapBelowEarlierSeal(t *testing.T) {
 		if err := a.Create(wal); err != nil {
 			t.Fatal(err)
 		}
-		var acked []byte
-		write := func(i int) error {
-			b := []byte(fmt.Sprintf("write %d;", i))
-			err := a.Sync(wal, appendLocal(t, a, wal, b), "wal")
-			if err == nil {
-				acked = append(acked, b...)
-			}
-			return err
-		}
+		w := &logWriter{t: t, f: a, name: wal}
+		write := w.write
 		if err := write(1); err != nil {
 			t.Fatal(err)
 		}
@@ -574,8 +566,8 @@ func TestSuccessorFillsGapBelowEarlierSeal(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(filepath.Join(c.cfg.CacheDir, wal))
-		if err != nil || !bytes.Equal(got, acked) {
-			t.Fatalf("C recovered %q (%v); A acknowledged %q (its write to slot 4: %v)", got, err, acked, werr)
+		if err != nil || !bytes.Equal(got, w.acked) {
+			t.Fatalf("C recovered %q (%v); A acknowledged %q (its write to slot 4: %v)", got, err, w.acked, werr)
 		}
 		if werr == nil || !definitelyNotStored(werr) {
 			t.Fatalf("A's write after C's takeover: %v; want fenced", werr)

@@ -292,15 +292,8 @@ func TestSealInSlotAFoldFreed(t *testing.T) {
 		if err := a.Create(wal); err != nil {
 			t.Fatal(err)
 		}
-		var acked []byte
-		write := func(i int) error {
-			b := []byte(fmt.Sprintf("write %d;", i))
-			err := a.Sync(wal, appendLocal(t, a, wal, b), "wal")
-			if err == nil {
-				acked = append(acked, b...)
-			}
-			return err
-		}
+		w := &logWriter{t: t, f: a, name: wal}
+		write := w.write
 		for i := 1; i < fold; i++ { // slots 1..3
 			if err := write(i); err != nil {
 				t.Fatal(err)
@@ -364,8 +357,8 @@ func TestSealInSlotAFoldFreed(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(filepath.Join(b.f.cfg.CacheDir, wal))
-		if err != nil || !bytes.Equal(got, acked) {
-			t.Fatalf("B recovered %q (%v); A acknowledged %q", got, err, acked)
+		if err != nil || !bytes.Equal(got, w.acked) {
+			t.Fatalf("B recovered %q (%v); A acknowledged %q", got, err, w.acked)
 		}
 
 		// A's next append meets B's real seal: fenced, nothing stored.
@@ -378,8 +371,8 @@ func TestSealInSlotAFoldFreed(t *testing.T) {
 		if err := c.Fetch(wal, "open"); err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := os.ReadFile(filepath.Join(c.cfg.CacheDir, wal)); !bytes.Equal(got, acked) {
-			t.Fatalf("C recovered %q; A acknowledged %q", got, acked)
+		if got, _ := os.ReadFile(filepath.Join(c.cfg.CacheDir, wal)); !bytes.Equal(got, w.acked) {
+			t.Fatalf("C recovered %q; A acknowledged %q", got, w.acked)
 		}
 	})
 }
@@ -413,15 +406,8 @@ func TestFillStoppedByVoidSealLeavesNoGap(t *testing.T) {
 		if err := a.Create(wal); err != nil {
 			t.Fatal(err)
 		}
-		var acked []byte
-		write := func(i int) error {
-			b := []byte(fmt.Sprintf("write %d;", i))
-			err := a.Sync(wal, appendLocal(t, a, wal, b), "wal")
-			if err == nil {
-				acked = append(acked, b...)
-			}
-			return err
-		}
+		w := &logWriter{t: t, f: a, name: wal}
+		write := w.write
 		if err := write(1); err != nil {
 			t.Fatal(err)
 		}
@@ -487,11 +473,29 @@ func TestFillStoppedByVoidSealLeavesNoGap(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(filepath.Join(b.f.cfg.CacheDir, wal))
-		if err != nil || !bytes.Equal(got, acked) {
-			t.Fatalf("B recovered %q (%v); A acknowledged %q (its write to slot %d: %v)", got, err, acked, fold+1, werr)
+		if err != nil || !bytes.Equal(got, w.acked) {
+			t.Fatalf("B recovered %q (%v); A acknowledged %q (its write to slot %d: %v)", got, err, w.acked, fold+1, werr)
 		}
 		if werr == nil || !definitelyNotStored(werr) {
 			t.Fatalf("A's write after B's takeover: %v; want fenced", werr)
 		}
 	})
+}
+
+// logWriter appends "write i;" records to a log of f and syncs each, as a
+// primary's synced write does, keeping the bytes that were acknowledged.
+type logWriter struct {
+	t     *testing.T
+	f     *FS
+	name  string
+	acked []byte
+}
+
+func (w *logWriter) write(i int) error {
+	b := []byte(fmt.Sprintf("write %d;", i))
+	err := w.f.Sync(w.name, appendLocal(w.t, w.f, w.name, b), "wal")
+	if err == nil {
+		w.acked = append(w.acked, b...)
+	}
+	return err
 }
