@@ -34,10 +34,57 @@ func (s *suite) chartArgs() []string {
 		"--set", "demo.minio.enabled=true",
 		// On a volume: the store-outage step scales MinIO to zero, and an
 		// emptyDir would go with its Pod (and every database with it).
+		// kind's fallback host-path provisioner makes its directories in
+		// the controller manager's container, where the kubelet cannot
+		// mount them, so the volume is one the suite makes (minioVolume).
 		"--set", "demo.minio.persistence.enabled=true",
+		"--set", "demo.minio.persistence.storageClass=" + minioStorageClass,
 		"--set", "operator.gc.interval=5s",
 		"--set", "operator.gc.grace=20s",
 		"--set", "operator.logLevel=debug",
+	}
+}
+
+// minioStorageClass names the PersistentVolume minioVolume makes for the
+// demo MinIO's claim (no provisioner serves it: the claim binds to it).
+const minioStorageClass = "shale-e2e-minio"
+
+// minioVolume makes a hostPath PersistentVolume on the node for the demo
+// MinIO's claim, unless it exists (a volume whose claim is gone is made
+// anew, empty).
+func (s *suite) minioVolume(t *testing.T) {
+	t.Helper()
+	name := "shale-e2e-minio-" + s.cfg.namespace
+	var pv corev1.PersistentVolume
+	err := s.kube.Get(ctx(t, time.Minute), client.ObjectKey{Name: name}, &pv)
+	if err == nil && pv.Status.Phase == corev1.VolumeAvailable {
+		return
+	}
+	if err == nil {
+		if err := s.kube.Delete(ctx(t, time.Minute), &pv); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Minute, "the old MinIO volume to go", func() (bool, string) {
+			err := s.kube.Get(ctx(t, time.Minute), client.ObjectKey{Name: name}, &pv)
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	} else if !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	dirType := corev1.HostPathDirectoryOrCreate
+	pv = corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			StorageClassName:              minioStorageClass,
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{
+				Path: fmt.Sprintf("/var/lib/shale-e2e/minio-%s-%d", s.cfg.namespace, time.Now().UnixNano()), Type: &dirType}},
+		},
+	}
+	if err := s.kube.Create(ctx(t, time.Minute), &pv); err != nil {
+		t.Fatalf("creating the demo MinIO's volume: %v", err)
 	}
 }
 
@@ -47,6 +94,7 @@ func (s *suite) chartDir() string { return filepath.Join(s.cfg.repo, "charts", "
 // RocksDB; the RocksDB becomes Ready.
 func stepInstall(t *testing.T, s *suite) {
 	s.cleanNamespace(t)
+	s.minioVolume(t)
 
 	start := time.Now()
 	args := append([]string{"install", s.cfg.release, s.chartDir(), "--namespace", s.cfg.namespace, "--create-namespace",
