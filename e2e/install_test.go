@@ -71,7 +71,11 @@ func (s *suite) minioVolume(t *testing.T) {
 	} else if !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	dirType := corev1.HostPathDirectoryOrCreate
+	// Made on the node, owned by the user the demo MinIO runs as (the
+	// kubelet would make it root's, and fsGroup does not apply to hostPath).
+	dir := fmt.Sprintf("/var/lib/shale-e2e/minio-%s-%d", s.cfg.namespace, time.Now().UnixNano())
+	s.nodeExec(t, fmt.Sprintf("mkdir -p %s && chown 65532:65532 %s", dir, dir))
+	dirType := corev1.HostPathDirectory
 	pv = corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{
@@ -80,7 +84,7 @@ func (s *suite) minioVolume(t *testing.T) {
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{
-				Path: fmt.Sprintf("/var/lib/shale-e2e/minio-%s-%d", s.cfg.namespace, time.Now().UnixNano()), Type: &dirType}},
+				Path: dir, Type: &dirType}},
 		},
 	}
 	if err := s.kube.Create(ctx(t, time.Minute), &pv); err != nil {
