@@ -71,10 +71,12 @@ func (s *suite) minioVolume(t *testing.T) {
 	} else if !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	// Made on the node, owned by the user the demo MinIO runs as (the
-	// kubelet would make it root's, and fsGroup does not apply to hostPath).
+	// Made on the node, with its bucket directories (the chart mounts
+	// them as subPaths), owned by the user the demo MinIO runs as: the
+	// kubelet would make them root's, and fsGroup does not apply to
+	// hostPath.
 	dir := fmt.Sprintf("/var/lib/shale-e2e/minio-%s-%d", s.cfg.namespace, time.Now().UnixNano())
-	s.nodeExec(t, fmt.Sprintf("mkdir -p %s && chown 65532:65532 %s", dir, dir))
+	s.nodeExec(t, fmt.Sprintf("mkdir -p %[1]s/%[2]s %[1]s/%[3]s && chown -R 65532:65532 %[1]s", dir, hotBucket, coldBucket))
 	dirType := corev1.HostPathDirectory
 	pv = corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
