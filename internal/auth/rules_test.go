@@ -88,21 +88,21 @@ func TestFromCertificate(t *testing.T) {
 
 func TestMethodRole(t *testing.T) {
 	for m, want := range map[string]Role{
-		"/grpc.health.v1.Health/Check": RoleNone,
-		"/grpc.health.v1.Health/Watch": RoleNone,
-		"/shale.kv.v1.KV/Get":          RoleRead,
-		"/shale.kv.v1.KV/MultiGet":     RoleRead,
-		"/shale.kv.v1.KV/Scan":         RoleRead,
-		"/shale.kv.v1.KV/Status":       RoleRead,
-		"/shale.kv.v1.KV/Watch":        RoleRead,
-		"/shale.kv.v1.KV/Put":          RoleWrite,
-		"/shale.kv.v1.KV/Delete":       RoleWrite,
-		"/shale.kv.v1.KV/Write":        RoleWrite,
-		"/shale.kv.v1.KV/Load":         RoleWrite,
-		"/shale.kv.v1.KV/Flush":        RoleAdmin,
-		"/shale.kv.v1.KV/Compact":      RoleAdmin,
-		"/shale.kv.v1.KV/Ingest":       RoleAdmin,
-		"/shale.kv.v1.KV/NewMethod":    RoleAdmin, // closed until decided
+		"/grpc.health.v1.Health/Check":                              RoleNone,
+		"/grpc.health.v1.Health/Watch":                              RoleNone,
+		"/shale.kv.v1.KV/Get":                                       RoleRead,
+		"/shale.kv.v1.KV/MultiGet":                                  RoleRead,
+		"/shale.kv.v1.KV/Scan":                                      RoleRead,
+		"/shale.kv.v1.KV/Status":                                    RoleRead,
+		"/shale.kv.v1.KV/Watch":                                     RoleRead,
+		"/shale.kv.v1.KV/Put":                                       RoleWrite,
+		"/shale.kv.v1.KV/Delete":                                    RoleWrite,
+		"/shale.kv.v1.KV/Write":                                     RoleWrite,
+		"/shale.kv.v1.KV/Load":                                      RoleWrite,
+		"/shale.kv.v1.KV/Flush":                                     RoleAdmin,
+		"/shale.kv.v1.KV/Compact":                                   RoleAdmin,
+		"/shale.kv.v1.KV/Ingest":                                    RoleAdmin,
+		"/shale.kv.v1.KV/NewMethod":                                 RoleAdmin, // closed until decided
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": RoleAdmin,
 	} {
 		if got := MethodRole(m); got != want {
