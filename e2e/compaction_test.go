@@ -56,6 +56,7 @@ func stepCompaction(t *testing.T, s *suite) {
 	db := &shalev1.RocksDB{
 		ObjectMeta: metav1.ObjectMeta{Name: compactedDB, Namespace: s.cfg.namespace},
 		Spec: shalev1.RocksDBSpec{
+			Clients:        e2eClients(),
 			ObjectStoreRef: shalev1.ObjectStoreReference{Name: objectStoreName},
 			ReclaimPolicy:  shalev1.ReclaimDelete,
 			Primary: shalev1.PrimarySpec{
@@ -152,6 +153,8 @@ func stepCompaction(t *testing.T, s *suite) {
 		t.Fatalf("after remote compactions, of %d keys %d are lost (%v) and %d have another value (%v)", len(keys), len(lost), first(lost, 10), len(wrong), first(wrong, 10))
 	}
 	t.Logf("all %d keys read back with their last values", len(keys))
+
+	s.attackScheduler(t, poolName, compactedDB)
 
 	s.deleteRocksDB(t, db, false)
 	if err := s.kube.Delete(ctx(t, time.Minute), pool); err != nil && !apierrors.IsNotFound(err) {

@@ -140,6 +140,7 @@ func stepUnstartablePrimary(t *testing.T, s *suite) {
 	db := &shalev1.RocksDB{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.namespace},
 		Spec: shalev1.RocksDBSpec{
+			Clients:        e2eClients(),
 			ObjectStoreRef: shalev1.ObjectStoreReference{Name: objectStoreName},
 			ReclaimPolicy:  shalev1.ReclaimDelete,
 			Primary: shalev1.PrimarySpec{
@@ -226,6 +227,7 @@ func stepNamespaceDeletion(t *testing.T, s *suite) {
 	db := &shalev1.RocksDB{
 		ObjectMeta: metav1.ObjectMeta{Name: "doomed", Namespace: ns},
 		Spec: shalev1.RocksDBSpec{
+			Clients:        e2eClients(),
 			ObjectStoreRef: shalev1.ObjectStoreReference{Name: objectStoreName},
 			ReclaimPolicy:  shalev1.ReclaimDelete,
 			Primary: shalev1.PrimarySpec{

@@ -169,6 +169,7 @@ func stepZombie(t *testing.T, s *suite) {
 	// A connection straight to the old primary, not through the Service:
 	// how a client that has not noticed the failover talks to it.
 	zaddr := s.proxy(t, fmt.Sprintf("%s:%d", old.Status.PodIP, kvPort))
+	registerProxy(zaddr, s.db, s.db+"-rw")
 	z := dial(t, zaddr)
 	if err := s.put(ctx(t, time.Minute), z, "zombie/direct/before", "acknowledged"); err != nil {
 		t.Fatalf("a direct write to %s: %v", old.Name, err)

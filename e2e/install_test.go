@@ -256,6 +256,7 @@ func (s *suite) createRocksDB(t *testing.T, name string, policy shalev1.ReclaimP
 	db := &shalev1.RocksDB{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.namespace},
 		Spec: shalev1.RocksDBSpec{
+			Clients:        e2eClients(),
 			ObjectStoreRef: shalev1.ObjectStoreReference{Name: objectStoreName},
 			ReclaimPolicy:  policy,
 			Primary: shalev1.PrimarySpec{

@@ -127,7 +127,11 @@ func (s *suite) serviceProxy(t *testing.T, name string, port int) string {
 	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		t.Fatalf("Service %s has no ClusterIP", name)
 	}
-	return s.proxy(t, fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, port))
+	addr := s.proxy(t, fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, port))
+	if target, ok := kvTarget(name); ok && port == kvPort {
+		registerProxy(addr, target.db, target.serverName)
+	}
+	return addr
 }
 
 // rocksDB reads a RocksDB.

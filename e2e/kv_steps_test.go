@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 )
 
 // stepKV: writes and reads through NAME-rw, from a client Pod running
@@ -29,9 +30,10 @@ func stepKV(t *testing.T, s *suite) {
 	// Pod's one-shot `shale kv put` was refused once in 2 s after install).
 	kvStatus(t, s.rwAddr(t))
 	value := fmt.Sprintf("from-a-pod-%d", time.Now().UnixNano())
-	out := s.clientPod(t, "kv-client",
-		[]string{"kv", "put", "e2e/kv/from-pod", value, "--addr", addr},
-		[]string{"kv", "get", "e2e/kv/from-pod", "--addr", addr})
+	secret := s.db + "-client-" + e2eClient
+	out := s.clientPod(t, "kv-client", s.db, secret,
+		[]string{"kv", "put", "e2e/kv/from-pod", value, "--config", clientConfigFile, "--addr", addr},
+		[]string{"kv", "get", "e2e/kv/from-pod", "--config", clientConfigFile, "--addr", addr})
 	if strings.TrimSpace(out) != value {
 		t.Fatalf("shale kv get in a Pod printed %q, want %q", out, value)
 	}
@@ -77,8 +79,28 @@ func stepKV(t *testing.T, s *suite) {
 }
 
 // clientPod runs `shale` in a Pod of the shale image: first (an init
-// container), then second; it returns the second's output.
-func (s *suite) clientPod(t *testing.T, name string, first, second []string) string {
+// container), then second; it returns the second's output. The Pod mounts
+// the Secret secret (a client's credentials) at clientDir, labelled as a
+// client of db.
+func (s *suite) clientPod(t *testing.T, name, db, secret string, first, second []string) string {
+	t.Helper()
+	ok, out, logs := s.runClientPod(t, name, db, secret, first, second)
+	if !ok {
+		t.Fatalf("client Pod %s failed: %s", name, logs)
+	}
+	return out
+}
+
+// clientDir is where client Pods mount their credentials; clientConfig
+// the client config file in it.
+const (
+	clientDir        = "/etc/shale/client"
+	clientConfigFile = clientDir + "/client.yaml"
+)
+
+// runClientPod is clientPod for runs that may fail: whether the Pod
+// succeeded, the second container's output, and both containers' logs.
+func (s *suite) runClientPod(t *testing.T, name, db, secret string, first, second []string) (ok bool, out, logs string) {
 	t.Helper()
 	image := s.cfg.imagePrefix + "/shale:" + s.cfg.imageTag
 	sc := &corev1.SecurityContext{
@@ -86,13 +108,23 @@ func (s *suite) clientPod(t *testing.T, name string, first, second []string) str
 		ReadOnlyRootFilesystem:   ptrTo(true),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
+	var mounts []corev1.VolumeMount
+	var volumes []corev1.Volume
+	if secret != "" {
+		mounts = []corev1.VolumeMount{{Name: "client", MountPath: clientDir, ReadOnly: true}}
+		volumes = []corev1.Volume{{Name: "client", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}}
+	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.namespace, Labels: map[string]string{"app.kubernetes.io/name": "shale-e2e-client"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.namespace, Labels: map[string]string{
+			"app.kubernetes.io/name": "shale-e2e-client",
+			shalev1.LabelClientOf:    db,
+		}},
 		Spec: corev1.PodSpec{
 			RestartPolicy:   corev1.RestartPolicyNever,
-			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true)},
-			InitContainers:  []corev1.Container{{Name: "first", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Args: first, SecurityContext: sc}},
-			Containers:      []corev1.Container{{Name: "second", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Args: second, SecurityContext: sc}},
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true), RunAsUser: ptrTo[int64](65532), FSGroup: ptrTo[int64](65532)},
+			InitContainers:  []corev1.Container{{Name: "first", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Args: first, SecurityContext: sc, VolumeMounts: mounts}},
+			Containers:      []corev1.Container{{Name: "second", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Args: second, SecurityContext: sc, VolumeMounts: mounts}},
+			Volumes:         volumes,
 		},
 	}
 	c := ctx(t, 5*time.Minute)
@@ -112,16 +144,14 @@ func (s *suite) clientPod(t *testing.T, name string, first, second []string) str
 		}
 		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, string(pod.Status.Phase)
 	})
-	logs := func(container string) string {
+	logsOf := func(container string) string {
 		b, err := s.cs.CoreV1().Pods(s.cfg.namespace).GetLogs(name, &corev1.PodLogOptions{Container: container}).DoRaw(c)
 		if err != nil {
 			return "(no logs: " + err.Error() + ")"
 		}
 		return string(b)
 	}
-	if pod.Status.Phase != corev1.PodSucceeded {
-		t.Fatalf("client Pod %s failed: shale %s: %s; shale %s: %s", name,
-			strings.Join(first, " "), logs("first"), strings.Join(second, " "), logs("second"))
-	}
-	return logs("second")
+	out = logsOf("second")
+	logs = fmt.Sprintf("shale %s: %s; shale %s: %s", strings.Join(first, " "), logsOf("first"), strings.Join(second, " "), out)
+	return pod.Status.Phase == corev1.PodSucceeded, out, logs
 }

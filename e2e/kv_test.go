@@ -14,23 +14,30 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 )
 
-// newConn connects to a KV server at addr (a tcpproxy address).
+// newConn connects to a KV server at addr (a tcpproxy address), over TLS
+// with the e2e client's certificate of the database behind it.
 // Reconnects are retried every 50-250 ms, so that a client notices a new
 // primary as soon as the Service routes to it (gRPC's default backoff
 // would add seconds to every measured failover).
 func newConn(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cfg, err := clientConfig(addr)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := cfg.DialOptions()
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(addr, append(opts,
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.5, Jitter: 0.2, MaxDelay: 250 * time.Millisecond},
 			MinConnectTimeout: 2 * time.Second,
-		}))
+		}))...)
 }
 
 // dial is a client of the KV server at addr for the rest of t.
@@ -361,4 +368,18 @@ func (w *writer) waitAcks(t *testing.T, after time.Time, epoch uint64, n int, ti
 		return got >= n, w.state()
 	})
 	return firstAck
+}
+
+// counts is how many writes were acknowledged and how many failed.
+func (w *writer) counts() (acked, failed int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acks), w.errs
+}
+
+// lastErr is the last failed write's error.
+func (w *writer) lastErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastEr
 }

@@ -50,9 +50,10 @@ func stepSecondaries(t *testing.T, s *suite) {
 	for _, addr := range s.secondaryAddrs(t) {
 		waitVisible(t, addr, "e2e/secondaries/from-pod", value, time.Now(), time.Minute)
 	}
-	out := s.clientPod(t, "ro-client",
-		[]string{"kv", "status", "--addr", roName},
-		[]string{"kv", "get", "e2e/secondaries/from-pod", "--addr", roName})
+	secret := s.db + "-client-" + e2eClient
+	out := s.clientPod(t, "ro-client", s.db, secret,
+		[]string{"kv", "status", "--config", clientConfigFile, "--addr", roName, "--tls-server-name", s.db + "-ro"},
+		[]string{"kv", "get", "e2e/secondaries/from-pod", "--config", clientConfigFile, "--addr", roName, "--tls-server-name", s.db + "-ro"})
 	if got := strings.TrimSpace(out); got != value {
 		t.Fatalf("shale kv get through %s in a Pod printed %q, want %q", roName, got, value)
 	}
@@ -265,6 +266,7 @@ func (s *suite) secondaryAddrs(t *testing.T) map[string]string {
 			t.Fatalf("secondary %s has no container port named grpc", name)
 		}
 		addr := s.proxy(s.top, fmt.Sprintf("%s:%d", p.Status.PodIP, port))
+		registerProxy(addr, s.db, s.db+"-ro")
 		s.secondaryProxies[name] = addr
 		out[name] = addr
 	}

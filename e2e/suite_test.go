@@ -154,7 +154,11 @@ func newSuite(t *testing.T) *suite {
 	if err := os.MkdirAll(cfg.artifacts, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &suite{cfg: cfg, rest: rc, kube: kc, cs: cs, db: mainDB, ledger: newLedger(), failovers: map[string][]failoverRun{}, ran: map[string]bool{}, operatorSeries: map[string]bool{}, secondaryProxies: map[string]string{}}
+	s := &suite{cfg: cfg, rest: rc, kube: kc, cs: cs, db: mainDB, ledger: newLedger(), failovers: map[string][]failoverRun{}, ran: map[string]bool{}, operatorSeries: map[string]bool{}, secondaryProxies: map[string]string{}}
+	credMu.Lock()
+	credSuite = s
+	credMu.Unlock()
+	return s
 }
 
 // step is one stage of the suite. Steps run in the order of the table;

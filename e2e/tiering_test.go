@@ -34,6 +34,7 @@ func stepTiering(t *testing.T, s *suite) {
 	db := &shalev1.RocksDB{
 		ObjectMeta: metav1.ObjectMeta{Name: tieredDB, Namespace: s.cfg.namespace},
 		Spec: shalev1.RocksDBSpec{
+			Clients:        e2eClients(),
 			ObjectStoreRef: shalev1.ObjectStoreReference{Name: objectStoreName},
 			ReclaimPolicy:  shalev1.ReclaimDelete,
 			Primary: shalev1.PrimarySpec{
