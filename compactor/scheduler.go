@@ -88,7 +88,8 @@ type job struct {
 	id string
 	db *dbState
 	// owner is who submitted it (the primary's identity; "" in
-	// plaintext): only its stream receives the job's events.
+	// plaintext), for the logs. The job's events go only to the stream
+	// that submitted it (events).
 	owner    string
 	req      *compactorv1.CompactRequest
 	state    jobState
