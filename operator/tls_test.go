@@ -482,4 +482,40 @@ func TestOperatorCertificateRenewal(t *testing.T) {
 	if p := h.waitPod(ns, "orders-primary-1"); p.UID != pod.UID || len(h.primaries(ns, "orders")) != 1 {
 		t.Errorf("the primary was replaced by a renewal")
 	}
+
+	// The CA rotation of docs/operator.md: a new CA in ca-bundle.crt
+	// reaches every ca.crt first; then the new CA in ca.crt and ca.key
+	// signs every certificate.
+	newCert, newKey, err := pki.NewCA("rotated", time.Now(), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCA, err := pki.LoadCA(newCert, newKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKey := types.NamespacedName{Namespace: operatorNS, Name: "shale-ca"}
+	updateCA := func(mutate func(data map[string][]byte)) {
+		t.Helper()
+		eventually(t, "update the CA Secret", func() (bool, string) {
+			var s corev1.Secret
+			if err := h.c.Get(h.ctx, caKey, &s); err != nil {
+				return false, err.Error()
+			}
+			mutate(s.Data)
+			err := h.c.Update(h.ctx, &s)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	updateCA(func(d map[string][]byte) { d["ca-bundle.crt"] = pki.AppendBundle(d["ca.crt"], newCert) })
+	eventually(t, "the new CA in orders-primary-tls's ca.crt", func() (bool, string) {
+		s := h.secret(ns, "orders-primary-tls")
+		return strings.Contains(string(s.Data[keyCA]), strings.TrimSpace(string(newCert))), "not yet"
+	})
+	updateCA(func(d map[string][]byte) { d["ca.crt"], d["ca.key"] = newCert, newKey })
+	eventually(t, "orders-primary-tls signed by the new CA", func() (bool, string) {
+		err := leafOf(t, h.secret(ns, "orders-primary-tls")).CheckSignatureFrom(newCA.Cert)
+		return err == nil, fmt.Sprint(err)
+	})
+	verifyLeaf(t, h.secret(ns, "orders-primary-tls"), "orders-rw.renewal.svc")
 }
