@@ -38,6 +38,14 @@ type CompactorPoolSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Workers CompactorWorkersSpec `json:"workers,omitempty"`
+
+	// TLS secures the scheduler's port: on unless enabled is false. The
+	// operator issues the scheduler's and the workers' certificates
+	// (Secrets NAME-scheduler-tls, NAME-worker-tls) and renews them. The
+	// RocksDBs that use the pool must agree: a database with TLS cannot
+	// submit to a plaintext pool, nor the other way round.
+	// +optional
+	TLS *TLSSpec `json:"tls,omitempty"`
 }
 
 // CompactorSchedulerSpec configures `shale compactor scheduler`.

@@ -29,6 +29,10 @@ const (
 	// ConditionSchedulerReachable (CompactorPool): the scheduler's Stats
 	// were read at the last reconcile.
 	ConditionSchedulerReachable = "SchedulerReachable"
+	// ConditionCertificatesReady (RocksDB, CompactorPool): every
+	// certificate and client Secret the spec asks for is issued and
+	// current (True with TLS off: there are none).
+	ConditionCertificatesReady = "CertificatesReady"
 	// ConditionTiering (RocksDB): old data moves to the cold tier; set only
 	// once spec.tiering was ever asked for.
 	ConditionTiering = "Tiering"
@@ -80,6 +84,11 @@ const (
 	ReasonTieringOff            = "TieringOff"
 	ReasonNoColdTier            = "ObjectStoreHasNoColdTier"
 	ReasonColdTierMissing       = "ColdTierMissing"
+	ReasonCompactorPoolTLS      = "CompactorPoolTLSMismatch"
+
+	ReasonCertificatesIssued = "CertificatesIssued"
+	ReasonCertificatesFailed = "CertificatesFailed"
+	ReasonTLSDisabled        = "TLSDisabled"
 
 	// Why primaries fail (PrimaryAvailable while no new primary is started,
 	// and status.primaryFailures).

@@ -47,6 +47,30 @@ const (
 	// not hold back a primary with the new one.
 	AnnotationSpecGeneration = "shale.rocks/spec-generation"
 
+	// AnnotationRenewCertificates, on a RocksDB or a CompactorPool, asks
+	// for its certificates to be issued again now: set it to a value it
+	// has not had before (a date will do). Each value is acted on once.
+	AnnotationRenewCertificates = "shale.rocks/renew-certificates"
+	// AnnotationRenewedFor, on a certificate Secret, is the value of
+	// AnnotationRenewCertificates its certificate was issued under (so a
+	// request is acted on once per Secret, and a Secret made later does
+	// not act on an old one).
+	AnnotationRenewedFor = "shale.rocks/renewed-for"
+
+	// LabelCredential, on the Secrets the operator issues, says what the
+	// Secret holds: one of the Credential* values.
+	LabelCredential = "shale.rocks/credential"
+	// LabelClient, on a client's Secret, is the client's name.
+	LabelClient = "shale.rocks/client"
+	// Values of LabelCredential.
+	CredentialPrimary   = "primary"
+	CredentialSecondary = "secondary"
+	CredentialAccess    = "access"
+	CredentialClient    = "client"
+	CredentialScheduler = "scheduler"
+	CredentialWorker    = "worker"
+	CredentialCA        = "ca"
+
 	// FinalizerStorage holds a RocksDB until its reclaim policy has been
 	// applied to its storage directory.
 	FinalizerStorage = "shale.rocks/storage"

@@ -22,6 +22,8 @@ const (
 // RocksDBSpec is the desired state of one database. The primary and the
 // secondaries have their own sections; compaction and tiering get theirs
 // beside them.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.clients) || size(self.clients) == 0 || !has(self.tls) || !has(self.tls.enabled) || self.tls.enabled",message="spec.clients need TLS (client certificates and tokens are only checked over TLS): remove tls.enabled: false, or the clients"
 type RocksDBSpec struct {
 	// ObjectStoreRef names the ObjectStore (in this namespace) the
 	// database lives in. Immutable.
@@ -65,6 +67,26 @@ type RocksDBSpec struct {
 	// Pod deleted).
 	// +optional
 	Tuning *TuningSpec `json:"tuning,omitempty"`
+
+	// TLS secures the database's gRPC ports: on unless enabled is false.
+	// The operator issues the certificates (Secrets NAME-primary-tls,
+	// NAME-secondary-tls) and renews them before they expire without
+	// restarting anything; the annotation shale.rocks/renew-certificates
+	// set to a new value renews them at once.
+	// +optional
+	TLS *TLSSpec `json:"tls,omitempty"`
+
+	// Clients are the applications that may call the database, each with
+	// a role. Each gets a Secret NAME-client-CLIENT to mount: ca.crt,
+	// tls.crt, tls.key (its certificate), token (a bearer token, for
+	// clients that cannot present a certificate) and client.yaml (for
+	// `shale kv --config`). Removing a client revokes it and deletes its
+	// Secret. Needs TLS.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	Clients []ClientSpec `json:"clients,omitempty"`
 }
 
 // CompactionMode is where compactions run.

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
@@ -274,6 +275,15 @@ func TestValidation(t *testing.T) {
 			{"tuning-group-commit-long", "", func(s *shalev1.RocksDBSpec) { s.Tuning = &shalev1.TuningSpec{GroupCommitWindow: d("1s")} }, "groupCommitWindow must be a duration from 0s to 100ms"},
 			{"tuning-group-commit-negative", "", func(s *shalev1.RocksDBSpec) { s.Tuning = &shalev1.TuningSpec{GroupCommitWindow: d("-1ms")} }, "groupCommitWindow must be a duration from 0s to 100ms"},
 			{"tuning-multiget-without-async", "", func(s *shalev1.RocksDBSpec) { s.Tuning = &shalev1.TuningSpec{OptimizeMultigetForIO: true} }, "optimizeMultigetForIO needs asyncIO: true"},
+			{"clients-without-tls", "", func(s *shalev1.RocksDBSpec) {
+				s.TLS = &shalev1.TLSSpec{Enabled: ptr.To(false)}
+				s.Clients = []shalev1.ClientSpec{{Name: "app", Role: "write"}}
+			}, "spec.clients need TLS"},
+			{"client-role", "", func(s *shalev1.RocksDBSpec) { s.Clients = []shalev1.ClientSpec{{Name: "app", Role: "owner"}} }, `supported values: "read", "write", "admin"`},
+			{"client-name", "", func(s *shalev1.RocksDBSpec) { s.Clients = []shalev1.ClientSpec{{Name: "App_1", Role: "read"}} }, "spec.clients[0].name in body should match"},
+			{"client-twice", "", func(s *shalev1.RocksDBSpec) {
+				s.Clients = []shalev1.ClientSpec{{Name: "app", Role: "read"}, {Name: "app", Role: "write"}}
+			}, "Duplicate value"},
 		} {
 			o := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: tc.dbName, Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
 			if o.Name == "" {
@@ -311,6 +321,8 @@ func TestValidation(t *testing.T) {
 			*f.p = &v
 		}
 		full.Spec.ReclaimPolicy = shalev1.ReclaimDelete
+		full.Spec.TLS = &shalev1.TLSSpec{Enabled: ptr.To(true)}
+		full.Spec.Clients = []shalev1.ClientSpec{{Name: "app", Role: "write"}, {Name: "reports", Role: "read"}, {Name: "ops-1", Role: "admin"}}
 		full.Spec.Tuning = &shalev1.TuningSpec{DataBlockIndexType: "BinaryAndHash", DataBlockHashTableUtilRatio: "0.75",
 			UnorderedWrite: true, AsyncIO: true, OptimizeMultigetForIO: true}
 		sec := &full.Spec.Secondaries

@@ -36,6 +36,7 @@ type TLS struct {
 	stamps  [3]fileStamp
 	cur     atomic.Pointer[tlsState]
 	onErr   func(error)
+	memory  bool // held in memory (NewTLSFromPEM): nothing to re-read
 }
 
 type tlsState struct {
@@ -66,6 +67,9 @@ func LoadTLS(f TLSFiles) (*TLS, error) {
 func (t *TLS) OnReloadError(fn func(error)) { t.onErr = fn }
 
 func (t *TLS) state() *tlsState {
+	if t.memory {
+		return t.cur.Load()
+	}
 	now := time.Now().UnixNano()
 	if last := t.checked.Load(); now-last > int64(time.Second) && t.checked.CompareAndSwap(last, now) {
 		if err := t.reload(false); err != nil && t.onErr != nil {

@@ -118,7 +118,7 @@ func (ca *CA) Issue(l Leaf, now time.Time) (certPEM, keyPEM []byte, err error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:   serial(),
 		Subject:        pkix.Name{CommonName: l.CommonName, Organization: []string{"Shale"}},
-		NotBefore:      now.Add(-time.Minute),
+		NotBefore:      now.Add(-Backdate(l.Validity)),
 		NotAfter:       notAfter,
 		KeyUsage:       x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:    usage,
@@ -136,6 +136,14 @@ func (ca *CA) Issue(l Leaf, now time.Time) (certPEM, keyPEM []byte, err error) {
 		return nil, nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
+}
+
+// Backdate is how far before its issue a leaf of this validity is valid
+// from: a minute, to tolerate clocks a little behind, but never more than
+// a tenth of the validity, so that a short-lived certificate is renewed
+// about when its validity says (at two thirds of it), not a minute late.
+func Backdate(validity time.Duration) time.Duration {
+	return min(time.Minute, validity/10)
 }
 
 // RenewAt is when a certificate should be replaced: two thirds into its

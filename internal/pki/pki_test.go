@@ -130,3 +130,33 @@ func TestAppendBundle(t *testing.T) {
 		t.Fatalf("bundle has %d certificates, want 2", n)
 	}
 }
+
+// A short-lived leaf is renewed about two thirds into the validity asked
+// for: the minute of backdating (for clocks a little behind) does not
+// stretch a 3-second certificate to 63 seconds.
+func TestRenewAtFollowsValidity(t *testing.T) {
+	now := time.Now()
+	ca := testCA(t, now)
+	for _, tc := range []struct {
+		validity time.Duration
+		backdate time.Duration
+	}{
+		{3 * time.Second, 300 * time.Millisecond},
+		{10 * time.Minute, time.Minute},
+		{10 * time.Hour, time.Minute},
+	} {
+		certPEM, _, err := ca.Issue(Leaf{CommonName: "x", Client: true, Validity: tc.validity}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := ParseCertificate(certPEM)
+		if got := now.Sub(c.NotBefore); got < tc.backdate-time.Second || got > tc.backdate+time.Second {
+			t.Errorf("validity %v: valid from %v before issue, want %v", tc.validity, got, tc.backdate)
+		}
+		life := tc.validity + tc.backdate
+		want := now.Add(-tc.backdate).Add(life * 2 / 3)
+		if d := RenewAt(c).Sub(want); d < -time.Second || d > time.Second {
+			t.Errorf("validity %v: renew at %v, want %v", tc.validity, RenewAt(c), want)
+		}
+	}
+}
