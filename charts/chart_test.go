@@ -146,7 +146,8 @@ func TestRenderedObjects(t *testing.T) {
 		t.Errorf("operator Pod securityContext %v", psc)
 	}
 	args := strings.Join(toStrings(ctr["args"]), " ")
-	for _, want := range []string{"--leader-elect=true", "--shale-image=shale.local/shale:0.1.0", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--gc-grace=24h"} {
+	for _, want := range []string{"--leader-elect=true", "--shale-image=shale.local/shale:0.1.0", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--gc-grace=24h",
+		"--operator-namespace=shale-system", "--ca-secret=shale-ca", "--ca-validity=87600h", "--cert-validity=2160h", "--cluster-domain=cluster.local"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("operator args %q lack %s", args, want)
 		}

@@ -13,9 +13,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 
 	compactorv1 "github.com/shale-rocks/shale/api/compactor/v1"
+	"github.com/shale-rocks/shale/internal/auth"
 	"github.com/shale-rocks/shale/internal/rocksshim"
 	"github.com/shale-rocks/shale/internal/shalefs"
 )
@@ -41,7 +41,12 @@ type ClientConfig struct {
 	// asking (by output level): with tiering on, 7.8.3 installs every
 	// remote output in the output level, so compactions into the last
 	// level, which split data per key between hot and cold, stay local.
-	KeepLocal  func(outputLevel int32) bool
+	KeepLocal func(outputLevel int32) bool
+	// Security is how the primary reaches the scheduler: with TLS files,
+	// mutual TLS with the primary's own certificate (shale://NS/primary/DB
+	// naming DB as its database URL: the scheduler accepts jobs for that
+	// database only); without, plaintext.
+	Security   auth.ClientConfig
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -77,6 +82,7 @@ type Client struct {
 	unreported uint64          // fallbacks since the last accepted submission
 	skipUntil  time.Time       // scheduler unreachable: do not try before
 	backoff    time.Duration
+	closed     bool // no more removals start
 
 	jobs      *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
@@ -131,12 +137,15 @@ func NewClient(cfg ClientConfig, fs *shalefs.FS) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	conn, err := grpc.NewClient(cfg.Scheduler,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds, err := primaryDialOptions(cfg.Security, cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(cfg.Scheduler, append(creds,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
 		// Reconnect soon after the scheduler comes back (gRPC's default
 		// backoff grows to two minutes).
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second}, MinConnectTimeout: 2 * time.Second}))
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second}, MinConnectTimeout: 2 * time.Second}))...)
 	if err != nil {
 		return nil, fmt.Errorf("--compaction-scheduler %s: %w", cfg.Scheduler, err)
 	}
@@ -170,6 +179,30 @@ func NewClient(cfg ClientConfig, fs *shalefs.FS) (*Client, error) {
 	return c, nil
 }
 
+// primaryDialOptions are the credentials a primary submits with. A
+// certificate that is not this database's primary's would have every
+// submission refused (each compaction then runs locally): say so now.
+func primaryDialOptions(sec auth.ClientConfig, db string) ([]grpc.DialOption, error) {
+	if sec.TLS.Cert != "" {
+		t, err := auth.LoadTLS(sec.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("remote compaction: %w", err)
+		}
+		id, err := t.Identity()
+		if err != nil {
+			return nil, fmt.Errorf("remote compaction: --tls-cert %s: %w", sec.TLS.Cert, err)
+		}
+		if id.Kind != auth.KindPrimary || id.Database != db {
+			return nil, fmt.Errorf("remote compaction: --tls-cert %s names %s for database %q; the scheduler takes jobs for %s only from a primary certificate naming it (shale://NAMESPACE/primary/NAME plus the URI %s)", sec.TLS.Cert, id, id.Database, db, db)
+		}
+	}
+	opts, err := sec.DialOptions()
+	if err != nil {
+		return nil, fmt.Errorf("remote compaction: %w", err)
+	}
+	return opts, nil
+}
+
 // Close stops the client; the database must be closed (no job waits).
 func (c *Client) Close() {
 	select {
@@ -178,6 +211,9 @@ func (c *Client) Close() {
 	default:
 		close(c.stop)
 	}
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
 	c.wg.Wait()
 	c.mu.Lock()
 	for _, p := range c.pending {
@@ -206,6 +242,7 @@ func (c *Client) fallback(reason, job string, err error) rocksshim.CompactionSta
 	c.unreported++
 	if job != "" {
 		delete(c.inflight, job)
+		c.removeJobLocked(job)
 	}
 	c.mu.Unlock()
 	level := slog.LevelWarn
@@ -214,6 +251,30 @@ func (c *Client) fallback(reason, job string, err error) rocksshim.CompactionSta
 	}
 	c.cfg.Logger.Log(context.Background(), level, "remote compaction failed; compacting locally", "reason", reason, "job", job, "err", err)
 	return rocksshim.CompactionUseLocal
+}
+
+// removeJobLocked deletes, in the background, the directory of a job
+// RocksDB will not install: a refused result's outputs, or whatever a
+// worker uploaded for a job the primary gave up on. A worker still
+// running it has its late report refused and drops its outputs; anything
+// left after that is the sweep's.
+func (c *Client) removeJobLocked(job string) {
+	if c.closed || c.fs.FenceError() != nil {
+		return // the sweep (this owner's next start, or the new owner's) has it
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		n, err := c.fs.RemoveJob(ctx, job)
+		switch {
+		case err != nil:
+			c.cfg.Logger.Warn("could not remove the directory of a compaction job run locally instead; the sweep will", "job", job, "err", err)
+		case n > 0:
+			c.cfg.Logger.Info("removed the outputs of a compaction job run locally instead", "job", job, "objects", n)
+		}
+	}()
 }
 
 var errSkipping = errors.New("the scheduler was unreachable moments ago; not retrying yet")

@@ -285,7 +285,8 @@ func TestDroppedOutputFallsBack(t *testing.T) {
 
 // TestMismatchedUniqueIDFallsBack: a result whose unique id is not its
 // table's. RocksDB checks the id when it opens the installed table, after
-// WaitForCompleteV2 said success: a mismatch was a background error.
+// WaitForCompleteV2 said success: a mismatch was a background error. The
+// outputs the worker uploaded are removed (issue 23).
 func TestMismatchedUniqueIDFallsBack(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
 		db := loc.NewURL(t)
@@ -318,6 +319,9 @@ func TestMismatchedUniqueIDFallsBack(t *testing.T) {
 		if n := p.Compactor().Fallbacks()[compactor.ReasonBadResult]; n != 1 {
 			t.Fatalf("fallbacks %v: want the result with another id refused (bad_result)", p.Compactor().Fallbacks())
 		}
+		// The refused outputs are removed by the primary now, not left for
+		// the sweep (every 10 minutes).
+		waitFor(t, "the refused job's outputs removed", func() bool { return len(storeKeys(t, db, "_shale/compactions/")) == 0 })
 		checkNoBackgroundErrors(t, p.kv)
 		loadKeys(t, p.kv, m, 100)
 		checkModel(t, p.kv, m)

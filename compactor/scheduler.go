@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	compactorv1 "github.com/shale-rocks/shale/api/compactor/v1"
+	"github.com/shale-rocks/shale/internal/auth"
 )
 
 // SchedulerConfig tunes a scheduler.
@@ -51,6 +52,10 @@ type Scheduler struct {
 	compactorv1.UnimplementedCompactorServer
 	cfg     SchedulerConfig
 	started time.Time
+	// secured: the server authenticates every caller (auth.Guard with
+	// auth.RequireScheduler), and a submission must be for the database
+	// the submitting primary's certificate names.
+	secured bool
 
 	mu      sync.Mutex
 	dbs     map[string]*dbState
@@ -80,8 +85,12 @@ const (
 )
 
 type job struct {
-	id       string
-	db       *dbState
+	id string
+	db *dbState
+	// owner is who submitted it (the primary's identity; "" in
+	// plaintext), for the logs. The job's events go only to the stream
+	// that submitted it (events).
+	owner    string
 	req      *compactorv1.CompactRequest
 	state    jobState
 	attempt  uint32
@@ -200,7 +209,21 @@ func (s *Scheduler) Compact(req *compactorv1.CompactRequest, stream compactorv1.
 	if err := checkSubmit(req); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	j, err := s.submit(req)
+	owner := ""
+	if s.secured {
+		id, ok := auth.FromContext(stream.Context())
+		if !ok {
+			return status.Error(codes.Unauthenticated, "compact: the caller is not authenticated")
+		}
+		// Workers open the job's database with the store's credentials:
+		// only its own primary may make them.
+		if err := auth.CheckSubmission(id, req.Db); err != nil {
+			s.cfg.Logger.Warn("refused a compaction submitted for another database", "caller", id.String(), "callers_db", id.Database, "db", req.Db, "job", req.JobId)
+			return err
+		}
+		owner = id.String()
+	}
+	j, err := s.submit(req, owner)
 	if err != nil {
 		return err
 	}
@@ -239,11 +262,14 @@ func checkSubmit(r *compactorv1.CompactRequest) error {
 	return nil
 }
 
-func (s *Scheduler) submit(req *compactorv1.CompactRequest) (*job, error) {
+// submit queues a new job. A job id already queued or running is
+// refused, whoever submitted it: a submission never attaches to another
+// one's job (its events, its result), and the error says nothing of it.
+func (s *Scheduler) submit(req *compactorv1.CompactRequest, owner string) (*job, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dup := s.jobs[req.JobId]; dup {
-		return nil, status.Errorf(codes.AlreadyExists, "job %s is already queued or running", req.JobId)
+		return nil, status.Errorf(codes.AlreadyExists, "job %s is already queued or running: submit each compaction under a new job id", req.JobId)
 	}
 	d := s.dbs[req.Db]
 	if d == nil {
@@ -252,7 +278,7 @@ func (s *Scheduler) submit(req *compactorv1.CompactRequest) (*job, error) {
 	}
 	d.priority = clampPriority(req.Priority)
 	d.c.Fallbacks += req.Fallbacks
-	j := &job{id: req.JobId, db: d, req: req, events: make(chan *compactorv1.CompactEvent, 2*s.cfg.MaxAttempts+2)}
+	j := &job{id: req.JobId, db: d, owner: owner, req: req, events: make(chan *compactorv1.CompactEvent, 2*s.cfg.MaxAttempts+2)}
 	s.jobs[j.id] = j
 	s.queueLocked(j)
 	return j, nil
@@ -411,7 +437,7 @@ func (s *Scheduler) Fail(_ context.Context, req *compactorv1.FailRequest) (*comp
 	if j == nil {
 		return &compactorv1.FailResponse{}, nil
 	}
-	s.cfg.Logger.Warn("compaction job failed on a worker", "job", j.id, "db", j.db.name, "worker", req.Worker, "attempt", j.attempt, "retryable", req.Retryable, "err", req.Error)
+	s.cfg.Logger.Warn("compaction job failed on a worker", "job", j.id, "db", j.db.name, "submitter", j.owner, "worker", req.Worker, "attempt", j.attempt, "retryable", req.Retryable, "err", req.Error)
 	if req.Retryable {
 		s.retryLocked(j, fmt.Sprintf("worker %s: %s", req.Worker, req.Error))
 		return &compactorv1.FailResponse{}, nil

@@ -18,9 +18,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	compactorv1 "github.com/shale-rocks/shale/api/compactor/v1"
+	"github.com/shale-rocks/shale/internal/auth"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/iometrics"
 	"github.com/shale-rocks/shale/internal/objstore"
@@ -47,7 +51,12 @@ type WorkerConfig struct {
 	// OpenStore opens a database's store (default objstore.Open, which
 	// reads S3 credentials from the environment like a primary does).
 	OpenStore func(url string) (objstore.Store, error)
-	Logger    *slog.Logger
+	// Security is how the worker reaches the scheduler: with TLS files,
+	// mutual TLS with a worker certificate of its pool
+	// (shale://NS/worker/POOL), and jobs are taken only from that pool's
+	// scheduler; without, plaintext.
+	Security auth.ClientConfig
+	Logger   *slog.Logger
 	// Registerer, when set, receives the worker's metrics (else a
 	// registry of its own, served on MetricsListen).
 	Registerer prometheus.Registerer
@@ -64,6 +73,7 @@ type WorkerConfig struct {
 // Worker runs compaction jobs leased from a scheduler.
 type Worker struct {
 	cfg    WorkerConfig
+	self   *auth.Identity // from the worker's certificate; nil in plaintext
 	conn   *grpc.ClientConn
 	client compactorv1.CompactorClient
 	lock   *os.File
@@ -121,10 +131,13 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	w := &Worker{cfg: cfg, stores: map[string]objstore.Store{}, running: map[string]*runningJob{}}
+	creds, err := w.dialOptions()
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("--cache-dir %s: %w", cfg.CacheDir, err)
 	}
-	var err error
 	if w.lock, err = engine.LockFile(cfg.CacheDir, "SHALE-WORKER.lock"); err != nil {
 		return nil, fmt.Errorf("--cache-dir: %w", err)
 	}
@@ -136,8 +149,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 			}
 		}
 	}
-	if w.conn, err = grpc.NewClient(cfg.Scheduler, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes))); err != nil {
+	if w.conn, err = grpc.NewClient(cfg.Scheduler, append(creds,
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))...); err != nil {
 		w.lock.Close()
 		return nil, fmt.Errorf("--scheduler %s: %w", cfg.Scheduler, err)
 	}
@@ -172,6 +185,59 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.msrv = serveMetrics(w.mlis, own, make(chan error, 1))
 	}
 	return w, nil
+}
+
+// dialOptions are the worker's credentials. With TLS it must present a
+// worker certificate: the scheduler gives jobs to nobody else.
+func (w *Worker) dialOptions() ([]grpc.DialOption, error) {
+	sec := w.cfg.Security
+	if sec.TLS.Enabled() {
+		if sec.TLS.Cert == "" {
+			return nil, errors.New("compactor worker: TLS needs the worker's certificate (--tls-cert and --tls-key): the scheduler gives jobs only to workers of its pool")
+		}
+		if sec.TokenFile != "" {
+			return nil, errors.New("compactor worker: a worker is known by its certificate, not a token")
+		}
+		t, err := auth.LoadTLS(sec.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("compactor worker: %w", err)
+		}
+		id, err := t.Identity()
+		if err != nil {
+			return nil, fmt.Errorf("compactor worker: --tls-cert %s: %w", sec.TLS.Cert, err)
+		}
+		if id.Kind != auth.KindWorker {
+			return nil, fmt.Errorf("compactor worker: --tls-cert %s names %s, not a compactor worker (shale://NAMESPACE/worker/POOL): issue the worker its pool's worker certificate", sec.TLS.Cert, id)
+		}
+		w.self = &id
+	}
+	opts, err := sec.DialOptions()
+	if err != nil {
+		return nil, fmt.Errorf("compactor worker: %w", err)
+	}
+	return opts, nil
+}
+
+// checkScheduler refuses a job from anything but the scheduler of the
+// worker's own pool: TLS verified the server's name, this its identity,
+// so the worker opens only databases that scheduler's authenticated
+// primaries asked for.
+func (w *Worker) checkScheduler(p *peer.Peer) error {
+	if w.self == nil {
+		return nil
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.PeerCertificates) == 0 {
+		return errors.New("the scheduler presented no certificate")
+	}
+	id, err := auth.FromCertificate(ti.State.PeerCertificates[0])
+	if err != nil {
+		return fmt.Errorf("the scheduler's certificate: %w", err)
+	}
+	if id.Kind != auth.KindScheduler || id.Namespace != w.self.Namespace || id.Name != w.self.Name {
+		return fmt.Errorf("the server at %s is %s, not the scheduler of this worker's pool %s/%s", w.cfg.Scheduler, id, w.self.Namespace, w.self.Name)
+	}
+	return nil
 }
 
 // Gatherer returns the worker's own metrics registry (nil when the
@@ -234,13 +300,27 @@ func (w *Worker) leaseLoop(ctx context.Context) {
 		if w.cfg.beforeLease != nil {
 			w.cfg.beforeLease()
 		}
-		r, err := w.client.Lease(ctx, &compactorv1.LeaseRequest{Worker: w.cfg.ID, Slots: uint32(w.cfg.Concurrency), WaitMillis: uint32(w.cfg.Poll / time.Millisecond)})
+		var from peer.Peer
+		r, err := w.client.Lease(ctx, &compactorv1.LeaseRequest{Worker: w.cfg.ID, Slots: uint32(w.cfg.Concurrency), WaitMillis: uint32(w.cfg.Poll / time.Millisecond)}, grpc.Peer(&from))
+		if err == nil && r.Job != nil {
+			if perr := w.checkScheduler(&from); perr != nil {
+				// Not run, not reported: its lease runs out there.
+				w.cfg.Logger.Error("refused a job from a server that is not this pool's scheduler", "job", r.Job.JobId, "db", r.Job.Db, "err", perr)
+				err = perr
+				failing = true // said: not again as "cannot reach"
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if !failing {
-				w.cfg.Logger.Warn("cannot reach the compactor scheduler; retrying", "scheduler", w.cfg.Scheduler, "err", err)
+				switch status.Code(err) {
+				case codes.Unauthenticated, codes.PermissionDenied:
+					w.cfg.Logger.Error("the compactor scheduler refuses this worker; retrying", "scheduler", w.cfg.Scheduler, "err", err)
+				default:
+					w.cfg.Logger.Warn("cannot reach the compactor scheduler; retrying", "scheduler", w.cfg.Scheduler, "err", err)
+				}
 			}
 			failing = true
 			select {

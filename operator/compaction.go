@@ -73,6 +73,13 @@ func (r *rocksDBReconciler) reconcileCompaction(ctx context.Context, db *shalev1
 		r.recorder.Event(db, corev1.EventTypeWarning, eventCompactorPoolProblem, msg)
 		return nil
 	}
+	if pool.TLSEnabled() != db.TLSEnabled() {
+		msg := fmt.Sprintf("CompactorPool %s serves %s and this database uses %s: its primary cannot submit to it, and compacts locally; set spec.tls.enabled alike on both",
+			name, tlsWord(pool.TLSEnabled()), tlsWord(db.TLSEnabled()))
+		rep.set(shalev1.ConditionCompactorPoolReady, metav1.ConditionFalse, shalev1.ReasonCompactorPoolTLS, msg)
+		r.recorder.Event(db, corev1.EventTypeWarning, eventCompactorPoolProblem, msg)
+		return nil
+	}
 	if c := pool.Condition(shalev1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue {
 		rep.set(shalev1.ConditionCompactorPoolReady, metav1.ConditionTrue, shalev1.ReasonCompactorPoolReady, fmt.Sprintf("CompactorPool %s is ready", name))
 	} else {
@@ -96,4 +103,11 @@ func (r *rocksDBReconciler) reconcileCompaction(ctx context.Context, db *shalev1
 		}
 	}
 	return nil
+}
+
+func tlsWord(on bool) string {
+	if on {
+		return "TLS"
+	}
+	return "plaintext (spec.tls.enabled false)"
 }

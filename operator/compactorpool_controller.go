@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,17 +39,17 @@ const indexPoolObjectStore = "spec.objectStoreRef.name"
 // defaultScaleDownDelay is spec.workers.scaleDownDelay's default.
 const defaultScaleDownDelay = 2 * time.Minute
 
-// StatsFunc reads a pool's scheduler Stats.
-type StatsFunc func(ctx context.Context, pool *shalev1.CompactorPool) (*compactorv1.StatsResponse, error)
+// StatsFunc reads a pool's scheduler Stats, connecting with dial's
+// transport (the operator's certificate, or plaintext with TLS off).
+type StatsFunc func(ctx context.Context, pool *shalev1.CompactorPool, dial grpc.DialOption) (*compactorv1.StatsResponse, error)
 
 // schedulerStats dials the pool's scheduler Service.
-func schedulerStats(ctx context.Context, pool *shalev1.CompactorPool) (*compactorv1.StatsResponse, error) {
-	return readStats(ctx, pool.SchedulerAddress())
+func schedulerStats(ctx context.Context, pool *shalev1.CompactorPool, dial grpc.DialOption) (*compactorv1.StatsResponse, error) {
+	return readStats(ctx, pool.SchedulerAddress(), dial)
 }
 
-func readStats(ctx context.Context, addr string) (*compactorv1.StatsResponse, error) {
-	// Plain gRPC inside the cluster, like the primaries' and workers'.
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func readStats(ctx context.Context, addr string, dial grpc.DialOption) (*compactorv1.StatsResponse, error) {
+	conn, err := grpc.NewClient(addr, dial)
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +66,18 @@ type compactorPoolReconciler struct {
 	opts      Options
 	now       func() time.Time
 	stats     StatsFunc
+	issuer    *issuer
+	creds     *operatorCreds
+}
+
+// schedulerDial is how the operator reaches the pool's scheduler: with
+// TLS, its own certificate, verifying the scheduler's by its Service's
+// name.
+func (r *compactorPoolReconciler) schedulerDial(ctx context.Context, pool *shalev1.CompactorPool) (grpc.DialOption, error) {
+	if !pool.TLSEnabled() {
+		return plaintext(), nil
+	}
+	return r.creds.dial(ctx, serviceHost(pool.SchedulerName(), pool.Namespace))
 }
 
 // +kubebuilder:rbac:groups=shale.rocks,resources=compactorpools,verbs=get;list;watch
@@ -84,8 +95,29 @@ func (r *compactorPoolReconciler) setup(ctx context.Context, mgr ctrl.Manager) e
 		For(&shalev1.CompactorPool{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
+		Owns(&corev1.Secret{}).
 		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.forCASecret)).
 		Complete(r)
+}
+
+// forCASecret maps a change of the CA Secret to every pool: their
+// certificates are checked against the CA at once.
+func (r *compactorPoolReconciler) forCASecret(ctx context.Context, o client.Object) []reconcile.Request {
+	if client.ObjectKeyFromObject(o) != r.issuer.ca.key {
+		return nil
+	}
+	r.issuer.ca.invalidate()
+	var pools shalev1.CompactorPoolList
+	if err := r.List(ctx, &pools); err != nil {
+		log.FromContext(ctx).Error(err, "listing the CompactorPools after a change of the CA")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, p := range pools.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+	}
+	return reqs
 }
 
 func (r *compactorPoolReconciler) forObjectStore(ctx context.Context, o client.Object) []reconcile.Request {
@@ -145,7 +177,16 @@ func (r *compactorPoolReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	return ctrl.Result{RequeueAfter: r.opts.CompactorPollInterval}, err
 }
 
-func (r *compactorPoolReconciler) reconcilePool(ctx context.Context, pool *shalev1.CompactorPool, rep *poolReport) error {
+func (r *compactorPoolReconciler) reconcilePool(ctx context.Context, pool *shalev1.CompactorPool, rep *poolReport) (err error) {
+	// Before the Deployments: their Pods mount the Secrets. Renewals are
+	// picked up by the reconciles every CompactorPollInterval. A failure
+	// is reported, and the rest goes on: the Secrets issued before serve.
+	_, certErr := r.reconcilePoolCertificates(ctx, pool, rep)
+	defer func() {
+		if err == nil {
+			err = certErr
+		}
+	}()
 	sched, err := r.ensureDeployment(ctx, pool, schedulerDeployment(pool, r.opts.ShaleImage))
 	if err != nil {
 		return err
@@ -155,7 +196,11 @@ func (r *compactorPoolReconciler) reconcilePool(ctx context.Context, pool *shale
 		return err
 	}
 
-	st, serr := r.stats(ctx, pool)
+	dial, serr := r.schedulerDial(ctx, pool)
+	var st *compactorv1.StatsResponse
+	if serr == nil {
+		st, serr = r.stats(ctx, pool, dial)
+	}
 	if serr != nil {
 		rep.set(shalev1.ConditionSchedulerReachable, metav1.ConditionFalse, shalev1.ReasonSchedulerUnreachable,
 			fmt.Sprintf("reading Stats from %s: %v", pool.SchedulerAddress(), serr))

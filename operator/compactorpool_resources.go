@@ -44,6 +44,7 @@ func schedulerDeployment(pool *shalev1.CompactorPool, defaultImage string) *apps
 	}
 	dep := poolDeployment(pool, pool.SchedulerName(), shalev1.ComponentScheduler, 1, ctr, nil)
 	dep.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	applyTLS(&dep.Spec.Template.Spec, podTLS{enabled: pool.TLSEnabled(), certSecret: pool.SchedulerTLSSecretName(), server: true, probePort: shalev1.SchedulerPort})
 	dep.Annotations = map[string]string{shalev1.AnnotationSpecHash: specHash(dep.Spec)}
 	return dep
 }
@@ -100,6 +101,7 @@ func workerDeployment(pool *shalev1.CompactorPool, store *shalev1.ObjectStore, d
 		Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
 	})
 	dep.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "cache", MountPath: cacheDir}}
+	applyTLS(&dep.Spec.Template.Spec, podTLS{enabled: pool.TLSEnabled(), certSecret: pool.WorkerTLSSecretName()})
 	// A worker being replaced hands its jobs back on SIGTERM; rolling
 	// one at a time keeps the pool's capacity.
 	dep.Spec.Strategy = appsv1.DeploymentStrategy{

@@ -26,12 +26,12 @@ import (
 // a test runs in-process: envtest has no cluster DNS for NAME-scheduler.
 var testSchedulers sync.Map
 
-func testCompactorStats(ctx context.Context, pool *shalev1.CompactorPool) (*compactorv1.StatsResponse, error) {
+func testCompactorStats(ctx context.Context, pool *shalev1.CompactorPool, dial grpc.DialOption) (*compactorv1.StatsResponse, error) {
 	addr, ok := testSchedulers.Load(pool.Namespace + "/" + pool.Name)
 	if !ok {
 		return nil, fmt.Errorf("no scheduler runs for %s/%s in this test", pool.Namespace, pool.Name)
 	}
-	return readStats(ctx, addr.(string))
+	return readStats(ctx, addr.(string), dial)
 }
 
 func (h *harness) pool(ns, name string) *shalev1.CompactorPool {
@@ -81,6 +81,9 @@ func testCompactorPool(h *harness) {
 	sec, store, db := h.samples(ns)
 	db.Spec.Compaction = shalev1.CompactionSpec{Mode: shalev1.CompactionRemote, CompactorPoolRef: &shalev1.CompactorPoolReference{Name: "pool"}, Priority: 30,
 		QueueTimeout: &metav1.Duration{Duration: 45 * time.Second}}
+	// Plaintext here (the in-process scheduler serves it); TLS pools are
+	// testCompactorPoolCertificates'.
+	db.Spec.TLS = &shalev1.TLSSpec{Enabled: ptr.To(false)}
 	h.create(sec, store, db)
 
 	// The primary gets the flags even before the pool exists (it
@@ -111,6 +114,7 @@ func testCompactorPool(h *harness) {
 			Scheduler:      shalev1.CompactorSchedulerSpec{LeaseTTL: &metav1.Duration{Duration: 20 * time.Second}},
 			Workers: shalev1.CompactorWorkersSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 3, Concurrency: 1,
 				ScaleDownDelay: &metav1.Duration{}, JobTimeout: &metav1.Duration{Duration: 10 * time.Minute}},
+			TLS: &shalev1.TLSSpec{Enabled: ptr.To(false)},
 		},
 	}
 	h.create(pool)
@@ -122,7 +126,7 @@ func testCompactorPool(h *harness) {
 		t.Errorf("scheduler Deployment: owners %v replicas %v strategy %v", sd.OwnerReferences, sd.Spec.Replicas, sd.Spec.Strategy.Type)
 	}
 	sargs := strings.Join(sd.Spec.Template.Spec.Containers[0].Args, " ")
-	if sargs != "compactor scheduler --listen :7080 --metrics-listen :9080 --lease-ttl 20s" {
+	if sargs != "compactor scheduler --listen :7080 --metrics-listen :9080 --lease-ttl 20s --insecure" {
 		t.Errorf("scheduler args %q", sargs)
 	}
 	svc := h.waitService(ns, "pool-scheduler")

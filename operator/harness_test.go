@@ -52,8 +52,12 @@ func testOptions() Options {
 	o.SecondaryStatusInterval = 500 * time.Millisecond
 	o.CompactorPollInterval = 300 * time.Millisecond
 	o.CompactorStats = testCompactorStats
+	o.Namespace = operatorNS
 	return o
 }
+
+// operatorNS is the operator's namespace in tests: its CA Secret's.
+const operatorNS = "shale-system"
 
 type harness struct {
 	t       *testing.T
@@ -94,6 +98,9 @@ func startOperatorWith(t *testing.T, opts Options) *harness {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	g, err := setup(ctx, mgr, opts)
 	if err != nil {
 		t.Fatal(err)

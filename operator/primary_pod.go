@@ -104,7 +104,7 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 	}
 
 	name := db.PrimaryPodName(epoch)
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
 			Namespace: db.Namespace,
@@ -148,6 +148,8 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 			}},
 		},
 	}
+	applyTLS(&pod.Spec, podTLS{enabled: db.TLSEnabled(), certSecret: db.PrimaryTLSSecretName(), accessSecret: db.AccessSecretName(), server: true, probePort: portKV})
+	return pod
 }
 
 // storeEnv is the environment that points `shale` at the ObjectStore:

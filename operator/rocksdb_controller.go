@@ -58,6 +58,10 @@ type rocksDBReconciler struct {
 	// tiersPolled: when this process last asked a database's primary for
 	// its tiers (tiering.go).
 	tiersPolled map[types.NamespacedName]time.Time
+	// issuer issues the database's certificates (certificates.go); creds
+	// is the operator's own, for the Status calls.
+	issuer *issuer
+	creds  *operatorCreds
 }
 
 type recordState struct {
@@ -104,9 +108,30 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
 		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Secret{}).
 		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
 		Watches(&shalev1.CompactorPool{}, handler.EnqueueRequestsFromMapFunc(r.forCompactorPool)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.forCASecret)).
 		Complete(r)
+}
+
+// forCASecret maps a change of the CA Secret to every RocksDB: their
+// certificates are checked against the CA at once.
+func (r *rocksDBReconciler) forCASecret(ctx context.Context, o client.Object) []reconcile.Request {
+	if client.ObjectKeyFromObject(o) != r.issuer.ca.key {
+		return nil
+	}
+	r.issuer.ca.invalidate()
+	var dbs shalev1.RocksDBList
+	if err := r.List(ctx, &dbs); err != nil {
+		log.FromContext(ctx).Error(err, "listing the RocksDBs after a change of the CA")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(dbs.Items))
+	for _, db := range dbs.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&db)})
+	}
+	return reqs
 }
 
 // forObjectStore maps an ObjectStore to the RocksDBs that use it.
@@ -233,7 +258,15 @@ func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB
 	if err := r.reconcileTiering(ctx, db, store, rep); err != nil {
 		return ctrl.Result{}, err
 	}
+	// Before the primary: its Pod mounts the Secrets. A failure is
+	// reported and the rest goes on (the Secrets issued before serve; a
+	// new Pod waits for a missing one).
+	renewAt, certErr := r.reconcileCertificates(ctx, db, store, rep)
 	res, err := r.reconcilePrimary(ctx, db, store, rep)
+	if err == nil {
+		err = certErr
+	}
+	res.RequeueAfter = requeueBy(res.RequeueAfter, renewAt, r.now())
 	if db.Spec.Tiering != nil || db.Status.ColdStoragePath != "" {
 		rep.tiers = r.pollTiers(ctx, db)
 		if res.RequeueAfter == 0 || res.RequeueAfter > r.opts.SecondaryStatusInterval {

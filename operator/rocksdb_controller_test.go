@@ -34,6 +34,8 @@ func TestOperator(t *testing.T) {
 	t.Run("GC", func(t *testing.T) { testGC(h.with(t)) })
 	t.Run("Tiering", func(t *testing.T) { testTiering(h.with(t)) })
 	t.Run("GCColdTier", func(t *testing.T) { testGCColdTier(h.with(t)) })
+	t.Run("Certificates", func(t *testing.T) { testCertificates(h.with(t)) })
+	t.Run("CompactorPoolCertificates", func(t *testing.T) { testCompactorPoolCertificates(h.with(t)) })
 }
 
 const samplesNS = "samples"
@@ -93,8 +95,8 @@ func testSamples(h *harness) {
 	if ctr.Image != "shale.local/shale:test" {
 		t.Errorf("image %q, want the operator's default", ctr.Image)
 	}
-	if ctr.ReadinessProbe == nil || ctr.ReadinessProbe.GRPC == nil {
-		t.Errorf("no gRPC readiness probe")
+	if ctr.ReadinessProbe == nil || ctr.ReadinessProbe.Exec == nil {
+		t.Errorf("no exec readiness probe (`shale health` over TLS)")
 	}
 	env := map[string]corev1.EnvVar{}
 	for _, e := range ctr.Env {

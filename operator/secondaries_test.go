@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -23,6 +22,7 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/auth"
 	"github.com/shale-rocks/shale/internal/objstore"
 )
 
@@ -77,8 +77,8 @@ func testSecondaries(h *harness) {
 	if ctr.Image != "shale.local/shale:test" {
 		t.Errorf("image %q, want the operator's default", ctr.Image)
 	}
-	if p := ctr.ReadinessProbe; p == nil || p.GRPC == nil || p.GRPC.Port != 7071 {
-		t.Errorf("readiness probe %+v, want gRPC on 7071", p)
+	if p := ctr.ReadinessProbe; p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, healthCommand(7071)) {
+		t.Errorf("readiness probe %+v, want `shale health` on 7071", p)
 	}
 	env := map[string]corev1.EnvVar{}
 	for _, e := range ctr.Env {
@@ -292,10 +292,9 @@ func testSecondaryStatus(h *harness, ns string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
-	kvv1.RegisterKVServer(srv, statusOnly{st: &kvv1.StatusResponse{Role: kvv1.Role_ROLE_SECONDARY, LatestSequence: 90, PrimarySequence: 100, LagSeconds: 0.25}})
-	go srv.Serve(lis)
-	defer srv.Stop()
+	// It serves as a secondary does: TLS with the secondaries' Secrets,
+	// behind the guard, which must let the operator's own certificate in.
+	g := h.guardedKV(lis, ns, "orders-secondary-tls", "orders-access", &kvv1.StatusResponse{Role: kvv1.Role_ROLE_SECONDARY, LatestSequence: 90, PrimarySequence: 100, LagSeconds: 0.25})
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -327,6 +326,9 @@ func testSecondaryStatus(h *harness, ns string) {
 	}
 	if b.Pod != "orders-secondary-b" || b.Error == "" || b.Lag != nil || b.CheckedAt.IsZero() {
 		t.Errorf("the silent secondary: %+v, want an error and no lag", b)
+	}
+	if callers := g.callers(); len(callers) == 0 || callers[0].Kind != auth.KindOperator || callers[0].Namespace != operatorNS {
+		t.Errorf("Status callers %v, want the operator of %s", callers, operatorNS)
 	}
 	for _, name := range []string{"orders-secondary-a", "orders-secondary-b"} {
 		if err := h.c.Delete(h.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.GracePeriodSeconds(0)); err != nil {

@@ -154,6 +154,7 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 			},
 		},
 	}
+	applyTLS(&dep.Spec.Template.Spec, podTLS{enabled: db.TLSEnabled(), certSecret: db.SecondaryTLSSecretName(), accessSecret: db.AccessSecretName(), server: true, probePort: portSecondaryKV})
 	dep.Annotations = map[string]string{shalev1.AnnotationSpecHash: specHash(dep.Spec)}
 	return dep
 }

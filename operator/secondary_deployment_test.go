@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 )
@@ -46,36 +47,48 @@ func TestSecondaryDeploymentArgs(t *testing.T) {
 		"--primary", "orders-rw.prod.svc:7070",
 		"--id", "$(POD_NAME)",
 	}
+	// Last, TLS: the files of the mounted Secrets, or --insecure.
+	tlsArgs := []string{"--tls-cert", "/etc/shale/tls/tls.crt", "--tls-key", "/etc/shale/tls/tls.key", "--tls-ca", "/etc/shale/tls/ca.crt", "--access-file", "/etc/shale/access/access.json"}
 	for _, tc := range []struct {
 		name      string
 		mutate    func(*shalev1.RocksDB)
 		wantArgs  []string // after the fixed ones
 		wantImage string
 		wantPull  corev1.PullPolicy
+		tlsOff    bool
 	}{
-		{"defaults", func(*shalev1.RocksDB) {}, nil, "default:image", corev1.PullIfNotPresent},
+		{"defaults", func(*shalev1.RocksDB) {}, nil, "default:image", corev1.PullIfNotPresent, false},
 		{"secondaries fields", func(db *shalev1.RocksDB) {
 			s := &db.Spec.Secondaries
 			s.CacheSize, s.BlockCacheSize = q("2Gi"), q("64Mi")
 			s.CatchupInterval, s.LeaseTTL = d(500*time.Millisecond), d(10*time.Second)
-		}, []string{"--cache-size", "2147483648", "--block-cache-size", "67108864", "--catchup-interval", "500ms", "--lease-ttl", "10s"}, "default:image", corev1.PullIfNotPresent},
+		}, []string{"--cache-size", "2147483648", "--block-cache-size", "67108864", "--catchup-interval", "500ms", "--lease-ttl", "10s"}, "default:image", corev1.PullIfNotPresent, false},
 		{"from the primary", func(db *shalev1.RocksDB) {
 			p := &db.Spec.Primary
 			p.Image, p.ImagePullPolicy = "registry.example/shale:1", corev1.PullAlways
 			p.MaxKeySize, p.ReadTimeout = q("1Ki"), d(3*time.Second)
 			// Primary-only settings stay with the primary.
 			p.CacheSize, p.Lease, p.DeleteGrace = q("1Gi"), d(time.Second), d(time.Minute)
-		}, []string{"--max-key-size", "1024", "--read-timeout", "3s"}, "registry.example/shale:1", corev1.PullAlways},
+		}, []string{"--max-key-size", "1024", "--read-timeout", "3s"}, "registry.example/shale:1", corev1.PullAlways, false},
 		{"zero cache is unbounded, not unset", func(db *shalev1.RocksDB) {
 			db.Spec.Secondaries.CacheSize = q("0")
-		}, []string{"--cache-size", "0"}, "default:image", corev1.PullIfNotPresent},
+		}, []string{"--cache-size", "0"}, "default:image", corev1.PullIfNotPresent, false},
+		{"TLS off", func(db *shalev1.RocksDB) {
+			db.Spec.TLS = &shalev1.TLSSpec{Enabled: ptr.To(false)}
+		}, nil, "default:image", corev1.PullIfNotPresent, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db, store := secondaryFixture()
 			tc.mutate(db)
 			dep := secondaryDeployment(db, store, "default:image")
 			c := dep.Spec.Template.Spec.Containers[0]
-			if want := append(slices.Clone(fixed), tc.wantArgs...); !slices.Equal(c.Args, want) {
+			want := append(slices.Clone(fixed), tc.wantArgs...)
+			if tc.tlsOff {
+				want = append(want, "--insecure")
+			} else {
+				want = append(want, tlsArgs...)
+			}
+			if !slices.Equal(c.Args, want) {
 				t.Errorf("args\n got %q\nwant %q", c.Args, want)
 			}
 			if c.Image != tc.wantImage || c.ImagePullPolicy != tc.wantPull {
@@ -144,8 +157,8 @@ func TestSecondaryDeploymentShape(t *testing.T) {
 	if svc.Name != "orders-ro" || svc.Spec.Ports[0].Port != 7070 || svc.Spec.Ports[0].TargetPort.StrVal != portNameKV {
 		t.Errorf("Service %s ports %+v, want 7070 to the container port named %s", svc.Name, svc.Spec.Ports, portNameKV)
 	}
-	if p := c.ReadinessProbe; p == nil || p.GRPC == nil || p.GRPC.Port != 7071 {
-		t.Errorf("readiness probe %+v, want gRPC on 7071", p)
+	if p := c.ReadinessProbe; p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"shale", "health", "--addr", "127.0.0.1:7071", "--tls-ca", "/etc/shale/tls/ca.crt", "--tls-server-name", "localhost"}) {
+		t.Errorf("readiness probe %+v, want `shale health` with TLS on 7071", p)
 	}
 	if spec.RestartPolicy != "" && spec.RestartPolicy != corev1.RestartPolicyAlways {
 		t.Errorf("restartPolicy %s: a Deployment needs Always", spec.RestartPolicy)
@@ -156,8 +169,11 @@ func TestSecondaryDeploymentShape(t *testing.T) {
 	if sc := c.SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 {
 		t.Errorf("container security context %+v", sc)
 	}
-	if len(spec.Volumes) != 1 || spec.Volumes[0].EmptyDir == nil || len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != cacheDir {
-		t.Errorf("volumes %+v mounts %+v, want an emptyDir at %s", spec.Volumes, c.VolumeMounts, cacheDir)
+	if len(spec.Volumes) != 3 || spec.Volumes[0].EmptyDir == nil || len(c.VolumeMounts) != 3 || c.VolumeMounts[0].MountPath != cacheDir {
+		t.Errorf("volumes %+v mounts %+v, want an emptyDir at %s, then the certificate and the access list", spec.Volumes, c.VolumeMounts, cacheDir)
+	} else {
+		checkSecretMount(t, spec, c, "tls", "orders-secondary-tls", "/etc/shale/tls")
+		checkSecretMount(t, spec, c, "access", "orders-access", "/etc/shale/access")
 	}
 	if !c.Resources.Requests.Memory().Equal(resource.MustParse("1Gi")) {
 		t.Errorf("resources %+v", c.Resources)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,18 +31,29 @@ import (
 // secondaryStatusTimeout bounds one Status call.
 const secondaryStatusTimeout = 2 * time.Second
 
-// secondaryStatusFunc asks the server at addr for its Status.
-type secondaryStatusFunc func(ctx context.Context, addr string) (*kvv1.StatusResponse, error)
+// secondaryStatusFunc asks the server at addr for its Status, connecting
+// with dial's transport (kvDial).
+type secondaryStatusFunc func(ctx context.Context, addr string, dial grpc.DialOption) (*kvv1.StatusResponse, error)
 
-// grpcSecondaryStatus dials addr (plaintext, as the secondaries serve)
-// and calls Status.
-func grpcSecondaryStatus(ctx context.Context, addr string) (*kvv1.StatusResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// grpcSecondaryStatus dials addr and calls Status.
+func grpcSecondaryStatus(ctx context.Context, addr string, dial grpc.DialOption) (*kvv1.StatusResponse, error) {
+	conn, err := grpc.NewClient(addr, dial)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
 	return kvv1.NewKVClient(conn).Status(ctx, &kvv1.StatusRequest{})
+}
+
+// kvDial is how the operator reaches the database's KV servers behind the
+// Service svc (NAME-rw or NAME-ro) when it dials a Pod's IP: with TLS,
+// its own certificate, verifying the server's by the Service's name;
+// plaintext with TLS off.
+func (r *rocksDBReconciler) kvDial(ctx context.Context, db *shalev1.RocksDB, svc string) (grpc.DialOption, error) {
+	if !db.TLSEnabled() {
+		return plaintext(), nil
+	}
+	return r.creds.dial(ctx, serviceHost(svc, db.Namespace))
 }
 
 // secondaryStatusDue reports whether the secondaries of a database are to
@@ -66,6 +76,7 @@ func (r *rocksDBReconciler) pollSecondaries(ctx context.Context, db *shalev1.Roc
 		return nil, err
 	}
 	now := metav1.NewTime(r.now())
+	dial, dialErr := r.kvDial(ctx, db, db.ReadOnlyServiceName())
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -82,9 +93,13 @@ func (r *rocksDBReconciler) pollSecondaries(ctx context.Context, db *shalev1.Roc
 			defer wg.Done()
 			var st *kvv1.StatusResponse
 			err := fmt.Errorf("%s", reason)
-			if reason == "" {
+			switch {
+			case reason != "":
+			case dialErr != nil:
+				err = dialErr
+			default:
 				c, cancel := context.WithTimeout(ctx, secondaryStatusTimeout)
-				st, err = r.secondaryStatus(c, addr)
+				st, err = r.secondaryStatus(c, addr, dial)
 				cancel()
 			}
 			e := secondaryStatusEntry(p.Name, st, err, now)

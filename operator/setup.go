@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/auth"
 )
 
 // Options configure the operator (cmd/shale-operator's flags).
@@ -51,6 +52,20 @@ type Options struct {
 	// CompactorStats reads a pool's Stats (default: gRPC to its
 	// NAME-scheduler Service; tests point it elsewhere).
 	CompactorStats StatsFunc
+
+	// Namespace is the operator's own namespace: its CA Secret's, and its
+	// identity's (shale://NAMESPACE/operator).
+	Namespace string
+	// CASecret names the Secret of the operator's CA in Namespace, made
+	// when missing with a validity of CAValidity.
+	CASecret   string
+	CAValidity time.Duration
+	// CertValidity is the lifetime of the certificates the operator
+	// issues; each is issued again two thirds into it.
+	CertValidity time.Duration
+	// ClusterDomain is the cluster's DNS domain (certificates name
+	// SERVICE.NAMESPACE.svc.DOMAIN).
+	ClusterDomain string
 }
 
 // DefaultOptions are the flags' defaults.
@@ -65,6 +80,10 @@ func DefaultOptions() Options {
 		GCGrace:                  24 * time.Hour,
 		SecondaryStatusInterval:  30 * time.Second,
 		CompactorPollInterval:    15 * time.Second,
+		CASecret:                 "shale-ca",
+		CAValidity:               87600 * time.Hour,
+		CertValidity:             2160 * time.Hour,
+		ClusterDomain:            "cluster.local",
 	}
 }
 
@@ -86,21 +105,33 @@ func (o Options) validate() error {
 		return fmt.Errorf("--gc-grace must be positive")
 	case o.CompactorPollInterval <= 0:
 		return fmt.Errorf("--compactor-poll-interval must be positive")
+	case o.Namespace == "":
+		return fmt.Errorf("no namespace for the operator's CA Secret: pass --operator-namespace (the operator's own namespace; read from the service account when it runs in a cluster)")
+	case o.CASecret == "":
+		return fmt.Errorf("--ca-secret must name a Secret")
+	case o.CertValidity <= 0:
+		return fmt.Errorf("--cert-validity must be positive")
+	case o.CAValidity < o.CertValidity:
+		return fmt.Errorf("--ca-validity (%s) must be at least --cert-validity (%s): a certificate never outlives its CA", o.CAValidity, o.CertValidity)
+	case o.ClusterDomain == "":
+		return fmt.Errorf("--cluster-domain must not be empty")
 	}
 	return nil
 }
 
-// CacheOptions restrict the manager's Pod and Deployment caches to the
-// ones the operator manages (so it does not hold every Pod and Deployment
-// of the cluster in memory).
+// CacheOptions restrict the manager's Pod, Deployment and Secret caches
+// to the ones the operator manages (so it does not hold every Pod and
+// Deployment of the cluster in memory, nor any Secret but its own).
 func CacheOptions() cache.Options {
 	ours := labels.SelectorFromSet(labels.Set{shalev1.LabelAppManagedBy: shalev1.ManagedBy})
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:        {Label: ours},
 		&appsv1.Deployment{}: {Label: ours},
+		&corev1.Secret{}:     {Label: ours},
 	}}
 }
 
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
@@ -119,6 +150,14 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The CA before any controller: every certificate comes from it.
+	ca := &caSource{c: mgr.GetClient(), reader: mgr.GetAPIReader(), key: types.NamespacedName{Namespace: opts.Namespace, Name: opts.CASecret},
+		validity: opts.CAValidity, now: time.Now}
+	if _, _, err := ca.get(ctx); err != nil {
+		return nil, err
+	}
+	is := &issuer{ca: ca, validity: opts.CertValidity, domain: opts.ClusterDomain, now: time.Now}
+	creds := &operatorCreds{ca: ca, id: auth.Identity{Namespace: opts.Namespace, Kind: auth.KindOperator}, validity: opts.CertValidity, now: time.Now}
 	st := newStores(mgr.GetAPIReader())
 	osr := &objectStoreReconciler{
 		Client:        mgr.GetClient(),
@@ -143,6 +182,8 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		secondaryPolled: make(map[types.NamespacedName]time.Time),
 		tiersPolled:     make(map[types.NamespacedName]time.Time),
 		secondaryStatus: grpcSecondaryStatus,
+		issuer:          is,
+		creds:           creds,
 	}
 	if err := dbr.setup(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("RocksDB controller: %w", err)
@@ -154,6 +195,8 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		opts:      opts,
 		now:       time.Now,
 		stats:     opts.CompactorStats,
+		issuer:    is,
+		creds:     creds,
 	}
 	if cpr.stats == nil {
 		cpr.stats = schedulerStats

@@ -19,7 +19,8 @@ import (
 
 // stores opens object-store clients for ObjectStores. Credentials are read
 // from the ObjectStore's Secret with an uncached read each time (the
-// operator never caches or watches Secrets, and never logs their values);
+// operator caches and watches only the Secrets it makes itself, labelled
+// as its own, and never logs their values);
 // clients are kept per location and credentials, so a rotated key gets a
 // new client.
 type stores struct {

@@ -148,9 +148,13 @@ func (r *rocksDBReconciler) pollTiers(ctx context.Context, db *shalev1.RocksDB) 
 	if reason != "" {
 		return nil
 	}
+	dial, err := r.kvDial(ctx, db, db.ServiceName())
+	if err != nil {
+		return nil
+	}
 	c, cancel := context.WithTimeout(ctx, secondaryStatusTimeout)
 	defer cancel()
-	st, err := r.secondaryStatus(c, addr)
+	st, err := r.secondaryStatus(c, addr, dial)
 	if err != nil {
 		return nil
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -123,11 +122,8 @@ func testTiering(h *harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
-	kvv1.RegisterKVServer(srv, statusOnly{st: &kvv1.StatusResponse{Role: kvv1.Role_ROLE_PRIMARY, Tiers: []*kvv1.TierUsage{
-		{Tier: "hot", Files: 3, Bytes: 3000}, {Tier: "cold", Files: 7, Bytes: 70000}}}})
-	go srv.Serve(lis)
-	defer srv.Stop()
+	h.guardedKV(lis, ns, "tiered-primary-tls", "tiered-access", &kvv1.StatusResponse{Role: kvv1.Role_ROLE_PRIMARY, Tiers: []*kvv1.TierUsage{
+		{Tier: "hot", Files: 3, Bytes: 3000}, {Tier: "cold", Files: 7, Bytes: 70000}}})
 	pod = h.waitPod(ns, "tiered-primary-1")
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.PodIP = ip

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,6 +28,16 @@ import (
 
 func main() {
 	os.Exit(run())
+}
+
+// inClusterNamespace is the namespace of the service account the process
+// runs as, "" outside a cluster.
+func inClusterNamespace() string {
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func run() int {
@@ -63,6 +74,11 @@ func run() int {
 	fs.BoolVar(&opts.GCDryRun, "gc-dry-run", false, "report orphaned database directories (events, metrics, log) without deleting them")
 	fs.DurationVar(&opts.SecondaryStatusInterval, "secondary-status-interval", opts.SecondaryStatusInterval, "how often each database's secondaries are asked for their replication state (status.secondaryStatus)")
 	fs.DurationVar(&opts.CompactorPollInterval, "compactor-poll-interval", opts.CompactorPollInterval, "how often each CompactorPool's scheduler is asked for its queue (one gRPC call) and its workers resized")
+	fs.StringVar(&opts.Namespace, "operator-namespace", inClusterNamespace(), "the operator's own namespace, where its CA Secret lives and which its identity names (default: its service account's namespace in a cluster; required outside one)")
+	fs.StringVar(&opts.CASecret, "ca-secret", opts.CASecret, "Secret (in --operator-namespace) of the CA that signs every certificate the operator issues; made if missing")
+	fs.DurationVar(&opts.CAValidity, "ca-validity", opts.CAValidity, "validity of a CA the operator makes (it does not renew its CA: docs/operator.md describes the rotation)")
+	fs.DurationVar(&opts.CertValidity, "cert-validity", opts.CertValidity, "validity of the certificates the operator issues; each is issued again two thirds into it, without restarting anything")
+	fs.StringVar(&opts.ClusterDomain, "cluster-domain", opts.ClusterDomain, "the cluster's DNS domain, named in server certificates (SERVICE.NAMESPACE.svc.DOMAIN)")
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime's config package.
 	flag.Parse()
@@ -122,7 +138,8 @@ func run() int {
 		return 1
 	}
 	log.Info("starting", "version", version.Version, "shaleImage", opts.ShaleImage, "failoverGrace", opts.FailoverGrace,
-		"gcInterval", opts.GCInterval, "gcGrace", opts.GCGrace, "gcDryRun", opts.GCDryRun, "leaderElect", leaderElect)
+		"gcInterval", opts.GCInterval, "gcGrace", opts.GCGrace, "gcDryRun", opts.GCDryRun, "leaderElect", leaderElect,
+		"caSecret", opts.Namespace+"/"+opts.CASecret, "certValidity", opts.CertValidity)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		return 1

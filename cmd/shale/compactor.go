@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,12 +15,13 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
 
 	compactorv1 "github.com/shale-rocks/shale/api/compactor/v1"
 	"github.com/shale-rocks/shale/compactor"
+	"github.com/shale-rocks/shale/internal/auth"
 )
 
 func newCompactorCmd() *cobra.Command {
@@ -48,9 +52,18 @@ func newSchedulerCmd() *cobra.Command {
 		Long: `Scheduler serves the compaction job queue on --listen and its statistics as
 Prometheus series on --metrics-listen. Its queue is soft state: when it stops,
 waiting primaries compact locally and workers drop their jobs, so nothing is
-lost; a restarted scheduler starts empty. It stops on SIGINT or SIGTERM.`,
-		Example: `  shale compactor scheduler --listen 0.0.0.0:7080 --metrics-listen 0.0.0.0:9080`,
-		Args:    exactArgs(),
+lost; a restarted scheduler starts empty. It stops on SIGINT or SIGTERM.
+
+With --tls-cert, --tls-key and --tls-ca (a certificate naming
+shale://NAMESPACE/scheduler/POOL) it serves TLS 1.3 and authenticates every
+caller by its certificate: only primaries of NAMESPACE submit jobs, each only
+for the database its certificate names; only workers of POOL take and report
+jobs; stats for the operator and NAMESPACE's components. Without them it
+serves plaintext to anyone, which it does only on a loopback address or with
+--insecure. The files are read again when they change.`,
+		Example: `  shale compactor scheduler --listen 0.0.0.0:7080 --metrics-listen 0.0.0.0:9080 \
+    --tls-cert /etc/shale/tls/tls.crt --tls-key /etc/shale/tls/tls.key --tls-ca /etc/shale/tls/ca.crt`,
+		Args: exactArgs(),
 		RunE: func(c *cobra.Command, _ []string) error {
 			cfg.Logger = newLogger(c.ErrOrStderr())
 			s, err := compactor.StartScheduler(cfg)
@@ -73,15 +86,35 @@ lost; a restarted scheduler starts empty. It stops on SIGINT or SIGTERM.`,
 	fs.Var(newDuration(&cfg.Scheduler.LeaseTTL, 15*time.Second), "lease-ttl", "a job whose worker has not heartbeated for this long goes back to the queue")
 	var attempts uint64
 	fs.Var(uintValue{&attempts}, "max-attempts", "leases of one job before it fails (its primary then compacts locally; default 3)")
+	serverTLSFlags(c, &cfg.Security)
 	c.PreRunE = func(*cobra.Command, []string) error {
 		if attempts > 100 {
 			return usageErrorf("compactor scheduler: --max-attempts %d is above 100", attempts)
 		}
 		cfg.Scheduler.MaxAttempts = uint32(attempts)
+		if err := cfg.Security.Check(cfg.Listen); err != nil {
+			return usageErrorf("compactor scheduler: %v", err)
+		}
+		if t := cfg.Security.TLS; t.Enabled() && (t.Cert == "" || t.Key == "" || t.CA == "") {
+			return usageErrorf("compactor scheduler: TLS needs all of --tls-cert, --tls-key and --tls-ca")
+		}
 		return nil
 	}
 	noFileCompletion(c, "listen", "metrics-listen", "lease-ttl", "max-attempts")
 	return c
+}
+
+// serverTLSFlags registers --tls-cert, --tls-key, --tls-ca and --insecure
+// of a server (the scheduler).
+func serverTLSFlags(c *cobra.Command, sc *auth.ServerConfig) {
+	fs := c.Flags()
+	fs.StringVar(&sc.TLS.Cert, "tls-cert", "", "PEM `file` of this server's certificate (serves TLS; read again when it changes)")
+	fs.StringVar(&sc.TLS.Key, "tls-key", "", "PEM `file` of the certificate's private key")
+	fs.StringVar(&sc.TLS.CA, "tls-ca", "", "PEM `file` of the CA bundle that callers' certificates are verified against")
+	fs.BoolVar(&sc.Insecure, "insecure", false, "serve plaintext with no authentication on a non-loopback --listen")
+	for _, n := range []string{"tls-cert", "tls-key", "tls-ca"} {
+		c.MarkFlagFilename(n)
+	}
 }
 
 func newWorkerCmd() *cobra.Command {
@@ -97,7 +130,11 @@ AWS_REGION, as for "shale primary"), compacts with RocksDB's OpenAndCompact,
 and uploads the outputs under the database's _shale/compactions/<job>/;
 it writes nothing else. It keeps nothing between jobs: each job's files in
 --cache-dir are removed when it ends. It stops on SIGINT or SIGTERM, handing
-running jobs back to the scheduler.`,
+running jobs back to the scheduler.
+
+With --tls-cert, --tls-key and --tls-ca (a certificate naming
+shale://NAMESPACE/worker/POOL) it reaches the scheduler over mutual TLS and
+takes jobs only from the scheduler of its own pool.`,
 		Example: `  AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \
     shale compactor worker --scheduler 127.0.0.1:7080 --cache-dir /var/cache/shale/compactor`,
 		Args: exactArgs(),
@@ -109,6 +146,8 @@ running jobs back to the scheduler.`,
 				return usageErrorf("compactor worker: --cache-dir is required (a local directory for running jobs' files)")
 			case concurrency == 0 || concurrency > 64:
 				return usageErrorf("compactor worker: --concurrency %d: want 1 to 64", concurrency)
+			case cfg.Security.TLS.Enabled() && (cfg.Security.TLS.Cert == "" || cfg.Security.TLS.Key == "" || cfg.Security.TLS.CA == ""):
+				return usageErrorf("compactor worker: TLS needs all of --tls-cert, --tls-key and --tls-ca (the scheduler gives jobs only to workers with its pool's worker certificate)")
 			}
 			cfg.Concurrency = int(concurrency)
 			cfg.Logger = newLogger(c.ErrOrStderr())
@@ -129,14 +168,22 @@ running jobs back to the scheduler.`,
 	fs.StringVar(&cfg.ID, "id", "", "this worker's name at the scheduler (default: host and pid; in Kubernetes, the Pod name)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9081", "HTTP `address` for Prometheus /metrics and /healthz (empty: off)")
 	fs.Var(newDuration(&cfg.JobTimeout, 30*time.Minute), "job-timeout", "give up a job after this long; keep it well under the databases' --delete-grace")
+	fs.StringVar(&cfg.Security.TLS.Cert, "tls-cert", "", "PEM `file` of this worker's certificate (shale://NAMESPACE/worker/POOL; read again when it changes)")
+	fs.StringVar(&cfg.Security.TLS.Key, "tls-key", "", "PEM `file` of the certificate's private key")
+	fs.StringVar(&cfg.Security.TLS.CA, "tls-ca", "", "PEM `file` of the CA bundle the scheduler's certificate is verified against")
+	fs.StringVar(&cfg.Security.ServerName, "tls-server-name", "", "verify the scheduler's certificate for this `name` instead of --scheduler's host")
+	for _, n := range []string{"tls-cert", "tls-key", "tls-ca"} {
+		c.MarkFlagFilename(n)
+	}
 	c.MarkFlagDirname("cache-dir")
-	noFileCompletion(c, "scheduler", "concurrency", "id", "metrics-listen", "job-timeout")
+	noFileCompletion(c, "scheduler", "concurrency", "id", "metrics-listen", "job-timeout", "tls-server-name")
 	return c
 }
 
 func newCompactorStatsCmd() *cobra.Command {
 	var addr string
 	var timeout time.Duration
+	var cf clientFlags
 	c := &cobra.Command{
 		Use:   "stats --scheduler ADDR",
 		Short: "Print the scheduler's queue: per database and per worker",
@@ -144,17 +191,31 @@ func newCompactorStatsCmd() *cobra.Command {
 re-queued and cancelled jobs and the fallbacks primaries reported, per
 database and in total, and the workers it has seen recently. With -o json it
 prints the Compactor API's StatsResponse in protobuf's JSON mapping (64-bit
-integers are strings).`,
+integers are strings).
+
+A scheduler serving TLS answers the operator and the Shale components of its
+namespace: give --tls-ca and a certificate (--tls-cert, --tls-key), or a
+client config file (--config, default $SHALE_CONFIG) naming them.`,
 		Example: `  shale compactor stats --scheduler 127.0.0.1:7080
-  shale compactor stats --scheduler 127.0.0.1:7080 -o json | jq .total`,
+  shale compactor stats --scheduler 127.0.0.1:7080 -o json | jq .total
+  shale compactor stats --scheduler shale-compactor.shale:7080 --tls-ca ca.crt --tls-cert tls.crt --tls-key tls.key`,
 		Args: exactArgs(),
 	}
 	c.Flags().StringVar(&addr, "scheduler", "127.0.0.1:7080", "the scheduler's gRPC `address`")
 	c.Flags().Var(newDuration(&timeout, 10*time.Second), "timeout", "deadline of the request")
+	cf.register(c)
 	noFileCompletion(c, "scheduler", "timeout")
 	output := addOutputFlags(c)
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		sec, err := cf.resolve(c, "scheduler", &addr)
+		if err != nil {
+			return err
+		}
+		opts, err := sec.DialOptions()
+		if err != nil {
+			return usageErrorf("compactor stats: %v", err)
+		}
+		conn, err := grpc.NewClient(addr, opts...)
 		if err != nil {
 			return fmt.Errorf("--scheduler %s: %w", addr, err)
 		}
@@ -165,9 +226,15 @@ integers are strings).`,
 		if err != nil {
 			switch status.Code(err) {
 			case codes.Unavailable:
-				return fmt.Errorf("cannot reach a compactor scheduler at %s: %s (is `shale compactor scheduler` or `shale dev` running? set --scheduler)", addr, status.Convert(err).Message())
+				hint := "is `shale compactor scheduler` or `shale dev` running? set --scheduler"
+				if !sec.TLS.Enabled() {
+					hint += "; if it serves TLS, give --tls-ca and a certificate"
+				}
+				return fmt.Errorf("cannot reach a compactor scheduler at %s: %s (%s)", addr, status.Convert(err).Message(), hint)
 			case codes.DeadlineExceeded:
 				return fmt.Errorf("no answer from %s within %s (--timeout)", addr, timeout)
+			case codes.Unauthenticated, codes.PermissionDenied:
+				return fmt.Errorf("the compactor scheduler at %s refused: %s", addr, status.Convert(err).Message())
 			}
 			return err
 		}
@@ -294,4 +361,76 @@ func checkCompaction(stderr io.Writer, cmd string, mode string, cc *compactor.Cl
 		fmt.Fprintf(stderr, "%s: --compaction-scheduler is ignored with --compaction local\n", cmd)
 	}
 	return nil
+}
+
+// clientFlags are a CLI client's connection flags (--tls-ca, --tls-cert,
+// --tls-key, --token-file, --tls-server-name) and its client config file
+// (--config, default $SHALE_CONFIG). Flags given win over the file.
+type clientFlags struct {
+	config string
+	sec    auth.ClientConfig
+}
+
+// clientConfigFile is the YAML client config. Relative paths are relative
+// to the file's directory.
+type clientConfigFile struct {
+	Addr       string `json:"addr"`
+	TLSCA      string `json:"tlsCA"`
+	TLSCert    string `json:"tlsCert"`
+	TLSKey     string `json:"tlsKey"`
+	TokenFile  string `json:"tokenFile"`
+	ServerName string `json:"serverName"`
+}
+
+func (f *clientFlags) register(c *cobra.Command) {
+	fs := c.Flags()
+	fs.StringVar(&f.config, "config", os.Getenv("SHALE_CONFIG"), "client config `file` (YAML: addr, tlsCA, tlsCert, tlsKey, tokenFile, serverName); flags win (default $SHALE_CONFIG)")
+	fs.StringVar(&f.sec.TLS.CA, "tls-ca", "", "PEM `file` of the CA bundle the server is verified against (connects with TLS)")
+	fs.StringVar(&f.sec.TLS.Cert, "tls-cert", "", "PEM `file` of the client certificate")
+	fs.StringVar(&f.sec.TLS.Key, "tls-key", "", "PEM `file` of the client certificate's key")
+	fs.StringVar(&f.sec.TokenFile, "token-file", "", "`file` holding a bearer token (with TLS)")
+	fs.StringVar(&f.sec.ServerName, "tls-server-name", "", "verify the server's certificate for this `name` instead of the address's host")
+	for _, n := range []string{"config", "tls-ca", "tls-cert", "tls-key", "token-file"} {
+		c.MarkFlagFilename(n)
+	}
+	noFileCompletion(c, "tls-server-name")
+}
+
+// resolve merges the config file under the flags; the file's addr sets
+// the address flag addrFlag unless it was given.
+func (f *clientFlags) resolve(c *cobra.Command, addrFlag string, addr *string) (auth.ClientConfig, error) {
+	sec := f.sec
+	if f.config == "" {
+		return sec, nil
+	}
+	b, err := os.ReadFile(f.config)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !c.Flags().Changed("config") {
+			return sec, fmt.Errorf("$SHALE_CONFIG names %s, which does not exist: %w", f.config, err)
+		}
+		return sec, fmt.Errorf("--config: %w", err)
+	}
+	var file clientConfigFile
+	if err := yaml.UnmarshalStrict(b, &file); err != nil {
+		return sec, fmt.Errorf("client config %s: %w (keys: addr, tlsCA, tlsCert, tlsKey, tokenFile, serverName)", f.config, err)
+	}
+	dir := filepath.Dir(f.config)
+	path := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	set := func(flag string, dst *string, v string) {
+		if v != "" && !c.Flags().Changed(flag) {
+			*dst = v
+		}
+	}
+	set(addrFlag, addr, file.Addr)
+	set("tls-ca", &sec.TLS.CA, path(file.TLSCA))
+	set("tls-cert", &sec.TLS.Cert, path(file.TLSCert))
+	set("tls-key", &sec.TLS.Key, path(file.TLSKey))
+	set("token-file", &sec.TokenFile, path(file.TokenFile))
+	set("tls-server-name", &sec.ServerName, file.ServerName)
+	return sec, nil
 }

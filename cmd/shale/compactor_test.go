@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,6 +17,7 @@ import (
 	compactorv1 "github.com/shale-rocks/shale/api/compactor/v1"
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/pki"
 )
 
 func TestCompactorUsage(t *testing.T) {
@@ -33,6 +37,14 @@ func TestCompactorUsage(t *testing.T) {
 		{[]string{"primary", "--db", "file:///tmp/x", "--compaction-priority", "0"}, []string{`for "--compaction-priority" flag: want a whole number from 1 to 100`}},
 		{[]string{"dev", "--data", "/tmp/x", "--compaction-priority", "101"}, []string{`for "--compaction-priority" flag: want a whole number from 1 to 100`}},
 		{[]string{"dev", "--data", "/tmp/x", "--compactor-listen", "", "--compaction", "remote"}, []string{"dev: --compaction remote needs --compaction-scheduler"}},
+		// Issue 23: plaintext only on loopback or with --insecure, and TLS
+		// needs all its files.
+		{[]string{"compactor", "scheduler", "--listen", "0.0.0.0:7080"}, []string{"compactor scheduler: --listen 0.0.0.0:7080 is reachable from other machines but has no TLS", "--insecure"}},
+		{[]string{"compactor", "scheduler", "--listen", ":7080"}, []string{"has no TLS"}},
+		{[]string{"compactor", "scheduler", "--tls-cert", "a.crt", "--tls-ca", "ca.crt"}, []string{"compactor scheduler: TLS needs all of --tls-cert, --tls-key and --tls-ca"}},
+		{[]string{"compactor", "scheduler", "--insecure", "--tls-cert", "a", "--tls-key", "b", "--tls-ca", "c"}, []string{"--insecure serves plaintext: drop it, or drop --tls-cert/--tls-key/--tls-ca"}},
+		{[]string{"compactor", "worker", "--scheduler", "x:1", "--cache-dir", "/tmp/x", "--tls-ca", "ca.crt"}, []string{"compactor worker: TLS needs all of --tls-cert, --tls-key and --tls-ca"}},
+		{[]string{"compactor", "stats", "--token-file", "t"}, []string{"compactor stats: --token-file needs TLS"}},
 	} {
 		code, out, errOut := shale(tc.args...)
 		ok := code == 2 && out == ""
@@ -48,8 +60,10 @@ func TestCompactorUsage(t *testing.T) {
 		want []string
 	}{
 		{[]string{"compactor", "--help"}, []string{"scheduler ", "worker ", "stats "}},
-		{[]string{"compactor", "worker", "--help"}, []string{"--scheduler address", "--cache-dir directory", "--concurrency uint", "(default 1)", "AWS_ACCESS_KEY_ID", "_shale/compactions/"}},
-		{[]string{"compactor", "stats", "--help"}, []string{"-o, --output format", `(default "127.0.0.1:7080")`}},
+		{[]string{"compactor", "worker", "--help"}, []string{"--scheduler address", "--cache-dir directory", "--concurrency uint", "(default 1)", "AWS_ACCESS_KEY_ID", "_shale/compactions/",
+			"--tls-cert file", "--tls-key file", "--tls-ca file", "--tls-server-name name", "shale://NAMESPACE/worker/POOL"}},
+		{[]string{"compactor", "scheduler", "--help"}, []string{"--tls-cert file", "--tls-key file", "--tls-ca file", "--insecure", "shale://NAMESPACE/scheduler/POOL"}},
+		{[]string{"compactor", "stats", "--help"}, []string{"-o, --output format", `(default "127.0.0.1:7080")`, "--config file", "--tls-ca file", "--tls-cert file", "--tls-key file", "--token-file file", "--tls-server-name name"}},
 		{[]string{"primary", "--help"}, []string{"--compaction mode", `(default local)`, "--compaction-scheduler address", "--compaction-priority int", "(default 10)", "--compaction-queue-timeout duration", "(default 20s)"}},
 		{[]string{"dev", "--help"}, []string{"--compaction mode", "(default remote)", "--compactor-listen address"}},
 	} {
@@ -286,5 +300,106 @@ func testWorkerKill9MidJob(t *testing.T, loc storetest.Location) {
 	final, _ := schedulerStats(t, sched.addr)
 	if final.Total.Failed != 0 || final.Total.Fallbacks != 0 {
 		t.Fatalf("after the kill: %v", final.Total)
+	}
+}
+
+// testCerts makes a CA and the leaves of a compactor pool in dir.
+type testCerts struct {
+	ca  *pki.CA
+	dir string
+}
+
+func newTestCerts(t *testing.T) *testCerts {
+	t.Helper()
+	certPEM, keyPEM, err := pki.NewCA("test CA", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &testCerts{ca: ca, dir: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(c.dir, "ca.crt"), certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// issue writes NAME.crt and NAME.key for identity, valid on loopback.
+func (c *testCerts) issue(t *testing.T, name, identity string) (cert, key string) {
+	t.Helper()
+	u, err := url.Parse(identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := c.ca.Issue(pki.Leaf{CommonName: name, URIs: []*url.URL{u}, DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
+		Server: true, Client: true, Validity: time.Hour}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(c.dir, name+".crt"), filepath.Join(c.dir, name+".key")
+	if err := os.WriteFile(cert, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+func (c *testCerts) caFile() string { return filepath.Join(c.dir, "ca.crt") }
+
+// TestCompactorTLS (issue 23): a scheduler and a worker with certificates
+// as processes; `shale compactor stats` reads it with a certificate the
+// scheduler accepts (from flags, from --config with paths relative to it,
+// from $SHALE_CONFIG), and is refused without one, with a client's, or in
+// plaintext, each saying what is wrong.
+func TestCompactorTLS(t *testing.T) {
+	certs := newTestCerts(t)
+	schedCert, schedKey := certs.issue(t, "scheduler", "shale://ns/scheduler/pool")
+	workerCert, workerKey := certs.issue(t, "worker", "shale://ns/worker/pool")
+	opCert, opKey := certs.issue(t, "operator", "shale://shale-system/operator")
+	clientCert, clientKey := certs.issue(t, "client", "shale://ns/client/db/app")
+	addr := freeAddr(t)
+	sched := startShale(t, "compactor", "scheduler", "--listen", addr, "--metrics-listen", "", "--tls-cert", schedCert, "--tls-key", schedKey, "--tls-ca", certs.caFile())
+	startShale(t, "compactor", "worker", "--scheduler", addr, "--cache-dir", filepath.Join(t.TempDir(), "w"), "--id", "w1", "--metrics-listen", "",
+		"--tls-cert", workerCert, "--tls-key", workerKey, "--tls-ca", certs.caFile())
+	cfg := filepath.Join(certs.dir, "client.yaml")
+	if err := os.WriteFile(cfg, []byte("addr: "+addr+"\ntlsCA: ca.crt\ntlsCert: operator.crt\ntlsKey: operator.key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, "stats listing the TLS worker", func() bool {
+		code, out, _ := shale("compactor", "stats", "--config", cfg)
+		return code == 0 && strings.Contains(out, "w1")
+	}, sched)
+	code, out, errOut := shale("compactor", "stats", "--scheduler", addr, "--tls-ca", certs.caFile(), "--tls-cert", opCert, "--tls-key", opKey, "-o", "json")
+	if code != 0 || !strings.Contains(out, `"worker": "w1"`) {
+		t.Fatalf("stats with flags: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Setenv("SHALE_CONFIG", cfg)
+	if code, out, errOut := shale("compactor", "stats"); code != 0 || !strings.Contains(out, "w1") {
+		t.Fatalf("stats with $SHALE_CONFIG: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a client's certificate over the config's", []string{"--tls-cert", clientCert, "--tls-key", clientKey}, "refused: shale://ns/client/db/app may not read compactor stats"},
+		{"no certificate", []string{"--config", "", "--scheduler", addr, "--tls-ca", certs.caFile()}, "refused: no client certificate and no bearer token"},
+		{"plaintext", []string{"--config", "", "--scheduler", addr, "--timeout", "5s"}, "if it serves TLS, give --tls-ca and a certificate"},
+		{"a missing config", []string{"--config", filepath.Join(certs.dir, "none.yaml")}, "--config: open"},
+	} {
+		code, out, errOut := shale(append([]string{"compactor", "stats"}, tc.args...)...)
+		if code != 1 || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("stats with %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", tc.name, code, out, errOut, tc.want)
+		}
+	}
+	if err := os.WriteFile(cfg, []byte("adress: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := shale("compactor", "stats"); code != 1 || !strings.Contains(errOut, "client config "+cfg) || !strings.Contains(errOut, "adress") {
+		t.Errorf("stats with a misspelt config key: exit %d, %q", code, errOut)
 	}
 }

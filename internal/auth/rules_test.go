@@ -154,63 +154,6 @@ func TestRequireKV(t *testing.T) {
 	}
 }
 
-func TestRequireScheduler(t *testing.T) {
-	self := Identity{Namespace: "ns", Kind: KindScheduler, Name: "pool"}
-	primary := Identity{Namespace: "ns", Kind: KindPrimary, Name: "db", Database: "s3://b/ns/db"}
-	worker := Identity{Namespace: "ns", Kind: KindWorker, Name: "pool"}
-	for _, tc := range []struct {
-		name   string
-		id     Identity
-		method string
-		ok     bool
-	}{
-		{"primary submits", primary, "/shale.compactor.v1.Compactor/Compact", true},
-		{"primary of another namespace submits", Identity{Namespace: "x", Kind: KindPrimary, Name: "db"}, "/shale.compactor.v1.Compactor/Compact", false},
-		{"client submits", Identity{Namespace: "ns", Kind: KindClient, Name: "db", Client: "ops"}, "/shale.compactor.v1.Compactor/Compact", false},
-		{"worker submits", worker, "/shale.compactor.v1.Compactor/Compact", false},
-		{"worker leases", worker, "/shale.compactor.v1.Compactor/Lease", true},
-		{"worker completes", worker, "/shale.compactor.v1.Compactor/Complete", true},
-		{"worker fails a job", worker, "/shale.compactor.v1.Compactor/Fail", true},
-		{"worker heartbeats", worker, "/shale.compactor.v1.Compactor/Heartbeat", true},
-		{"worker of another pool leases", Identity{Namespace: "ns", Kind: KindWorker, Name: "other"}, "/shale.compactor.v1.Compactor/Lease", false},
-		{"worker of another namespace completes", Identity{Namespace: "x", Kind: KindWorker, Name: "pool"}, "/shale.compactor.v1.Compactor/Complete", false},
-		{"primary poses as a worker", primary, "/shale.compactor.v1.Compactor/Fail", false},
-		{"client poses as a worker", Identity{Namespace: "ns", Kind: KindClient, Name: "db", Client: "app"}, "/shale.compactor.v1.Compactor/Complete", false},
-		{"operator reads stats", Identity{Namespace: "shale-system", Kind: KindOperator}, "/shale.compactor.v1.Compactor/Stats", true},
-		{"worker reads stats", worker, "/shale.compactor.v1.Compactor/Stats", true},
-		{"client reads stats", Identity{Namespace: "ns", Kind: KindClient, Name: "db", Client: "app"}, "/shale.compactor.v1.Compactor/Stats", false},
-		{"operator submits", Identity{Namespace: "shale-system", Kind: KindOperator}, "/shale.compactor.v1.Compactor/Compact", false},
-		{"reflection", worker, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", false},
-		{"health", Identity{}, "/grpc.health.v1.Health/Check", true},
-	} {
-		err := RequireScheduler(self, tc.id, tc.method)
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: err %v, want ok=%v", tc.name, err, tc.ok)
-		}
-		if err != nil && status.Code(err) != codes.PermissionDenied {
-			t.Errorf("%s: code %s, want PermissionDenied", tc.name, status.Code(err))
-		}
-	}
-}
-
-func TestCheckSubmission(t *testing.T) {
-	primary := Identity{Namespace: "ns", Kind: KindPrimary, Name: "db", Database: "s3://b/ns/db"}
-	if err := CheckSubmission(primary, "s3://b/ns/db"); err != nil {
-		t.Errorf("own database refused: %v", err)
-	}
-	for _, db := range []string{"s3://b/ns/victim", "s3://b/ns/db/../victim", "s3://b/ns/db2", ""} {
-		if err := CheckSubmission(primary, db); status.Code(err) != codes.PermissionDenied {
-			t.Errorf("submission for %q: %v, want PermissionDenied", db, err)
-		}
-	}
-	if err := CheckSubmission(Identity{Namespace: "ns", Kind: KindWorker, Name: "p"}, "s3://b/ns/db"); err == nil {
-		t.Error("a worker submitted")
-	}
-	if err := CheckSubmission(Identity{Namespace: "ns", Kind: KindPrimary, Name: "db"}, ""); err == nil {
-		t.Error("a primary certificate naming no database submitted for the empty URL")
-	}
-}
-
 func TestAccessList(t *testing.T) {
 	good := `{"clients":[{"name":"app","role":"write","tokenSHA256s":["` + TokenDigest("s3cret") + `"]},{"name":"ro","role":"read"}]}`
 	a, err := ParseAccessList([]byte(good))

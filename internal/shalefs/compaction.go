@@ -234,6 +234,37 @@ func (f *FS) SweepCompactions(ctx context.Context, inflight func(job string) boo
 	return len(keys), nil
 }
 
+// RemoveJob deletes the directory of a job of this owner that RocksDB will
+// not install (refused, abandoned, fallen back to local), every attempt of
+// it, at once rather than at the next sweep: a worker wrote there with the
+// store's credentials and only this owner removes it. A job of another
+// owner, or one whose outputs are being installed, is left alone. An
+// attempt that uploads after this is the sweep's (SweepCompactions). It
+// returns how many objects it deleted.
+func (f *FS) RemoveJob(ctx context.Context, job string) (int, error) {
+	if f.readOnly {
+		return 0, ErrReadOnly
+	}
+	if e, ok := JobEpoch(job); !ok || e != f.epoch {
+		return 0, fmt.Errorf("remove compaction job %q: not a job of this owner (epoch %d)", job, f.epoch)
+	}
+	if f.expecting(job) {
+		return 0, fmt.Errorf("remove compaction job %s: its outputs are being installed", job)
+	}
+	objs, err := f.list(ctx, compactionsPrefix+job+"/", "compaction")
+	if err != nil {
+		return 0, err
+	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	if err := f.delMany(ctx, keys, "compaction"); err != nil {
+		return 0, err
+	}
+	return len(keys), nil
+}
+
 // JobOutputKey is the key of one output of an attempt.
 func JobOutputKey(job string, attempt uint32, name string) string {
 	return path.Join(JobDir(job, attempt), name)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -185,6 +186,54 @@ func TestSweepCompactions(t *testing.T) {
 			t.Errorf("%s was left", j)
 		}
 	}
+}
+
+// TestRemoveJob: a primary removes the directory of its own job that
+// RocksDB will not install, every attempt of it, and nothing else: not
+// another owner's job, not one being installed, not another job of its own.
+func TestRemoveJob(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := openFS(t, store, 3, filepath.Join(t.TempDir(), "cache"))
+		refused := f.NewJobID()
+		other := f.NewJobID()
+		installing := f.NewJobID()
+		older, newer := pad(2)+"-old", pad(4)+"-new"
+		for _, j := range []string{refused, other, installing, older, newer} {
+			putObject(t, store, JobOutputKey(j, 1, "000010.sst"), "x")
+		}
+		putObject(t, store, JobOutputKey(refused, 2, "000011.sst"), "y")
+		f.ExpectJobOutputs(installing, 1, map[string]int64{"000010.sst": 1})
+
+		if n, err := f.RemoveJob(context.Background(), refused); err != nil || n != 2 {
+			t.Fatalf("RemoveJob of a refused job: %d, %v; want both attempts' outputs", n, err)
+		}
+		for _, j := range []string{older, newer, installing} {
+			if _, err := f.RemoveJob(context.Background(), j); err == nil {
+				t.Errorf("RemoveJob(%s) removed it", j)
+			}
+		}
+		if n, err := f.RemoveJob(context.Background(), refused); err != nil || n != 0 {
+			t.Fatalf("RemoveJob again: %d, %v", n, err)
+		}
+		var left []string
+		store.List(context.Background(), compactionsPrefix, func(o objstore.ObjectInfo) error {
+			left = append(left, o.Key)
+			return nil
+		})
+		want := []string{}
+		for _, j := range []string{other, installing, older, newer} {
+			want = append(want, JobOutputKey(j, 1, "000010.sst"))
+		}
+		sort.Strings(want)
+		sort.Strings(left)
+		if strings.Join(left, " ") != strings.Join(want, " ") {
+			t.Fatalf("left %q, want %q", left, want)
+		}
+	})
 }
 
 // writeSST writes a table of n puts, dels deletions and one range deletion
