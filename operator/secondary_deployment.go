@@ -84,7 +84,6 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 	env := []corev1.EnvVar{
 		{Name: envPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
 	}
-	env = append(env, storeEnv(store)...)
 
 	labels := db.SecondaryLabels()
 	dep := &appsv1.Deployment{
@@ -113,7 +112,6 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To[int64](terminationGrace),
 					EnableServiceLinks:            ptr.To(false),
-					AutomountServiceAccountToken:  ptr.To(false),
 					SecurityContext:               podSecurityContext(),
 					// Spread the replicas over nodes when the scheduler
 					// can; never refuse to schedule one for it.
@@ -154,6 +152,8 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 			},
 		},
 	}
+	pod := &dep.Spec.Template.Spec
+	storeAccessOf(store).apply(pod, &pod.Containers[0])
 	dep.Annotations = map[string]string{shalev1.AnnotationSpecHash: specHash(dep.Spec)}
 	return dep
 }

@@ -24,7 +24,7 @@ func secondaryFixture() (*shalev1.RocksDB, *shalev1.ObjectStore) {
 	}
 	store := &shalev1.ObjectStore{Spec: shalev1.ObjectStoreSpec{
 		Endpoint:    "http://minio:9000",
-		Credentials: shalev1.SecretReference{Name: "creds"},
+		Credentials: &shalev1.SecretReference{Name: "creds"},
 		Hot:         shalev1.BucketLocation{Bucket: "data", Prefix: "dbs"},
 	}}
 	return db, store
@@ -127,12 +127,7 @@ func TestSecondaryDeploymentShape(t *testing.T) {
 	if env["AWS_ENDPOINT_URL"].Value != "http://minio:9000" || env["AWS_REGION"].Value != "eu-west-1" {
 		t.Errorf("endpoint %+v region %+v", env["AWS_ENDPOINT_URL"], env["AWS_REGION"])
 	}
-	for name, key := range map[string]string{"AWS_ACCESS_KEY_ID": shalev1.SecretKeyAccessKeyID, "AWS_SECRET_ACCESS_KEY": shalev1.SecretKeySecretAccessKey} {
-		e := env[name]
-		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "creds" || e.ValueFrom.SecretKeyRef.Key != key {
-			t.Errorf("%s = %+v, want a secretKeyRef to creds/%s", name, e, key)
-		}
-	}
+	wantSecretAccess(t, "secondary", spec, c, "creds")
 	ports := map[string]int32{}
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
@@ -156,8 +151,9 @@ func TestSecondaryDeploymentShape(t *testing.T) {
 	if sc := c.SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 {
 		t.Errorf("container security context %+v", sc)
 	}
-	if len(spec.Volumes) != 1 || spec.Volumes[0].EmptyDir == nil || len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != cacheDir {
-		t.Errorf("volumes %+v mounts %+v, want an emptyDir at %s", spec.Volumes, c.VolumeMounts, cacheDir)
+	// The cache, and the credentials (wantSecretAccess above).
+	if len(spec.Volumes) != 2 || spec.Volumes[0].EmptyDir == nil || len(c.VolumeMounts) != 2 || c.VolumeMounts[0].MountPath != cacheDir {
+		t.Errorf("volumes %+v mounts %+v, want an emptyDir at %s and the credentials", spec.Volumes, c.VolumeMounts, cacheDir)
 	}
 	if !c.Resources.Requests.Memory().Equal(resource.MustParse("1Gi")) {
 		t.Errorf("resources %+v", c.Resources)

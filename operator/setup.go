@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
 )
 
 // Options configure the operator (cmd/shale-operator's flags).
@@ -51,6 +52,16 @@ type Options struct {
 	// CompactorStats reads a pool's Stats (default: gRPC to its
 	// NAME-scheduler Service; tests point it elsewhere).
 	CompactorStats StatsFunc
+	// InstanceRoleStores lets the operator use its own credentials
+	// (OwnCredentials) for ObjectStores with instanceRole: true. Off, it
+	// refuses them with a condition: anyone who may create an
+	// ObjectStore could otherwise have the operator use its role on any
+	// bucket the role reaches.
+	InstanceRoleStores bool
+	// OwnCredentials are those credentials: only the credential settings
+	// are used. nil means the operator's environment
+	// (objstore.S3ConfigFromEnv, with its node's or Pod's role allowed).
+	OwnCredentials *objstore.S3Config
 }
 
 // DefaultOptions are the flags' defaults.
@@ -102,6 +113,8 @@ func CacheOptions() cache.Options {
 }
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
+// +kubebuilder:rbac:groups="",resources=serviceaccounts/token,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // Setup adds the controllers and the garbage collector to mgr.
@@ -119,7 +132,16 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := newStores(mgr.GetAPIReader())
+	var own *objstore.S3Config
+	if opts.InstanceRoleStores {
+		own = opts.OwnCredentials
+		if own == nil {
+			c := objstore.S3ConfigFromEnv()
+			c.InstanceRole = true
+			own = &c
+		}
+	}
+	st := newStores(mgr.GetAPIReader(), mgr.GetClient(), own)
 	osr := &objectStoreReconciler{
 		Client:        mgr.GetClient(),
 		apiReader:     mgr.GetAPIReader(),

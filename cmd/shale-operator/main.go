@@ -63,6 +63,7 @@ func run() int {
 	fs.BoolVar(&opts.GCDryRun, "gc-dry-run", false, "report orphaned database directories (events, metrics, log) without deleting them")
 	fs.DurationVar(&opts.SecondaryStatusInterval, "secondary-status-interval", opts.SecondaryStatusInterval, "how often each database's secondaries are asked for their replication state (status.secondaryStatus)")
 	fs.DurationVar(&opts.CompactorPollInterval, "compactor-poll-interval", opts.CompactorPollInterval, "how often each CompactorPool's scheduler is asked for its queue (one gRPC call) and its workers resized")
+	fs.BoolVar(&opts.InstanceRoleStores, "instance-role-stores", false, "check, write owner records in and collect garbage of ObjectStores with instanceRole: true using the operator's own role (its node's or Pod's; anyone who may create an ObjectStore can then have the operator use that role: grant it only Shale's buckets)")
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime's config package.
 	flag.Parse()

@@ -53,9 +53,14 @@ type S3Config struct {
 	// exchanged for credentials at STSEndpoint ("" means AWS's regional
 	// STS for an AWS endpoint, else Endpoint) for the role RoleARN.
 	WebIdentityTokenFile string
-	RoleARN              string
-	RoleSessionName      string // optional
-	STSEndpoint          string
+	// WebIdentityToken, if set, gives the token instead of a file (the
+	// operator asks the API server for a ServiceAccount's tokens), and
+	// WebIdentityName names its identity in logs and errors.
+	WebIdentityToken func() (string, error)
+	WebIdentityName  string
+	RoleARN          string
+	RoleSessionName  string // optional
+	STSEndpoint      string
 	// InstanceRole: the instance's role (EC2 metadata) or the container's
 	// (ECS, EKS Pod Identity: AWS_CONTAINER_CREDENTIALS_*).
 	InstanceRole bool

@@ -83,7 +83,7 @@ func credentialSources(c S3Config) []credSource {
 	if c.AccessKeyID != "" || c.SecretAccessKey != "" {
 		out = append(out, sourceStatic)
 	}
-	if c.WebIdentityTokenFile != "" {
+	if c.WebIdentityTokenFile != "" || c.WebIdentityToken != nil {
 		out = append(out, sourceWebIdentity)
 	}
 	if c.InstanceRole {
@@ -142,6 +142,24 @@ func (c S3Config) providers(ep *url.URL, region string) []namedProvider {
 				AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken, SignerType: credentials.SignatureV4,
 			}}})
 		case sourceWebIdentity:
+			if get := c.WebIdentityToken; get != nil {
+				name := "web identity"
+				if c.WebIdentityName != "" {
+					name += " as " + c.WebIdentityName
+				}
+				out = append(out, namedProvider{name, &credentials.STSWebIdentity{
+					STSEndpoint: stsEndpoint(c.STSEndpoint, ep, region),
+					RoleARN:     c.RoleARN,
+					GetWebIDTokenExpiry: func() (*credentials.WebIdentityToken, error) {
+						tok, err := get()
+						if err != nil {
+							return nil, err
+						}
+						return &credentials.WebIdentityToken{Token: tok}, nil
+					},
+				}})
+				break
+			}
 			// minio-go's IAM provider exchanges the token (read again on
 			// every refresh: the kubelet rotates projected tokens) at STS.
 			iam := &credentials.IAM{Endpoint: stsEndpoint(c.STSEndpoint, ep, region), Region: region}
@@ -322,7 +340,7 @@ func (c *credChain) RetrieveWithCredContext(cc *credentials.CredContext) (creden
 		}
 		return v, nil
 	}
-	return credentials.Value{}, fmt.Errorf("no S3 credentials for %s: %s (%s)", c.endpoint, strings.Join(errs, "; "), noCredentialsHelp())
+	return credentials.Value{}, fmt.Errorf("no S3 credentials for %s: %s", c.endpoint, strings.Join(errs, "; "))
 }
 
 // Retrieve implements credentials.Provider.

@@ -29,6 +29,7 @@ func TestCredentialSourcesOrder(t *testing.T) {
 		{"role ARN alone is no source", S3Config{RoleARN: "arn:aws:iam::1:role/r"}, nil},
 		{"web identity before instance role", S3Config{WebIdentityTokenFile: "/t", RoleARN: "arn", InstanceRole: true}, []credSource{sourceWebIdentity, sourceInstanceRole}},
 		{"instance role", S3Config{InstanceRole: true}, []credSource{sourceInstanceRole}},
+		{"web identity from a function", S3Config{WebIdentityToken: func() (string, error) { return "t", nil }}, []credSource{sourceWebIdentity}},
 		{"all four", S3Config{CredentialsDir: "/c", AccessKeyID: "k", SecretAccessKey: "s", WebIdentityTokenFile: "/t", InstanceRole: true},
 			[]credSource{sourceFiles, sourceStatic, sourceWebIdentity, sourceInstanceRole}},
 	} {
@@ -183,10 +184,10 @@ func TestCredChain(t *testing.T) {
 		t.Fatalf("the same keys read again changed the generation (%d to %d), %v", gen, c.generation(), err)
 	}
 
-	// Nothing yields keys: an error naming each source and what to set.
+	// Nothing yields keys: an error naming each source and its reason.
 	c = newCredChain(ep.String(), S3Config{CredentialsDir: filepath.Join(dir, "missing"), WebIdentityTokenFile: filepath.Join(dir, "no-token")}.providers(ep, DefaultRegion), quiet)
 	_, err = credentials.New(c).GetWithContext(nil)
-	for _, want := range []string{"no S3 credentials for http://127.0.0.1:9000", "the files in " + dir, "web identity", EnvCredentialsDir, EnvInstanceRole} {
+	for _, want := range []string{"no S3 credentials for http://127.0.0.1:9000", "the files in " + dir, CredentialsFileAccessKeyID, "web identity (" + filepath.Join(dir, "no-token") + ")"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("no source with keys: %v, want it to mention %q", err, want)
 		}
