@@ -188,8 +188,12 @@ func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, size int64, 
 		setConditions(&po, opts)
 		c = s.once
 	}
-	// Repeated after a refusal of its credentials only if the body can be
-	// sent again.
+	// Repeated after a refusal of its credentials (only if the body can be
+	// sent again), conditional or not: S3 authenticates a request before
+	// it evaluates If-None-Match or If-Match, so the refused attempt never
+	// reached the object and its repetition cannot meet its own write
+	// (authRetry). Other failures of a conditional put are never repeated
+	// (IsRetryable).
 	rewind := rewinder(r)
 	var up minio.UploadInfo
 	sent := false
