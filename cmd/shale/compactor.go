@@ -125,8 +125,9 @@ func newWorkerCmd() *cobra.Command {
 		Short: "Run compaction jobs leased from a scheduler",
 		Long: `Worker leases compaction jobs from the scheduler at --scheduler and runs
 them: it opens the job's database read-only in its object store (S3
-credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-AWS_REGION, as for "shale primary"), compacts with RocksDB's OpenAndCompact,
+endpoint and credentials from AWS_ENDPOINT_URL, AWS_REGION and
+SHALE_S3_CREDENTIALS_DIR, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, web
+identity or SHALE_S3_INSTANCE_ROLE, as for "shale primary"), compacts with RocksDB's OpenAndCompact,
 and uploads the outputs under the database's _shale/compactions/<job>/;
 it writes nothing else. It keeps nothing between jobs: each job's files in
 --cache-dir are removed when it ends. It stops on SIGINT or SIGTERM, handing

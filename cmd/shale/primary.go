@@ -27,7 +27,14 @@ func newPrimaryCmd() *cobra.Command {
 
 It takes the next fencing epoch in the store (or --epoch), seals the previous
 owner's logs, and serves until SIGINT or SIGTERM, which stop it gracefully and
-release the database. A primary deposed by a newer epoch exits with status 1.`,
+release the database. A primary deposed by a newer epoch exits with status 1.
+
+An s3:// store is reached at AWS_ENDPOINT_URL (region AWS_REGION) with the
+first credentials found among: the files accessKeyID and secretAccessKey in
+SHALE_S3_CREDENTIALS_DIR (a mounted Secret; read again when they change, so
+a rotated key needs no restart), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
+web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN), and the instance's
+or container's role (SHALE_S3_INSTANCE_ROLE=true).`,
 		Example: `  AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \
     shale primary --db s3://my-bucket/orders --cache-dir /var/cache/shale/orders
   shale primary --db file:///srv/shale/orders --cache-size 2GiB
