@@ -47,7 +47,12 @@ type clientConfigFile struct {
 func parseClientConfig(path string, b []byte) (*clientConfigFile, error) {
 	var f clientConfigFile
 	if err := yaml.UnmarshalStrict(b, &f); err != nil {
-		return nil, fmt.Errorf("client config %s: %w (keys: addr, tlsCA, tlsCert, tlsKey, tokenFile, serverName)", path, err)
+		// The YAML goes through JSON: say what was wrong, not how.
+		msg := err.Error()
+		for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+			msg = strings.TrimPrefix(msg, p)
+		}
+		return nil, fmt.Errorf("client config %s: %s (keys: addr, tlsCA, tlsCert, tlsKey, tokenFile, serverName)", path, msg)
 	}
 	dir := filepath.Dir(path)
 	for _, p := range []*string{&f.TLSCA, &f.TLSCert, &f.TLSKey, &f.TokenFile} {
