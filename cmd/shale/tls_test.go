@@ -540,3 +540,32 @@ func TestAdminPKIRefusals(t *testing.T) {
 		t.Errorf("tls.key: %v %v", fi.Mode(), err)
 	}
 }
+
+// shale dev is plaintext and says so.
+func TestDevSaysPlaintext(t *testing.T) {
+	addr, saddr, caddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	p := startShale(t, "dev", "--data", t.TempDir(), "--listen", addr, "--secondary-listen", saddr, "--compactor-listen", caddr, "--metrics-listen", "")
+	for _, a := range []string{addr, saddr} {
+		conn := dial(t, a)
+		deadline := time.Now().Add(waitDeadline)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+			cancel()
+			if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("dev does not serve on %s: %v", a, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Wait() // then its output (stdout and stderr, in p.stderr) is complete
+	if out := p.stderr.String(); !strings.Contains(out, "security  plaintext, no authentication: loopback only") {
+		t.Fatalf("dev's banner does not say it is plaintext:\n%s", out)
+	}
+}
