@@ -49,7 +49,7 @@ stress: deps ## long fencing race on MinIO: STRESS_ROUNDS (1000) takeovers under
 bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on MinIO (NUM keys, default 1M; BASE=<git ref> adds that revision's engine)
 	hack/bench-storage.sh
 
-bench-served: deps ## server and client CPU per unary Put and Get of shale primary on MinIO (NUM, ROUNDS; BASE=<git ref> also measures that revision)
+bench-served: deps ## server and client CPU per unary Put and Get of shale primary on MinIO, with and without TLS (NUM, ROUNDS, TLS=0; BASE=<git ref> also measures that revision)
 	hack/bench-served.sh
 
 bench-remote-reads: deps ## reads of tables left in the store with caches under 5% of the data: BASE (default main) vs this tree vs all cached (NUM, ROUNDS, READ_SECONDS, CACHE)

@@ -219,7 +219,7 @@ func stepNamespaceDeletion(t *testing.T, s *suite) {
 		ObjectMeta: metav1.ObjectMeta{Name: objectStoreName, Namespace: ns},
 		Spec: shalev1.ObjectStoreSpec{
 			Endpoint:    s.objectStoreEndpoint(),
-			Credentials: shalev1.SecretReference{Name: sec.Name},
+			Credentials: &shalev1.SecretReference{Name: sec.Name},
 			Hot:         shalev1.BucketLocation{Bucket: hotBucket, Prefix: "nsdel"},
 		},
 	}

@@ -229,7 +229,7 @@ func (s *suite) createObjectStore(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: objectStoreName, Namespace: s.cfg.namespace},
 		Spec: shalev1.ObjectStoreSpec{
 			Endpoint:    s.objectStoreEndpoint(),
-			Credentials: shalev1.SecretReference{Name: "shale-objectstore"},
+			Credentials: &shalev1.SecretReference{Name: "shale-objectstore"},
 			Hot:         shalev1.BucketLocation{Bucket: "shale", Prefix: "dbs"},
 			Cold:        &shalev1.ColdTier{BucketLocation: shalev1.BucketLocation{Bucket: "shale-cold"}},
 		},

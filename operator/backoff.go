@@ -301,8 +301,8 @@ func describeLocationChange(db *shalev1.RocksDB, store *shalev1.ObjectStore) str
 		msg = fmt.Sprintf("the database, created %s, is not at %s: ObjectStore %s now has %s. Point it back (delete the ObjectStore and create it again with the old values: they cannot be edited while databases use it); the next primary then finds the database",
 			since, where, store.Name, strings.Join(changes, ", "))
 	} else {
-		msg = fmt.Sprintf("the database, created %s, is not at %s although ObjectStore %s points where it was created: its data there was deleted, or the credentials of Secret %s reach another account",
-			since, where, store.Name, store.Spec.Credentials.Name)
+		msg = fmt.Sprintf("the database, created %s, is not at %s although ObjectStore %s points where it was created: its data there was deleted, or the credentials of %s reach another account",
+			since, where, store.Name, credentialsOrigin(store))
 	}
 	return msg + ". No primary is started meanwhile (a primary still running on the old location keeps serving); to give the data up and start empty, delete this RocksDB and create it again"
 }

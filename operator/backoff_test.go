@@ -184,7 +184,7 @@ func TestDescribeLocationChange(t *testing.T) {
 	created := &shalev1.DatabaseLocation{Time: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), Endpoint: "http://minio:9000", Region: "us-east-1", Bucket: "shale"}
 	store := func(endpoint, region, bucket string) *shalev1.ObjectStore {
 		return &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Name: "minio"}, Spec: shalev1.ObjectStoreSpec{
-			Endpoint: endpoint, Region: region, Hot: shalev1.BucketLocation{Bucket: bucket, Prefix: "dbs"}, Credentials: shalev1.SecretReference{Name: "creds"}}}
+			Endpoint: endpoint, Region: region, Hot: shalev1.BucketLocation{Bucket: bucket, Prefix: "dbs"}, Credentials: &shalev1.SecretReference{Name: "creds"}}}
 	}
 	db := &shalev1.RocksDB{Status: shalev1.RocksDBStatus{StoragePath: "dbs/ns/orders-1", Created: created}}
 	for _, tc := range []struct {

@@ -88,9 +88,9 @@ func workerDeployment(pool *shalev1.CompactorPool, store *shalev1.ObjectStore, d
 	}
 	ctr := poolContainer(pool, defaultImage, args, w.Resources)
 	ctr.Ports = []corev1.ContainerPort{{Name: portNameMet, ContainerPort: portWorkerMetrics, Protocol: corev1.ProtocolTCP}}
-	ctr.Env = append([]corev1.EnvVar{
+	ctr.Env = []corev1.EnvVar{
 		{Name: envPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
-	}, storeEnv(store)...)
+	}
 	ctr.ReadinessProbe = &corev1.Probe{
 		ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(portWorkerMetrics)}},
 		PeriodSeconds:    5,
@@ -102,6 +102,8 @@ func workerDeployment(pool *shalev1.CompactorPool, store *shalev1.ObjectStore, d
 	})
 	dep.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "cache", MountPath: cacheDir}}
 	applyTLS(&dep.Spec.Template.Spec, podTLS{enabled: pool.TLSEnabled(), certSecret: pool.WorkerTLSSecretName()})
+	pod := &dep.Spec.Template.Spec
+	storeAccessOf(store).apply(pod, &pod.Containers[0])
 	// A worker being replaced hands its jobs back on SIGTERM; rolling
 	// one at a time keeps the pool's capacity.
 	dep.Spec.Strategy = appsv1.DeploymentStrategy{

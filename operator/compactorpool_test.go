@@ -146,9 +146,7 @@ func testCompactorPool(h *harness) {
 	for _, e := range ctr.Env {
 		env[e.Name] = e
 	}
-	if e := env["AWS_SECRET_ACCESS_KEY"]; e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != sec.Name {
-		t.Errorf("worker credentials %+v, want a secretKeyRef to %s", e, sec.Name)
-	}
+	wantSecretAccess(t, "worker", wd.Spec.Template.Spec, ctr, sec.Name)
 	if env["AWS_ENDPOINT_URL"].Value != h.minio.Endpoint {
 		t.Errorf("worker endpoint %q", env["AWS_ENDPOINT_URL"].Value)
 	}

@@ -79,6 +79,12 @@ func startOperatorWith(t *testing.T, opts Options) *harness {
 	env := testenv.Start(t, testenv.WithCRDDirs("../config/crd/bases"), testenv.WithScheme(shalev1.AddToScheme))
 	srv := miniotest.Start(t)
 	srv.CreateBucket(t, bucket)
+	if opts.OwnCredentials == nil {
+		// The operator's "own role" for instanceRole stores (used only
+		// with opts.InstanceRoleStores): the test MinIO's keys.
+		own := srv.S3Config()
+		opts.OwnCredentials = &own
+	}
 
 	var logDest io.Writer = io.Discard
 	if os.Getenv("SHALE_TEST_OPERATOR_LOG") != "" {

@@ -9,7 +9,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
-	"github.com/shale-rocks/shale/internal/objstore"
 )
 
 // Ports and paths of the primary container.
@@ -37,9 +36,9 @@ const (
 // claimed in the store, be refused (ErrStaleEpoch), and crash-loop; the
 // epoch must change on every start, and only the operator hands them out.
 //
-// Credentials reach the container as environment variables taken by the
-// kubelet from the ObjectStore's Secret (secretKeyRef): the operator never
-// copies them into the Pod spec, a ConfigMap or a log.
+// Credentials reach the container as the ObjectStore says (storeAccessOf):
+// its Secret mounted read-only (the operator never copies keys into the Pod
+// spec, a ConfigMap or a log), workload identity or an instance role.
 func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, defaultImage string) *corev1.Pod {
 	p := db.Spec.Primary
 	image := p.Image
@@ -117,14 +116,12 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr.To[int64](terminationGrace),
 			EnableServiceLinks:            ptr.To(false),
-			AutomountServiceAccountToken:  ptr.To(false),
 			SecurityContext:               podSecurityContext(),
 			Containers: []corev1.Container{{
 				Name:            containerName,
 				Image:           image,
 				ImagePullPolicy: pull,
 				Args:            args,
-				Env:             storeEnv(store),
 				Ports: []corev1.ContainerPort{
 					{Name: portNameKV, ContainerPort: portKV, Protocol: corev1.ProtocolTCP},
 					{Name: portNameMet, ContainerPort: portMetrics, Protocol: corev1.ProtocolTCP},
@@ -149,21 +146,8 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 		},
 	}
 	applyTLS(&pod.Spec, podTLS{enabled: db.TLSEnabled(), certSecret: db.PrimaryTLSSecretName(), accessSecret: db.AccessSecretName(), server: true, probePort: portKV})
+	storeAccessOf(store).apply(&pod.Spec, &pod.Spec.Containers[0])
 	return pod
-}
-
-// storeEnv is the environment that points `shale` at the ObjectStore:
-// endpoint and region as values, credentials as secretKeyRefs.
-func storeEnv(store *shalev1.ObjectStore) []corev1.EnvVar {
-	env := []corev1.EnvVar{
-		{Name: objstore.EnvEndpoint, Value: store.Spec.Endpoint},
-		secretEnv(objstore.EnvAccessKeyID, store.Spec.Credentials.Name, shalev1.SecretKeyAccessKeyID),
-		secretEnv(objstore.EnvSecretAccessKey, store.Spec.Credentials.Name, shalev1.SecretKeySecretAccessKey),
-	}
-	if store.Spec.Region != "" {
-		env = append(env, corev1.EnvVar{Name: objstore.EnvRegion, Value: store.Spec.Region})
-	}
-	return env
 }
 
 // podSecurityContext: Shale's non-root uid, the runtime's seccomp profile.
@@ -183,13 +167,6 @@ func containerSecurityContext() *corev1.SecurityContext {
 		AllowPrivilegeEscalation: ptr.To(false),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
-}
-
-func secretEnv(name, secret, key string) corev1.EnvVar {
-	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-		LocalObjectReference: corev1.LocalObjectReference{Name: secret},
-		Key:                  key,
-	}}}
 }
 
 // tuningArgs are the `shale primary` flags of spec.tuning.

@@ -34,7 +34,7 @@ func TestPrimaryPodFlags(t *testing.T) {
 		UnorderedWrite: true, AsyncIO: true, OptimizeMultigetForIO: true, GroupCommitWindow: d(5 * time.Millisecond), RocksDBHistograms: true}
 	store := &shalev1.ObjectStore{Spec: shalev1.ObjectStoreSpec{
 		Endpoint: "https://s3.example.com", Region: "eu-west-1",
-		Credentials:    shalev1.SecretReference{Name: "creds"},
+		Credentials:    &shalev1.SecretReference{Name: "creds"},
 		Hot:            shalev1.BucketLocation{Bucket: "data", Prefix: "dbs"},
 		StorageClasses: shalev1.StorageClasses{WAL: "EXPRESS_ONEZONE", SST: "STANDARD_IA"},
 	}}
@@ -67,18 +67,19 @@ func TestPrimaryPodFlags(t *testing.T) {
 			t.Errorf("AWS_REGION = %q", e.Value)
 		}
 	}
-	for _, want := range []string{"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} {
+	for _, want := range []string{"AWS_ENDPOINT_URL", "AWS_REGION"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("env %v lacks %s", names, want)
 		}
 	}
+	wantSecretAccess(t, "primary", pod.Spec, c, "creds")
 	if pod.Name != "orders-primary-7" || pod.Labels[shalev1.LabelEpoch] != "7" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		t.Errorf("pod %s labels %v restart %s", pod.Name, pod.Labels, pod.Spec.RestartPolicy)
 	}
 
 	// Unset fields are left to shale primary's defaults.
 	bare := primaryPod(&shalev1.RocksDB{ObjectMeta: db.ObjectMeta, Status: db.Status}, &shalev1.ObjectStore{Spec: shalev1.ObjectStoreSpec{
-		Endpoint: "http://minio:9000", Credentials: shalev1.SecretReference{Name: "creds"}, Hot: shalev1.BucketLocation{Bucket: "data"},
+		Endpoint: "http://minio:9000", Credentials: &shalev1.SecretReference{Name: "creds"}, Hot: shalev1.BucketLocation{Bucket: "data"},
 	}}, 1, "default:image")
 	bc := bare.Spec.Containers[0]
 	if got := strings.Join(bc.Args, " "); strings.Contains(got, "--lease") || strings.Contains(got, "--cache-size") || strings.Contains(got, "storage-class") || strings.Contains(got, "--compaction") {

@@ -105,12 +105,7 @@ func testSamples(h *harness) {
 	if env[objstore.EnvEndpoint].Value != h.minio.Endpoint {
 		t.Errorf("%s = %q, want %q", objstore.EnvEndpoint, env[objstore.EnvEndpoint].Value, h.minio.Endpoint)
 	}
-	for name, key := range map[string]string{objstore.EnvAccessKeyID: shalev1.SecretKeyAccessKeyID, objstore.EnvSecretAccessKey: shalev1.SecretKeySecretAccessKey} {
-		e := env[name]
-		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != sec.Name || e.ValueFrom.SecretKeyRef.Key != key {
-			t.Errorf("%s = %+v, want a secretKeyRef to %s/%s", name, e, sec.Name, key)
-		}
-	}
+	wantSecretAccess(t, "primary", pod.Spec, ctr, sec.Name)
 	if spec, _ := json.Marshal(pod); strings.Contains(string(spec), h.minio.SecretKey) || strings.Contains(string(spec), h.minio.AccessKey) {
 		t.Errorf("the Pod spec holds the credentials themselves")
 	}

@@ -87,12 +87,7 @@ func testSecondaries(h *harness) {
 	if env[objstore.EnvEndpoint].Value != h.minio.Endpoint {
 		t.Errorf("%s = %q, want %q", objstore.EnvEndpoint, env[objstore.EnvEndpoint].Value, h.minio.Endpoint)
 	}
-	for name, key := range map[string]string{objstore.EnvAccessKeyID: shalev1.SecretKeyAccessKeyID, objstore.EnvSecretAccessKey: shalev1.SecretKeySecretAccessKey} {
-		e := env[name]
-		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != sec.Name || e.ValueFrom.SecretKeyRef.Key != key {
-			t.Errorf("%s = %+v, want a secretKeyRef to %s/%s", name, e, sec.Name, key)
-		}
-	}
+	wantSecretAccess(t, "secondary", dep.Spec.Template.Spec, ctr, sec.Name)
 	if b, _ := json.Marshal(dep); strings.Contains(string(b), h.minio.SecretKey) || strings.Contains(string(b), h.minio.AccessKey) {
 		t.Errorf("the Deployment holds the credentials themselves")
 	}

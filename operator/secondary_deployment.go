@@ -84,7 +84,6 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 	env := []corev1.EnvVar{
 		{Name: envPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
 	}
-	env = append(env, storeEnv(store)...)
 
 	labels := db.SecondaryLabels()
 	dep := &appsv1.Deployment{
@@ -113,7 +112,6 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To[int64](terminationGrace),
 					EnableServiceLinks:            ptr.To(false),
-					AutomountServiceAccountToken:  ptr.To(false),
 					SecurityContext:               podSecurityContext(),
 					// Spread the replicas over nodes when the scheduler
 					// can; never refuse to schedule one for it.
@@ -155,6 +153,8 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 		},
 	}
 	applyTLS(&dep.Spec.Template.Spec, podTLS{enabled: db.TLSEnabled(), certSecret: db.SecondaryTLSSecretName(), accessSecret: db.AccessSecretName(), server: true, probePort: portSecondaryKV})
+	pod := &dep.Spec.Template.Spec
+	storeAccessOf(store).apply(pod, &pod.Containers[0])
 	dep.Annotations = map[string]string{shalev1.AnnotationSpecHash: specHash(dep.Spec)}
 	return dep
 }

@@ -25,7 +25,7 @@ func secondaryFixture() (*shalev1.RocksDB, *shalev1.ObjectStore) {
 	}
 	store := &shalev1.ObjectStore{Spec: shalev1.ObjectStoreSpec{
 		Endpoint:    "http://minio:9000",
-		Credentials: shalev1.SecretReference{Name: "creds"},
+		Credentials: &shalev1.SecretReference{Name: "creds"},
 		Hot:         shalev1.BucketLocation{Bucket: "data", Prefix: "dbs"},
 	}}
 	return db, store
@@ -140,12 +140,7 @@ func TestSecondaryDeploymentShape(t *testing.T) {
 	if env["AWS_ENDPOINT_URL"].Value != "http://minio:9000" || env["AWS_REGION"].Value != "eu-west-1" {
 		t.Errorf("endpoint %+v region %+v", env["AWS_ENDPOINT_URL"], env["AWS_REGION"])
 	}
-	for name, key := range map[string]string{"AWS_ACCESS_KEY_ID": shalev1.SecretKeyAccessKeyID, "AWS_SECRET_ACCESS_KEY": shalev1.SecretKeySecretAccessKey} {
-		e := env[name]
-		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "creds" || e.ValueFrom.SecretKeyRef.Key != key {
-			t.Errorf("%s = %+v, want a secretKeyRef to creds/%s", name, e, key)
-		}
-	}
+	wantSecretAccess(t, "secondary", spec, c, "creds")
 	ports := map[string]int32{}
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
@@ -169,8 +164,10 @@ func TestSecondaryDeploymentShape(t *testing.T) {
 	if sc := c.SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 {
 		t.Errorf("container security context %+v", sc)
 	}
-	if len(spec.Volumes) != 3 || spec.Volumes[0].EmptyDir == nil || len(c.VolumeMounts) != 3 || c.VolumeMounts[0].MountPath != cacheDir {
-		t.Errorf("volumes %+v mounts %+v, want an emptyDir at %s, then the certificate and the access list", spec.Volumes, c.VolumeMounts, cacheDir)
+	// The cache, the certificate, the access list, and the store's
+	// credentials (wantSecretAccess above).
+	if len(spec.Volumes) != 4 || spec.Volumes[0].EmptyDir == nil || len(c.VolumeMounts) != 4 || c.VolumeMounts[0].MountPath != cacheDir {
+		t.Errorf("volumes %+v mounts %+v, want an emptyDir at %s, the certificate, the access list and the credentials", spec.Volumes, c.VolumeMounts, cacheDir)
 	} else {
 		checkSecretMount(t, spec, c, "tls", "orders-secondary-tls", "/etc/shale/tls")
 		checkSecretMount(t, spec, c, "access", "orders-access", "/etc/shale/access")

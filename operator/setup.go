@@ -15,6 +15,7 @@ import (
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/auth"
+	"github.com/shale-rocks/shale/internal/objstore"
 )
 
 // Options configure the operator (cmd/shale-operator's flags).
@@ -66,6 +67,16 @@ type Options struct {
 	// ClusterDomain is the cluster's DNS domain (certificates name
 	// SERVICE.NAMESPACE.svc.DOMAIN).
 	ClusterDomain string
+	// InstanceRoleStores lets the operator use its own credentials
+	// (OwnCredentials) for ObjectStores with instanceRole: true. Off, it
+	// refuses them with a condition: anyone who may create an
+	// ObjectStore could otherwise have the operator use its role on any
+	// bucket the role reaches.
+	InstanceRoleStores bool
+	// OwnCredentials are those credentials: only the credential settings
+	// are used. nil means the operator's environment
+	// (objstore.S3ConfigFromEnv, with its node's or Pod's role allowed).
+	OwnCredentials *objstore.S3Config
 }
 
 // DefaultOptions are the flags' defaults.
@@ -133,6 +144,8 @@ func CacheOptions() cache.Options {
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
+// +kubebuilder:rbac:groups="",resources=serviceaccounts/token,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // Setup adds the controllers and the garbage collector to mgr.
@@ -158,7 +171,16 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 	}
 	is := &issuer{ca: ca, validity: opts.CertValidity, domain: opts.ClusterDomain, now: time.Now}
 	creds := &operatorCreds{ca: ca, id: auth.Identity{Namespace: opts.Namespace, Kind: auth.KindOperator}, validity: opts.CertValidity, now: time.Now}
-	st := newStores(mgr.GetAPIReader())
+	var own *objstore.S3Config
+	if opts.InstanceRoleStores {
+		own = opts.OwnCredentials
+		if own == nil {
+			c := objstore.S3ConfigFromEnv()
+			c.InstanceRole = true
+			own = &c
+		}
+	}
+	st := newStores(mgr.GetAPIReader(), mgr.GetClient(), own)
 	osr := &objectStoreReconciler{
 		Client:        mgr.GetClient(),
 		apiReader:     mgr.GetAPIReader(),

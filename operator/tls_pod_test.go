@@ -64,8 +64,9 @@ func TestPrimaryPodTLS(t *testing.T) {
 	if !strings.Contains(args, " --insecure ") || strings.Contains(args, "--tls-") || strings.Contains(args, "--access-file") {
 		t.Errorf("TLS off: args %q, want --insecure and no TLS files", args)
 	}
-	if len(pod.Spec.Volumes) != 1 || len(c.VolumeMounts) != 1 {
-		t.Errorf("TLS off: volumes %+v, want the cache only", pod.Spec.Volumes)
+	// The cache and the store's credentials; no certificate, no access list.
+	if len(pod.Spec.Volumes) != 2 || len(c.VolumeMounts) != 2 || pod.Spec.Volumes[1].Name != "s3-credentials" {
+		t.Errorf("TLS off: volumes %+v, want the cache and the store's credentials only", pod.Spec.Volumes)
 	}
 	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil || c.ReadinessProbe.GRPC.Port != 7070 {
 		t.Errorf("TLS off: readiness probe %+v, want gRPC on 7070", c.ReadinessProbe)
@@ -110,7 +111,7 @@ func TestCompactorPoolTLS(t *testing.T) {
 	}
 	work = workerDeployment(pool, store, "default:image", 2)
 	wc = work.Spec.Template.Spec.Containers[0]
-	if got := strings.Join(wc.Args, " "); strings.Contains(got, "--tls") || strings.Contains(got, "--insecure") || len(work.Spec.Template.Spec.Volumes) != 1 {
+	if got := strings.Join(wc.Args, " "); strings.Contains(got, "--tls") || strings.Contains(got, "--insecure") || len(work.Spec.Template.Spec.Volumes) != 2 {
 		t.Errorf("TLS off: worker args %q volumes %+v", got, work.Spec.Template.Spec.Volumes)
 	}
 }

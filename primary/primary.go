@@ -19,6 +19,7 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/compactor"
+	"github.com/shale-rocks/shale/internal/auth"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/iometrics"
 	"github.com/shale-rocks/shale/internal/kvserver"
@@ -32,8 +33,13 @@ type Config struct {
 	Listen        string // gRPC address
 	MetricsListen string // HTTP address for /metrics; "" disables it
 	Pprof         bool   // serve /debug/pprof on MetricsListen too
-	Limits        kvserver.Limits
-	Engine        engine.Options
+	// Security is the KV port's TLS and client access (--tls-cert,
+	// --tls-key, --tls-ca, --access-file); zero: plaintext, allowed on a
+	// loopback Listen or with Insecure. The same certificate is the
+	// primary's client identity towards the compactor scheduler.
+	Security auth.ServerConfig
+	Limits   kvserver.Limits
+	Engine   engine.Options
 	// Storage configures the Shale FileSystem: epoch, cache dir, lease,
 	// delete grace, storage classes, timeouts. Store and Logger are set by
 	// Start; an empty CacheDir gets DefaultCacheDir(DB).
@@ -83,6 +89,10 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
 	}
+	sec, err := kvserver.Secure(cfg.Security, cfg.Listen, auth.KindPrimary, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	switch cfg.CompactionMode {
 	case "", "local", "remote":
 	default:
@@ -91,6 +101,13 @@ func Start(cfg Config) (_ *Server, err error) {
 	u, err := objstore.ParseURL(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
+	}
+	if sec != nil && sec.Guard.Self.Database != u.String() {
+		// Not fatal for the KV API (clients are granted by the database's
+		// name), but the compactor scheduler takes submissions only for
+		// the URL the certificate names.
+		cfg.Logger.Warn("the TLS certificate names another database URL than --db: remote compactions will be refused and done locally",
+			"certificate", sec.Guard.Self.Database, "db", u.String())
 	}
 	store := cfg.Storage.Store // set by tests that wrap the store
 	if store == nil {
@@ -186,6 +203,11 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.CompactionMode == "remote" {
 		cc := cfg.Compaction
 		cc.DB, cc.Logger, cc.Registerer = u.String(), cfg.Logger, reg
+		// The primary is the scheduler's client with its own certificate,
+		// which names the database it may submit compactions for.
+		if cfg.Security.TLS.Enabled() {
+			cc.Security = auth.ClientConfig{TLS: cfg.Security.TLS}
+		}
 		coldAfter := cfg.Engine.ColdAfter
 		cc.KeepLocal = func(outputLevel int32) bool {
 			return engine.KeepCompactionLocal(int(outputLevel), engine.NumLevels, coldAfter)
@@ -221,8 +243,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	reg.MustRegister(engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, s.db.AgeOutStats)
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs)}), reg, cfg.Limits, cfg.Logger)
-	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(), "compaction", s.compactionMode())
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs)}), reg, cfg.Limits, sec, cfg.Logger)
+	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(),
+		"transport", kvserver.TransportName(sec), "compaction", s.compactionMode())
 	return s, nil
 }
 

@@ -21,9 +21,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/auth"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/iometrics"
 	"github.com/shale-rocks/shale/internal/kvserver"
@@ -37,8 +39,13 @@ type Config struct {
 	Listen        string // gRPC address
 	MetricsListen string // HTTP address for /metrics; "" disables it
 	Pprof         bool   // serve /debug/pprof on MetricsListen too
-	Limits        kvserver.Limits
-	Engine        engine.Options
+	// Security is the KV port's TLS and client access, as a primary's;
+	// with TLS, the same certificate is this replica's client identity on
+	// the primary's Watch stream (the primary grants its database's
+	// secondaries read).
+	Security auth.ServerConfig
+	Limits   kvserver.Limits
+	Engine   engine.Options
 	// Storage configures the reader: cache dir and size, timeouts. Store
 	// and Logger are set by Start; an empty CacheDir gets
 	// DefaultCacheDir(DB, Listen).
@@ -118,6 +125,18 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
+	}
+	sec, err := kvserver.Secure(cfg.Security, cfg.Listen, auth.KindSecondary, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	// The Watch client's TLS files are loaded now: unusable ones fail the
+	// start instead of leaving the replica polling without a word.
+	var watchDial []grpc.DialOption
+	if cfg.Primary != "" {
+		if watchDial, err = (auth.ClientConfig{TLS: cfg.Security.TLS}).DialOptions(); err != nil {
+			return nil, fmt.Errorf("--primary: %w", err)
+		}
 	}
 	u, err := objstore.ParseURL(cfg.DB)
 	if err != nil {
@@ -211,14 +230,15 @@ func Start(cfg Config) (_ *Server, err error) {
 	reg.MustRegister(s.catchups, s.failures, s.lastCatchup, lagSeq, lagSec, engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, nil)
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: u.String(), Guard: s.fs, Lag: s.lag}), reg, cfg.Limits, cfg.Logger)
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: u.String(), Guard: s.fs, Lag: s.lag}), reg, cfg.Limits, sec, cfg.Logger)
 	s.wg.Add(1)
 	go s.catchUpLoop()
 	if cfg.Primary != "" {
 		s.wg.Add(1)
-		go s.watchPrimary()
+		go s.watchPrimary(watchDial)
 	}
-	cfg.Logger.Info("secondary serving", "db", u.String(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.ep.MetricsAddr())
+	cfg.Logger.Info("secondary serving", "db", u.String(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.ep.MetricsAddr(),
+		"transport", kvserver.TransportName(sec))
 	return s, nil
 }
 
@@ -319,12 +339,12 @@ func (s *Server) catchUpLoop() {
 // watchPrimary follows the primary's Watch stream, reconnecting with
 // backoff; each announcement of a write this replica has not applied
 // triggers a catch-up.
-func (s *Server) watchPrimary() {
+func (s *Server) watchPrimary(dial []grpc.DialOption) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { <-s.stop; cancel() }()
-	conn, err := grpc.NewClient(s.cfg.Primary, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.cfg.Primary, dial...)
 	if err != nil {
 		s.cfg.Logger.Error("--primary: cannot watch the primary; polling only", "addr", s.cfg.Primary, "err", err)
 		return
@@ -332,6 +352,7 @@ func (s *Server) watchPrimary() {
 	defer conn.Close()
 	kv := kvv1.NewKVClient(conn)
 	backoff := 100 * time.Millisecond
+	refused := codes.OK // the primary's last refusal, told once
 	for ctx.Err() == nil {
 		stream, err := kv.Watch(ctx, &kvv1.WatchRequest{})
 		for err == nil {
@@ -359,6 +380,13 @@ func (s *Server) watchPrimary() {
 		if s.watching.Swap(false) {
 			s.cfg.Logger.Warn("lost the primary's notifications; polling until they are back", "primary", s.cfg.Primary, "err", err)
 		}
+		if c := status.Code(err); (c == codes.Unauthenticated || c == codes.PermissionDenied) && c != refused {
+			// A wrong certificate would otherwise go unnoticed: the
+			// replica still serves, only later (by polling).
+			s.cfg.Logger.Error("the primary refuses this secondary's notifications; polling until it accepts them (its --tls-cert must be a secondary's of the same database, from the primary's CA)",
+				"primary", s.cfg.Primary, "err", err)
+		}
+		refused = status.Code(err)
 		s.hint.Store(nil)
 		select {
 		case <-time.After(backoff):

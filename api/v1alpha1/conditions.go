@@ -49,6 +49,11 @@ const (
 	ReasonNoConditionalWrites   = "ConditionalWritesNotHonoured"
 	ReasonColdTierUnreachable   = "ColdTierUnreachable"
 	ReasonNotChecked            = "NotCheckedYet"
+	// The operator cannot act as the ObjectStore's workload identity:
+	// its ServiceAccount is missing, or the operator has no way to use
+	// its credentials (docs/kubernetes.md).
+	ReasonServiceAccountMissing = "ServiceAccountMissing"
+	ReasonNoOperatorCredentials = "NoOperatorCredentials"
 
 	ReasonObjectStoreMissing = "ObjectStoreMissing"
 	ReasonPrimaryReady       = "PrimaryReady"

@@ -6,6 +6,8 @@ import (
 
 // ObjectStoreSpec says how to reach an S3-compatible object store and where
 // in it databases live.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.credentials) ? 1 : 0) + (has(self.serviceAccountName) && size(self.serviceAccountName) > 0 ? 1 : 0) + (has(self.instanceRole) && self.instanceRole ? 1 : 0) == 1",message="set exactly one of credentials (a Secret with the keys), serviceAccountName (workload identity: the Pods run as that ServiceAccount) or instanceRole: true (the node's or Pod's role): they say where the store's credentials come from"
 type ObjectStoreSpec struct {
 	// Endpoint is the URL of the S3 API. Its scheme chooses transport
 	// security: http:// talks plain HTTP (no TLS, for a MinIO inside the
@@ -23,11 +25,41 @@ type ObjectStoreSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9-]*$`
 	Region string `json:"region,omitempty"`
 
+	// Where the credentials come from: exactly one of credentials,
+	// serviceAccountName and instanceRole.
+
 	// Credentials names a Secret in the ObjectStore's namespace with the
-	// keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Primaries receive
-	// them as environment variables taken from the Secret by the kubelet;
-	// the operator reads them only to check the store and collect garbage.
-	Credentials SecretReference `json:"credentials"`
+	// keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Primaries,
+	// secondaries and compactor workers mount it read-only and read the
+	// keys again when the kubelet updates the volume, so a rotated key
+	// (edit the Secret, or point this at another one) needs no failover.
+	// The operator reads the Secret (never cached) to check the store and
+	// collect garbage.
+	// +optional
+	Credentials *SecretReference `json:"credentials,omitempty"`
+
+	// ServiceAccountName is workload identity: the Pods of the databases
+	// and compactor workers using this store run as this ServiceAccount
+	// of their namespace, with its token mounted, and take credentials
+	// from what the platform injects for it: annotate it for EKS IAM
+	// roles for service accounts (eks.amazonaws.com/role-arn; web
+	// identity through AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN) or
+	// associate it with an EKS Pod Identity. The operator checks the
+	// store, writes owner records and collects garbage as the same
+	// ServiceAccount: it asks the API server for a token of it and
+	// exchanges it at STS for the role eks.amazonaws.com/role-arn names
+	// (docs/kubernetes.md).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="serviceAccountName must be a ServiceAccount name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// InstanceRole: Pods take credentials from the role of the node they
+	// run on (EC2 instance metadata) or of their container (ECS, EKS Pod
+	// Identity endpoints). The operator uses its own role for it, and
+	// only when started with --instance-role-stores (docs/kubernetes.md).
+	// +optional
+	InstanceRole bool `json:"instanceRole,omitempty"`
 
 	// Hot is the bucket and prefix databases live under: each database in
 	// HOT.PREFIX/NAMESPACE/NAME-UID. Immutable, because databases stay

@@ -110,10 +110,44 @@ func TestValidation(t *testing.T) {
 			}, "cold.endpoint must be"},
 			{"storage-class", func(s *shalev1.ObjectStoreSpec) { s.StorageClasses.SST = "standard-ia" }, "storageClasses.sst must be an S3 storage class"},
 			{"no-credentials", func(s *shalev1.ObjectStoreSpec) { s.Credentials.Name = "" }, "spec.credentials.name"},
+			{"no-credential-source", func(s *shalev1.ObjectStoreSpec) { s.Credentials = nil }, "set exactly one of credentials (a Secret with the keys), serviceAccountName"},
+			{"secret-and-service-account", func(s *shalev1.ObjectStoreSpec) { s.ServiceAccountName = "orders-s3" }, "set exactly one of credentials"},
+			{"secret-and-instance-role", func(s *shalev1.ObjectStoreSpec) { s.InstanceRole = true }, "set exactly one of credentials"},
+			{"service-account-and-instance-role", func(s *shalev1.ObjectStoreSpec) {
+				s.Credentials, s.ServiceAccountName, s.InstanceRole = nil, "orders-s3", true
+			}, "set exactly one of credentials"},
+			{"service-account-name", func(s *shalev1.ObjectStoreSpec) { s.Credentials, s.ServiceAccountName = nil, "Orders_S3" }, "serviceAccountName must be a ServiceAccount name"},
 		} {
 			o := &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Name: "bad-" + tc.name, Namespace: "default"}, Spec: *store.Spec.DeepCopy()}
 			tc.mutate(&o.Spec)
 			wantInvalid(t, tc.name, c.Create(ctx, o), tc.msg)
+		}
+	})
+
+	// Workload identity and instance roles instead of a Secret.
+	t.Run("ObjectStoreCredentialSources", func(t *testing.T) {
+		for name, mutate := range map[string]func(*shalev1.ObjectStoreSpec){
+			"service-account": func(s *shalev1.ObjectStoreSpec) { s.Credentials, s.ServiceAccountName = nil, "orders-s3" },
+			"instance-role":   func(s *shalev1.ObjectStoreSpec) { s.Credentials, s.InstanceRole = nil, true },
+		} {
+			o := &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Name: "src-" + name, Namespace: "default"}, Spec: *store.Spec.DeepCopy()}
+			mutate(&o.Spec)
+			if err := c.Create(ctx, o); err != nil {
+				t.Errorf("%s: refused: %v", name, err)
+			}
+		}
+		// A store may move from a Secret to workload identity.
+		cur := &shalev1.ObjectStore{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(store), cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.Credentials, cur.Spec.ServiceAccountName = nil, "orders-s3"
+		if err := c.Update(ctx, cur); err != nil {
+			t.Errorf("from a Secret to a ServiceAccount: %v", err)
+		}
+		cur.Spec.Credentials, cur.Spec.ServiceAccountName = store.Spec.Credentials.DeepCopy(), ""
+		if err := c.Update(ctx, cur); err != nil {
+			t.Errorf("back to the Secret: %v", err)
 		}
 	})
 

@@ -79,6 +79,7 @@ func run() int {
 	fs.DurationVar(&opts.CAValidity, "ca-validity", opts.CAValidity, "validity of a CA the operator makes (it does not renew its CA: docs/operator.md describes the rotation)")
 	fs.DurationVar(&opts.CertValidity, "cert-validity", opts.CertValidity, "validity of the certificates the operator issues; each is issued again two thirds into it, without restarting anything")
 	fs.StringVar(&opts.ClusterDomain, "cluster-domain", opts.ClusterDomain, "the cluster's DNS domain, named in server certificates (SERVICE.NAMESPACE.svc.DOMAIN)")
+	fs.BoolVar(&opts.InstanceRoleStores, "instance-role-stores", false, "check, write owner records in and collect garbage of ObjectStores with instanceRole: true using the operator's own role (its node's or Pod's; anyone who may create an ObjectStore can then have the operator use that role: grant it only Shale's buckets)")
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime's config package.
 	flag.Parse()

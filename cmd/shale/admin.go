@@ -14,11 +14,11 @@ import (
 func newAdminCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "admin",
-		Short: "Inspect a database in its object store",
+		Short: "Inspect a database in its object store; make certificates and tokens",
 		Args:  cobra.ArbitraryArgs,
 		RunE:  runGroup,
 	}
-	c.AddCommand(newFenceStatusCmd(), newTiersCmd())
+	c.AddCommand(newFenceStatusCmd(), newTiersCmd(), newAdminCACmd(), newAdminCertCmd(), newAdminTokenCmd())
 	return c
 }
 

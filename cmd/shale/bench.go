@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 )
@@ -36,6 +34,7 @@ type benchConfig struct {
 	ignoreErrors     bool
 	serverMetrics    string
 	progressEvery    time.Duration
+	sec              *clientFlags
 }
 
 const (
@@ -108,6 +107,7 @@ any failed, unless --ignore-errors.`,
 	fs.BoolVar(&cfg.ignoreErrors, "ignore-errors", false, "exit 0 even if requests failed (they are still counted)")
 	fs.StringVar(&cfg.serverMetrics, "server-metrics", "", "the server's metrics `address` (its --metrics-listen, or a /metrics URL), to report server CPU per op")
 	fs.Var(newDuration(&cfg.progressEvery, 10*time.Second), "progress-interval", "how often to print a progress line when stderr is not a terminal")
+	cfg.sec = addClientFlags(c, fs, "addr")
 	output := addOutputFlags(c)
 	c.RegisterFlagCompletionFunc("benchmarks", completeBenchList)
 	noFileCompletion(c, "addr", "timeout", "threads", "conns", "num", "duration", "keys", "key-size", "value-size",
@@ -276,7 +276,7 @@ func (*ratioValue) Type() string { return "ratio" }
 func runBench(c *cobra.Command, cfg *benchConfig, format outputFormat) error {
 	stdout, stderr := c.OutOrStdout(), c.ErrOrStderr()
 	var st *kvv1.StatusResponse
-	kc := &kvClient{addr: cfg.addr, timeout: cfg.timeout}
+	kc := &kvClient{addr: cfg.addr, timeout: cfg.timeout, sec: cfg.sec}
 	if err := kc.call(func(ctx context.Context, kv kvv1.KVClient) error {
 		var err error
 		st, err = kv.Status(ctx, &kvv1.StatusRequest{})
@@ -284,6 +284,7 @@ func runBench(c *cobra.Command, cfg *benchConfig, format outputFormat) error {
 	}); err != nil {
 		return err
 	}
+	cfg.addr = kc.addr // perhaps from a client config file
 	var metrics *serverMetrics
 	if cfg.serverMetrics != "" {
 		metrics = newServerMetrics(cfg.serverMetrics)
@@ -294,11 +295,9 @@ func runBench(c *cobra.Command, cfg *benchConfig, format outputFormat) error {
 
 	conns := make([]kvv1.KVClient, cfg.conns)
 	for i := range conns {
-		conn, err := grpc.NewClient(cfg.addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
+		conn, err := kc.dial()
 		if err != nil {
-			return fmt.Errorf("--addr %s: %w", cfg.addr, err)
+			return err
 		}
 		defer conn.Close()
 		conns[i] = kvv1.NewKVClient(conn)

@@ -3,11 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
-	"sigs.k8s.io/yaml"
 
 	compactorv1 "github.com/shale-rocks/shale/api/compactor/v1"
 	"github.com/shale-rocks/shale/compactor"
@@ -125,8 +121,9 @@ func newWorkerCmd() *cobra.Command {
 		Short: "Run compaction jobs leased from a scheduler",
 		Long: `Worker leases compaction jobs from the scheduler at --scheduler and runs
 them: it opens the job's database read-only in its object store (S3
-credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-AWS_REGION, as for "shale primary"), compacts with RocksDB's OpenAndCompact,
+endpoint and credentials from AWS_ENDPOINT_URL, AWS_REGION and
+SHALE_S3_CREDENTIALS_DIR, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, web
+identity or SHALE_S3_INSTANCE_ROLE, as for "shale primary"), compacts with RocksDB's OpenAndCompact,
 and uploads the outputs under the database's _shale/compactions/<job>/;
 it writes nothing else. It keeps nothing between jobs: each job's files in
 --cache-dir are removed when it ends. It stops on SIGINT or SIGTERM, handing
@@ -183,7 +180,6 @@ takes jobs only from the scheduler of its own pool.`,
 func newCompactorStatsCmd() *cobra.Command {
 	var addr string
 	var timeout time.Duration
-	var cf clientFlags
 	c := &cobra.Command{
 		Use:   "stats --scheduler ADDR",
 		Short: "Print the scheduler's queue: per database and per worker",
@@ -203,11 +199,14 @@ client config file (--config, default $SHALE_CONFIG) naming them.`,
 	}
 	c.Flags().StringVar(&addr, "scheduler", "127.0.0.1:7080", "the scheduler's gRPC `address`")
 	c.Flags().Var(newDuration(&timeout, 10*time.Second), "timeout", "deadline of the request")
-	cf.register(c)
+	cf := addClientFlags(c, c.Flags(), "scheduler")
+	for _, n := range []string{"config", "tls-ca", "tls-cert", "tls-key", "token-file"} {
+		c.MarkFlagFilename(n)
+	}
 	noFileCompletion(c, "scheduler", "timeout")
 	output := addOutputFlags(c)
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		sec, err := cf.resolve(c, "scheduler", &addr)
+		sec, err := cf.resolve(&addr)
 		if err != nil {
 			return err
 		}
@@ -361,76 +360,4 @@ func checkCompaction(stderr io.Writer, cmd string, mode string, cc *compactor.Cl
 		fmt.Fprintf(stderr, "%s: --compaction-scheduler is ignored with --compaction local\n", cmd)
 	}
 	return nil
-}
-
-// clientFlags are a CLI client's connection flags (--tls-ca, --tls-cert,
-// --tls-key, --token-file, --tls-server-name) and its client config file
-// (--config, default $SHALE_CONFIG). Flags given win over the file.
-type clientFlags struct {
-	config string
-	sec    auth.ClientConfig
-}
-
-// clientConfigFile is the YAML client config. Relative paths are relative
-// to the file's directory.
-type clientConfigFile struct {
-	Addr       string `json:"addr"`
-	TLSCA      string `json:"tlsCA"`
-	TLSCert    string `json:"tlsCert"`
-	TLSKey     string `json:"tlsKey"`
-	TokenFile  string `json:"tokenFile"`
-	ServerName string `json:"serverName"`
-}
-
-func (f *clientFlags) register(c *cobra.Command) {
-	fs := c.Flags()
-	fs.StringVar(&f.config, "config", os.Getenv("SHALE_CONFIG"), "client config `file` (YAML: addr, tlsCA, tlsCert, tlsKey, tokenFile, serverName); flags win (default $SHALE_CONFIG)")
-	fs.StringVar(&f.sec.TLS.CA, "tls-ca", "", "PEM `file` of the CA bundle the server is verified against (connects with TLS)")
-	fs.StringVar(&f.sec.TLS.Cert, "tls-cert", "", "PEM `file` of the client certificate")
-	fs.StringVar(&f.sec.TLS.Key, "tls-key", "", "PEM `file` of the client certificate's key")
-	fs.StringVar(&f.sec.TokenFile, "token-file", "", "`file` holding a bearer token (with TLS)")
-	fs.StringVar(&f.sec.ServerName, "tls-server-name", "", "verify the server's certificate for this `name` instead of the address's host")
-	for _, n := range []string{"config", "tls-ca", "tls-cert", "tls-key", "token-file"} {
-		c.MarkFlagFilename(n)
-	}
-	noFileCompletion(c, "tls-server-name")
-}
-
-// resolve merges the config file under the flags; the file's addr sets
-// the address flag addrFlag unless it was given.
-func (f *clientFlags) resolve(c *cobra.Command, addrFlag string, addr *string) (auth.ClientConfig, error) {
-	sec := f.sec
-	if f.config == "" {
-		return sec, nil
-	}
-	b, err := os.ReadFile(f.config)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) && !c.Flags().Changed("config") {
-			return sec, fmt.Errorf("$SHALE_CONFIG names %s, which does not exist: %w", f.config, err)
-		}
-		return sec, fmt.Errorf("--config: %w", err)
-	}
-	var file clientConfigFile
-	if err := yaml.UnmarshalStrict(b, &file); err != nil {
-		return sec, fmt.Errorf("client config %s: %w (keys: addr, tlsCA, tlsCert, tlsKey, tokenFile, serverName)", f.config, err)
-	}
-	dir := filepath.Dir(f.config)
-	path := func(p string) string {
-		if p == "" || filepath.IsAbs(p) {
-			return p
-		}
-		return filepath.Join(dir, p)
-	}
-	set := func(flag string, dst *string, v string) {
-		if v != "" && !c.Flags().Changed(flag) {
-			*dst = v
-		}
-	}
-	set(addrFlag, addr, file.Addr)
-	set("tls-ca", &sec.TLS.CA, path(file.TLSCA))
-	set("tls-cert", &sec.TLS.Cert, path(file.TLSCert))
-	set("tls-key", &sec.TLS.Key, path(file.TLSKey))
-	set("token-file", &sec.TokenFile, path(file.TokenFile))
-	set("tls-server-name", &sec.ServerName, file.ServerName)
-	return sec, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shale-rocks/shale/compactor"
+	"github.com/shale-rocks/shale/internal/auth"
 	"github.com/shale-rocks/shale/primary"
 	"github.com/shale-rocks/shale/secondary"
 )
@@ -23,7 +24,8 @@ func newDevCmd() *cobra.Command {
 DIR/cache unless --cache-dir says otherwise, a read-only secondary beside it
 (--secondary-listen; empty: none), and a compactor scheduler
 (--compactor-listen) with one worker that run the primary's compactions
-(--compaction local: none), and prints how to reach them.
+(--compaction local: none), and prints how to reach them. Everything is
+plaintext with no authentication, so dev listens on loopback addresses only.
 It takes the same flags as "shale primary" (except --db). With --cold-after
 and no --cold-db, the cold tier is DIR/cold. Data stays in DIR across
 restarts.`,
@@ -34,6 +36,11 @@ restarts.`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if data == "" {
 				return usageErrorf("dev: --data is required (a directory for all local state)")
+			}
+			for _, l := range []struct{ flag, addr string }{{"listen", cfg.Listen}, {"secondary-listen", secondaryListen}, {"compactor-listen", compactorListen}} {
+				if l.addr != "" && !auth.IsLoopback(l.addr) {
+					return usageErrorf("dev: --%s %s is reachable from other machines, but dev serves plaintext with no authentication: listen on 127.0.0.1 (for a server others reach, run `shale primary` with TLS; docs/security.md)", l.flag, l.addr)
+				}
 			}
 			if err := checkCompaction(c.ErrOrStderr(), "dev", cfg.CompactionMode, &cfg.Compaction); err != nil && compactorListen == "" {
 				return err
@@ -121,6 +128,7 @@ func runDev(c *cobra.Command, cfg *primary.Config, data, secondaryListen, compac
 
   database  %s
   KV API    %s  (gRPC; health and reflection enabled)
+  security  plaintext, no authentication: loopback only
 `, abs, cfg.DB, s.Addr())
 	if cfg.ColdDB != "" {
 		fmt.Fprintf(stdout, "  cold tier %s  (bin/shale admin tiers --db %s --cold-db %s)\n", cfg.ColdDB, cfg.DB, cfg.ColdDB)

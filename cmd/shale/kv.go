@@ -18,12 +18,41 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/auth"
 )
 
-// kvClient holds the flags every kv command shares (--addr, --timeout).
+// kvClient holds the flags every kv command shares (--addr, --timeout and
+// the connection's security flags).
 type kvClient struct {
 	addr    string
 	timeout time.Duration
+	sec     *clientFlags // nil: plaintext
+
+	resolved bool
+	opts     []grpc.DialOption
+	security auth.ClientConfig
+}
+
+// dial connects to the server at kc.addr with the security flags (and a
+// client config file's settings) resolved once.
+func (kc *kvClient) dial() (*grpc.ClientConn, error) {
+	if !kc.resolved {
+		if kc.sec == nil {
+			kc.opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		} else {
+			var err error
+			if kc.opts, kc.security, err = kc.sec.dialOptions(&kc.addr); err != nil {
+				return nil, err
+			}
+		}
+		kc.resolved = true
+	}
+	opts := append(kc.opts[:len(kc.opts):len(kc.opts)], grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
+	conn, err := grpc.NewClient(kc.addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--addr %s: %w", kc.addr, err)
+	}
+	return conn, nil
 }
 
 func newKVCmd() *cobra.Command {
@@ -34,17 +63,32 @@ func newKVCmd() *cobra.Command {
 		Long: `Kv talks to a running Shale server (shale primary or shale dev) over gRPC.
 
 Flags may appear anywhere on the line; "--" ends them, for keys that start
-with "-". Exit status: 0 success, 1 failure (one line on stderr), 2 bad usage.`,
+with "-". Exit status: 0 success, 1 failure (one line on stderr), 2 bad usage.
+
+A server with TLS wants --tls-ca (its CA) and an identity: a client
+certificate (--tls-cert, --tls-key) or a bearer token (--token-file). A
+client config file (--config, default $SHALE_CONFIG) can name them and the
+address once, in YAML:
+
+  addr: db.example:7070
+  tlsCA: ca.crt            # relative to the file's directory
+  tlsCert: tls.crt
+  tlsKey: tls.key
+  # tokenFile: token       # instead of tlsCert and tlsKey
+  # serverName: orders-rw  # verify the server as this name`,
 		Example: `  shale kv put hello world
   shale kv get hello
   shale kv --addr 10.0.0.7:7070 scan --prefix user/ --limit 10
   shale kv put -- -key-with-dash value
-  shale kv status -o json`,
+  shale kv status -o json
+  shale kv --addr db.example:7070 --tls-ca ca.crt --tls-cert tls.crt --tls-key tls.key get hello
+  SHALE_CONFIG=~/.config/shale/orders.yaml shale kv get hello   # addr and TLS files from a file`,
 		Args: cobra.ArbitraryArgs,
 		RunE: runGroup,
 	}
 	c.PersistentFlags().StringVar(&kc.addr, "addr", "127.0.0.1:7070", "address of the server, `HOST:PORT`")
 	c.PersistentFlags().Var(newDuration(&kc.timeout, 30*time.Second), "timeout", "give up after this long")
+	kc.sec = addClientFlags(c, c.PersistentFlags(), "addr")
 	noFileCompletion(c, "addr", "timeout")
 	c.AddCommand(
 		newKVPutCmd(kc),
@@ -337,16 +381,17 @@ protobuf's JSON mapping (64-bit integers are strings, e.g. "epoch": "3").
 
 // call dials the server and runs fn with a deadline.
 func (kc *kvClient) call(fn func(ctx context.Context, kv kvv1.KVClient) error) error {
-	conn, err := grpc.NewClient(kc.addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
+	conn, err := kc.dial()
 	if err != nil {
-		return fmt.Errorf("--addr %s: %w", kc.addr, err)
+		return err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), kc.timeout)
 	defer cancel()
 	err = fn(ctx, kvv1.NewKVClient(conn))
+	if derr := describeConnError(kc.addr, kc.security, err); derr != nil {
+		return derr
+	}
 	if st, ok := status.FromError(err); ok && err != nil {
 		switch st.Code() {
 		case codes.Unavailable:

@@ -15,9 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -187,11 +185,9 @@ type sentMessage struct {
 }
 
 func (l *loader) run() (*loadSummary, error) {
-	conn, err := grpc.NewClient(l.kc.addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
+	conn, err := l.kc.dial()
 	if err != nil {
-		return nil, fmt.Errorf("--addr %s: %w", l.kc.addr, err)
+		return nil, err
 	}
 	defer conn.Close()
 	kv := kvv1.NewKVClient(conn)
@@ -537,6 +533,9 @@ func (l *loader) progressLine(elapsed time.Duration, bar bool) string {
 
 // describe turns a gRPC error into the one line kv commands print.
 func (kc *kvClient) describe(err error) error {
+	if derr := describeConnError(kc.addr, kc.security, err); derr != nil {
+		return derr
+	}
 	st, _ := status.FromError(err)
 	switch st.Code() {
 	case codes.Unavailable:

@@ -27,15 +27,32 @@ func newPrimaryCmd() *cobra.Command {
 
 It takes the next fencing epoch in the store (or --epoch), seals the previous
 owner's logs, and serves until SIGINT or SIGTERM, which stop it gracefully and
-release the database. A primary deposed by a newer epoch exits with status 1.`,
+release the database. A primary deposed by a newer epoch exits with status 1.
+
+An s3:// store is reached at AWS_ENDPOINT_URL (region AWS_REGION) with the
+first credentials found among: the files accessKeyID and secretAccessKey in
+SHALE_S3_CREDENTIALS_DIR (a mounted Secret; read again when they change, so
+a rotated key needs no restart), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
+web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN), and the instance's
+or container's role (SHALE_S3_INSTANCE_ROLE=true).
+
+With --tls-cert, --tls-key and --tls-ca it serves TLS 1.3 and admits only
+clients with a certificate from the CA or a token in --access-file, each with
+the role the access file gives it (read, write or admin); the files are
+re-read when they change. Without TLS it listens on loopback addresses only,
+unless --insecure. See docs/security.md.`,
 		Example: `  AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \
     shale primary --db s3://my-bucket/orders --cache-dir /var/cache/shale/orders
   shale primary --db file:///srv/shale/orders --cache-size 2GiB
+  shale primary --db s3://my-bucket/orders --listen :7070 --tls-cert tls.crt --tls-key tls.key --tls-ca ca.crt --access-file access.json
   shale primary --db s3://my-bucket/orders --compaction remote --compaction-scheduler 10.0.0.5:7080`,
 		Args: exactArgs(),
 		RunE: func(c *cobra.Command, _ []string) error {
 			if cfg.DB == "" {
 				return usageErrorf("primary: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
+			}
+			if err := cfg.Security.Check(cfg.Listen); err != nil {
+				return usageErrorf("primary: %v", err)
 			}
 			if err := checkCompaction(c.ErrOrStderr(), "primary", cfg.CompactionMode, &cfg.Compaction); err != nil {
 				return err
@@ -52,6 +69,7 @@ release the database. A primary deposed by a newer epoch exits with status 1.`,
 	}
 	c.Flags().StringVar(&cfg.DB, "db", "", "database location `URL`: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
 	primaryFlags(c, &cfg)
+	serverSecurityFlags(c, &cfg.Security, true)
 	compactionFlags(c, &cfg.CompactionMode, &cfg.Compaction, "local")
 	noFileCompletion(c, "db")
 	return c

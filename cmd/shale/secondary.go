@@ -23,13 +23,20 @@ reach the object store, and refuses writes with FAILED_PRECONDITION. With
 its last catch-up; ` + "`kv status`" + ` shows its sequence number and lag. A
 secondary that could not renew its lease within --lease-ttl refuses reads
 (UNAVAILABLE) until it has caught up again. It stops on SIGINT or SIGTERM.
-See docs/secondary.md.`,
-		Example: `  shale secondary --db s3://my-bucket/orders --listen :7071 --cache-dir /var/cache/shale/orders-ro --primary 127.0.0.1:7070
+See docs/secondary.md.
+
+TLS and client access work as on a primary (--tls-cert, --tls-key, --tls-ca,
+--access-file; docs/security.md); with TLS, its certificate (a secondary's
+of the same database) is also its identity on the primary's notifications.`,
+		Example: `  shale secondary --db s3://my-bucket/orders --listen 127.0.0.1:7071 --cache-dir /var/cache/shale/orders-ro --primary 127.0.0.1:7070
   shale kv --addr 127.0.0.1:7071 get some-key`,
 		Args: exactArgs(),
 		RunE: func(c *cobra.Command, _ []string) error {
 			if cfg.DB == "" {
 				return usageErrorf("secondary: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
+			}
+			if err := cfg.Security.Check(cfg.Listen); err != nil {
+				return usageErrorf("secondary: %v", err)
 			}
 			cfg.Logger = newLogger(c.ErrOrStderr())
 			serverGC()
@@ -40,6 +47,7 @@ See docs/secondary.md.`,
 	}
 	c.Flags().StringVar(&cfg.DB, "db", "", "database location `URL`: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
 	secondaryFlags(c, &cfg)
+	serverSecurityFlags(c, &cfg.Security, true)
 	noFileCompletion(c, "db")
 	return c
 }

@@ -23,11 +23,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/auth"
 )
 
-// Endpoint serves a KV service over gRPC (with the standard health and
-// reflection services) and Prometheus metrics over HTTP: what a primary
-// and a secondary have in common.
+// Endpoint serves a KV service over gRPC (with the standard health and,
+// where it is safe, reflection services) and Prometheus metrics over
+// HTTP: what a primary and a secondary have in common.
 type Endpoint struct {
 	lis, mlis net.Listener
 	grpc      *grpc.Server
@@ -68,8 +69,10 @@ func (e *Endpoint) Close() {
 func (e *Endpoint) EnableProfiling() { e.pprof = true }
 
 // Serve registers svc and starts serving it, and /metrics from reg (to
-// which it adds the Go, process and gRPC collectors) with /healthz.
-func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Limits, logger *slog.Logger) {
+// which it adds the Go, process and gRPC collectors) with /healthz. With
+// sec, gRPC is TLS and every call passes sec's guard (nil: plaintext, no
+// authentication; the caller checked that the listener allows it).
+func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Limits, sec *auth.Secured, logger *slog.Logger) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	grpcMetrics := newRPCMetrics()
 	reg.MustRegister(grpcMetrics)
@@ -77,7 +80,12 @@ func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Lim
 		logger.Error("panic in request handler", "panic", p)
 		return status.Errorf(codes.Internal, "internal error: %v", p)
 	})
+	// The guard comes after metrics and recovery: refused calls are
+	// counted (grpc_server_handled_total{grpc_code="PermissionDenied"}).
+	unary := append([]grpc.UnaryServerInterceptor{grpcMetrics.unary, recovery.UnaryServerInterceptor(onPanic)}, sec.UnaryInterceptors()...)
+	stream := append([]grpc.StreamServerInterceptor{grpcMetrics.stream, recovery.StreamServerInterceptor(onPanic)}, sec.StreamInterceptors()...)
 	e.grpc = grpc.NewServer(
+		sec.ServerOption(),
 		grpc.MaxRecvMsgSize(limits.MaxMessageBytes()),
 		// Handlers run on long-lived worker goroutines whose stacks have
 		// already grown, instead of a new goroutine per request that grows
@@ -85,13 +93,15 @@ func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Lim
 		// copies were a tenth of a Get's server CPU. Requests beyond the
 		// pool still get a goroutine of their own.
 		grpc.NumStreamWorkers(uint32(streamWorkers())),
-		grpc.ChainUnaryInterceptor(grpcMetrics.unary, recovery.UnaryServerInterceptor(onPanic)),
-		grpc.ChainStreamInterceptor(grpcMetrics.stream, recovery.StreamServerInterceptor(onPanic)),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	)
 	kvv1.RegisterKVServer(e.grpc, svc)
 	e.health = health.NewServer()
 	healthpb.RegisterHealthServer(e.grpc, e.health)
-	reflection.Register(e.grpc)
+	if serveReflection(sec != nil, e.lis.Addr()) {
+		reflection.Register(e.grpc)
+	}
 	grpcMetrics.init(e.grpc)
 	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	e.health.SetServingStatus(kvv1.KV_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -115,6 +125,19 @@ func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Lim
 			}
 		}()
 	}
+}
+
+// serveReflection says whether to serve gRPC reflection (what grpcurl
+// lists and describes): on a secured server, where the guard gives it to
+// admin clients only, and on a plaintext listener only this machine can
+// reach (`shale dev`). Never on plaintext others can reach (--insecure):
+// it would describe the API to anyone on the network.
+func serveReflection(secured bool, addr net.Addr) bool {
+	if secured {
+		return true
+	}
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // streamWorkers is the size of the gRPC handler pool: enough for the
@@ -165,4 +188,35 @@ func (e *Endpoint) Stop(grace time.Duration) {
 		e.metrics.Shutdown(ctx)
 		cancel()
 	}
+}
+
+// Secure checks a KV server's security settings against the address it
+// listens on and loads its TLS files and access file: nil for plaintext
+// (loopback, or --insecure). The certificate must name a server of kind
+// (a primary's or a secondary's identity): the guard grants clients by
+// the database it names, and the primary grants the database's
+// secondaries read.
+func Secure(c auth.ServerConfig, listen string, kind auth.Kind, logger *slog.Logger) (*auth.Secured, error) {
+	if err := c.Check(listen); err != nil {
+		return nil, err
+	}
+	sec, err := auth.Secure(c, nil)
+	if err != nil || sec == nil {
+		return nil, err
+	}
+	if self := sec.Guard.Self; self.Kind != kind {
+		return nil, fmt.Errorf("--tls-cert %s is issued to %s, not to a %s: issue one with `shale admin cert issue --kind %s` (or let the operator do it)", c.TLS.Cert, self.URI(), kind, kind)
+	}
+	sec.TLS.OnReloadError(func(err error) {
+		logger.Warn("changed TLS files are unusable; still serving with the previous certificate", "err", err)
+	})
+	return sec, nil
+}
+
+// TransportName says in a log line how the KV port is served.
+func TransportName(sec *auth.Secured) string {
+	if sec == nil {
+		return "plaintext, no authentication"
+	}
+	return "TLS as " + sec.Guard.Self.URI().String()
 }

@@ -93,13 +93,7 @@ func Start(t testing.TB) *Server {
 	for attempt := 1; ; attempt++ {
 		s.addr, s.console = freeAddr(t), freeAddr(t)
 		s.Endpoint = "http://" + s.addr
-		s.client, err = minio.New(s.addr, &minio.Options{
-			Creds:        credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
-			Region:       Region,
-			BucketLookup: minio.BucketLookupPath,
-			MaxRetries:   1, // tests stop the server on purpose; fail fast then
-		})
-		if err != nil {
+		if s.client, err = s.newClient(); err != nil {
 			t.Fatal(err)
 		}
 		err = s.start()
@@ -112,6 +106,16 @@ func Start(t testing.TB) *Server {
 		t.Logf("miniotest: %v; retrying on other ports", err)
 	}
 	return s
+}
+
+// newClient is a client for the server signed with its current keys.
+func (s *Server) newClient() (*minio.Client, error) {
+	return minio.New(s.addr, &minio.Options{
+		Creds:        credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+		Region:       Region,
+		BucketLookup: minio.BucketLookupPath,
+		MaxRetries:   1, // tests stop the server on purpose; fail fast then
+	})
 }
 
 // Binary returns the path of the pinned MinIO server: $SHALE_MINIO if set,
@@ -287,6 +291,93 @@ func (s *Server) Running() bool {
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Stop()
+	s.restart(t)
+}
+
+// NewKeys returns a fresh access key and secret, for RestartWithKeys.
+func NewKeys() (accessKey, secretKey string) {
+	return "shale-" + randomHex(6), randomHex(20)
+}
+
+// RestartWithKeys stops the server and starts it again on the same port
+// and data directory with other root credentials: a rotated key. Requests
+// signed with the old keys are refused afterwards (InvalidAccessKeyId);
+// the data stays. AccessKey, SecretKey, Env, S3Config and Client give the
+// new keys from then on.
+func (s *Server) RestartWithKeys(t testing.TB, accessKey, secretKey string) {
+	t.Helper()
+	s.Stop()
+	s.AccessKey, s.SecretKey = accessKey, secretKey
+	var err error
+	if s.client, err = s.newClient(); err != nil {
+		t.Fatal(err)
+	}
+	s.restart(t)
+}
+
+// WriteCredentials writes the server's current keys into dir the way the
+// kubelet lays out a Secret volume: the files accessKeyID and
+// secretAccessKey are symlinks through ..data to a directory of the
+// current version, and an update swaps ..data atomically to a new one. So
+// a reader sees the old keys or the new ones, never a mix.
+func (s *Server) WriteCredentials(t testing.TB, dir string) {
+	t.Helper()
+	WriteCredentials(t, dir, s.AccessKey, s.SecretKey)
+}
+
+// WriteCredentials writes keys into dir as Server.WriteCredentials does,
+// e.g. before the server restarts with them.
+func WriteCredentials(t testing.TB, dir, accessKey, secretKey string) {
+	t.Helper()
+	if err := writeSecretVolume(dir, map[string]string{
+		objstore.CredentialsFileAccessKeyID:     accessKey,
+		objstore.CredentialsFileSecretAccessKey: secretKey,
+	}); err != nil {
+		t.Fatalf("miniotest: write credentials to %s: %v", dir, err)
+	}
+}
+
+func writeSecretVolume(dir string, files map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	version, err := os.MkdirTemp(dir, "..v")
+	if err != nil {
+		return err
+	}
+	for name, value := range files {
+		if err := os.WriteFile(filepath.Join(version, name), []byte(value), 0o400); err != nil {
+			return err
+		}
+	}
+	data := filepath.Join(dir, "..data")
+	old, _ := os.Readlink(data)
+	tmp := filepath.Join(dir, "..data_tmp")
+	os.Remove(tmp)
+	if err := os.Symlink(filepath.Base(version), tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, data); err != nil { // the atomic swap
+		return err
+	}
+	for name := range files {
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); err == nil {
+			continue
+		}
+		if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+			return err
+		}
+	}
+	if old != "" {
+		return os.RemoveAll(filepath.Join(dir, old))
+	}
+	return nil
+}
+
+// restart starts the stopped server again on its port.
+func (s *Server) restart(t testing.TB) {
+	t.Helper()
 	var err error
 	for attempt := 0; attempt < 20; attempt++ {
 		// The old listener may linger briefly; the port is ours to reuse.

@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -58,6 +59,11 @@ func TestParseURL(t *testing.T) {
 
 func TestOpenS3Config(t *testing.T) {
 	full := S3Config{Endpoint: "http://127.0.0.1:9000", AccessKeyID: "k", SecretAccessKey: "s"}
+	tempDir := t.TempDir()
+	tempFile := tempDir + "/file"
+	if err := os.WriteFile(tempFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(*S3Config)
@@ -71,7 +77,13 @@ func TestOpenS3Config(t *testing.T) {
 		{"path", func(c *S3Config) { c.Endpoint = "http://host:9000/bucket" }, "bucket goes in the store URL"},
 		{"no key", func(c *S3Config) { c.AccessKeyID = "" }, "set AWS_ACCESS_KEY_ID"},
 		{"no secret", func(c *S3Config) { c.SecretAccessKey = "" }, "set AWS_SECRET_ACCESS_KEY"},
-		{"no credentials", func(c *S3Config) { c.AccessKeyID, c.SecretAccessKey = "", "" }, "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"},
+		{"no credentials", func(c *S3Config) { c.AccessKeyID, c.SecretAccessKey = "", "" }, "no S3 credentials for http://127.0.0.1:9000: set SHALE_S3_CREDENTIALS_DIR"},
+		{"no credentials, every way named", func(c *S3Config) { c.AccessKeyID, c.SecretAccessKey = "", "" }, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE (web identity, with AWS_ROLE_ARN), or SHALE_S3_INSTANCE_ROLE=true"},
+		{"credentials dir only", func(c *S3Config) { c.AccessKeyID, c.SecretAccessKey, c.CredentialsDir = "", "", tempDir }, ""},
+		{"credentials dir missing", func(c *S3Config) { c.CredentialsDir = tempDir + "/nope" }, "S3 credentials directory (SHALE_S3_CREDENTIALS_DIR)"},
+		{"credentials dir a file", func(c *S3Config) { c.CredentialsDir = tempFile }, "is not a directory"},
+		{"web identity only", func(c *S3Config) { c.AccessKeyID, c.SecretAccessKey, c.WebIdentityTokenFile = "", "", "/token" }, ""},
+		{"instance role only", func(c *S3Config) { c.AccessKeyID, c.SecretAccessKey, c.InstanceRole = "", "", true }, ""},
 		{"small parts", func(c *S3Config) { c.PartSize = 1 << 20 }, "5 MiB"},
 	} {
 		cfg := full
@@ -98,15 +110,44 @@ func TestOpenS3Config(t *testing.T) {
 }
 
 func TestOpenS3FromEnv(t *testing.T) {
-	for _, k := range []string{EnvEndpoint, EnvEndpointS3, EnvAccessKeyID, EnvSecretAccessKey, EnvSessionToken, EnvRegion, EnvDefaultRegion} {
+	for _, k := range []string{EnvEndpoint, EnvEndpointS3, EnvAccessKeyID, EnvSecretAccessKey, EnvSessionToken, EnvRegion, EnvDefaultRegion,
+		EnvCredentialsDir, EnvInstanceRole, EnvWebIdentityTokenFile, EnvRoleARN, EnvRoleSessionName, EnvEndpointSTS,
+		EnvContainerCredentialsFullURI, EnvContainerCredentialsRelativeURI} {
 		t.Setenv(k, "")
 	}
 	if _, err := Open("s3://shale-db/x"); err == nil || !strings.Contains(err.Error(), "set AWS_ENDPOINT_URL") {
 		t.Fatalf("Open without AWS_ENDPOINT_URL: %v", err)
 	}
 	t.Setenv(EnvEndpoint, "http://127.0.0.1:1")
-	if _, err := Open("s3://shale-db/x"); err == nil || !strings.Contains(err.Error(), "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY") {
+	if _, err := Open("s3://shale-db/x"); err == nil || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY") {
 		t.Fatalf("Open without credentials: %v", err)
+	}
+	// Each other source, from its variables.
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		env  map[string]string
+		want func(S3Config) bool
+	}{
+		{map[string]string{EnvCredentialsDir: dir}, func(c S3Config) bool { return c.CredentialsDir == dir }},
+		{map[string]string{EnvWebIdentityTokenFile: "/t", EnvRoleARN: "arn:r", EnvRoleSessionName: "s", EnvEndpointSTS: "https://sts"}, func(c S3Config) bool {
+			return c.WebIdentityTokenFile == "/t" && c.RoleARN == "arn:r" && c.RoleSessionName == "s" && c.STSEndpoint == "https://sts"
+		}},
+		{map[string]string{EnvInstanceRole: "true"}, func(c S3Config) bool { return c.InstanceRole }},
+		{map[string]string{EnvContainerCredentialsFullURI: "http://169.254.170.23/v1/credentials"}, func(c S3Config) bool { return c.InstanceRole }},
+	} {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		cfg := S3ConfigFromEnv()
+		if !tc.want(cfg) {
+			t.Errorf("env %v: config %+v", tc.env, cfg)
+		}
+		if _, err := Open("s3://shale-db/x"); err != nil {
+			t.Errorf("env %v: Open: %v", tc.env, err)
+		}
+		for k := range tc.env {
+			t.Setenv(k, "")
+		}
 	}
 	t.Setenv(EnvAccessKeyID, "k")
 	t.Setenv(EnvSecretAccessKey, "s")

@@ -60,7 +60,9 @@ func retryable(ctxErr error, status int, code string, cause error) bool {
 // answer, 4xx included (403 AccessDenied, 404 NoSuchKey, 412
 // PreconditionFailed), is final: repeating the request gets the same
 // answer, except 409 ConditionalRequestConflict. 501 Not Implemented and
-// 505 are final too.
+// 505 are final too. A refusal of the request's credentials is final here
+// as well; the S3 store itself repeats such a request once when reading
+// its credentials again gives new ones (authRetry, S3Store.withCreds).
 func retryableResponse(status int, code string) bool {
 	switch code {
 	case "SlowDown", "SlowDownRead", "SlowDownWrite", "RequestTimeout",

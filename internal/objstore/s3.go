@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"sort"
@@ -46,6 +47,13 @@ type S3Store struct {
 	url      string
 	endpoint string
 	partSize uint64
+
+	// creds is shared by both clients; chain is its provider.
+	creds *credentials.Credentials
+	chain *credChain
+	// httpClient fetches credentials that need a request (STS, instance
+	// metadata) when the store re-reads them after a refusal.
+	httpClient *http.Client
 }
 
 var _ Store = (*S3Store)(nil)
@@ -83,9 +91,15 @@ func OpenS3(rawURL string, cfg S3Config) (*S3Store, error) {
 	if attempts == 0 {
 		attempts = 3
 	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	chain := newCredChain(ep.Scheme+"://"+ep.Host, cfg.providers(ep, region), logger)
+	creds := credentials.New(chain)
 	newClient := func(attempts int) (*minio.Client, error) {
 		return minio.New(ep.Host, &minio.Options{
-			Creds:        credentials.NewStaticV4(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken),
+			Creds:        creds,
 			Secure:       secure,
 			Transport:    transport,
 			Region:       region,
@@ -98,6 +112,10 @@ func OpenS3(rawURL string, cfg S3Config) (*S3Store, error) {
 		url:      u.String(),
 		endpoint: ep.Scheme + "://" + ep.Host,
 		partSize: cfg.PartSize,
+
+		creds:      creds,
+		chain:      chain,
+		httpClient: &http.Client{Transport: transport},
 	}
 	if p := strings.TrimPrefix(u.Path, "/"); p != "" {
 		s.prefix = p + "/"
@@ -126,7 +144,11 @@ func (s *S3Store) Endpoint() string { return s.endpoint }
 // CheckBucket verifies that the bucket exists and the credentials may use
 // it; run it at startup for an early, clear error.
 func (s *S3Store) CheckBucket(ctx context.Context) error {
-	ok, err := s.client.BucketExists(ctx, s.bucket)
+	var ok bool
+	err := s.withCreds(ctx, true, func() (err error) {
+		ok, err = s.client.BucketExists(ctx, s.bucket)
+		return err
+	})
 	if err != nil {
 		return s.fail(ctx, "check bucket", "", err)
 	}
@@ -166,11 +188,79 @@ func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, size int64, 
 		setConditions(&po, opts)
 		c = s.once
 	}
-	up, err := c.PutObject(ctx, s.bucket, name, r, size, po)
+	// Repeated after a refusal of its credentials (only if the body can be
+	// sent again), conditional or not: S3 authenticates a request before
+	// it evaluates If-None-Match or If-Match, so the refused attempt never
+	// reached the object and its repetition cannot meet its own write
+	// (authRetry). Other failures of a conditional put are never repeated
+	// (IsRetryable).
+	rewind := rewinder(r)
+	var up minio.UploadInfo
+	sent := false
+	err = s.withCreds(ctx, rewind != nil, func() (err error) {
+		if sent {
+			if err := rewind(); err != nil {
+				return err
+			}
+		}
+		sent = true
+		up, err = c.PutObject(ctx, s.bucket, name, r, size, po)
+		return err
+	})
 	if err != nil {
 		return ObjectInfo{}, s.putFail(ctx, key, opts, err)
 	}
 	return s.putInfo(key, up, opts), nil
+}
+
+// rewinder returns a function that puts r back where it is now, or nil
+// if r cannot seek.
+func rewinder(r io.Reader) func() error {
+	sk, ok := r.(io.Seeker)
+	if !ok {
+		return nil
+	}
+	pos, err := sk.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return nil
+	}
+	return func() error {
+		_, err := sk.Seek(pos, io.SeekStart)
+		return err
+	}
+}
+
+// withCreds runs op (one request, or requests that may all be repeated)
+// and, if repeatable, once more when the store refused its credentials
+// and reading them again gave other keys (authRetry). So a rotated Secret
+// costs no failed request between the kubelet updating the files and the
+// next check of them.
+func (s *S3Store) withCreds(ctx context.Context, repeatable bool, op func() error) error {
+	for attempt := 0; ; attempt++ {
+		gen := s.chain.generation()
+		err := op()
+		if err == nil || !repeatable || !s.renewCreds(ctx, attempt, err, gen) {
+			return err
+		}
+	}
+}
+
+// renewCreds reads the credentials again after a request made when the
+// chain's generation was gen failed with err, and reports whether to
+// repeat the request (authRetry).
+func (s *S3Store) renewCreds(ctx context.Context, attempt int, err error, gen uint64) bool {
+	code := errorCode(err)
+	if attempt > 0 || !refusedCredential(code) {
+		return false
+	}
+	if s.chain.generation() == gen {
+		// Nobody read them since this request was made: read them now.
+		s.creds.Expire()
+		if _, err := s.creds.GetWithContext(&credentials.CredContext{Client: s.httpClient, Endpoint: s.endpoint, Context: ctx}); err != nil {
+			return false
+		}
+	}
+	return authRetry(attempt, code, gen, s.chain.generation())
 }
 
 // setConditions sends the conditions of opts: If-None-Match: * and
@@ -243,7 +333,11 @@ func (s *S3Store) putInParts(ctx context.Context, key, name string, r io.Reader,
 			// Of unknown size, but it fits one part: a single put.
 			po := minio.PutObjectOptions{StorageClass: opts.StorageClass, PartSize: s.partSize}
 			setConditions(&po, opts)
-			up, err := s.once.PutObject(ctx, s.bucket, name, bytes.NewReader(buf[:n]), int64(n), po)
+			var up minio.UploadInfo
+			err := s.withCreds(ctx, true, func() (err error) {
+				up, err = s.once.PutObject(ctx, s.bucket, name, bytes.NewReader(buf[:n]), int64(n), po)
+				return err
+			})
 			if err != nil {
 				return ObjectInfo{}, s.putFail(ctx, key, opts, err)
 			}
@@ -256,7 +350,11 @@ func (s *S3Store) putInParts(ctx context.Context, key, name string, r io.Reader,
 	}
 
 	core := minio.Core{Client: s.client}
-	id, err := core.NewMultipartUpload(ctx, s.bucket, name, minio.PutObjectOptions{StorageClass: opts.StorageClass})
+	var id string
+	err = s.withCreds(ctx, true, func() (err error) {
+		id, err = core.NewMultipartUpload(ctx, s.bucket, name, minio.PutObjectOptions{StorageClass: opts.StorageClass})
+		return err
+	})
 	if err != nil {
 		return ObjectInfo{}, s.putFail(ctx, key, opts, err)
 	}
@@ -276,8 +374,12 @@ func (s *S3Store) putInParts(ctx context.Context, key, name string, r io.Reader,
 			return ObjectInfo{}, fmt.Errorf("put %s: more than %d parts of %d bytes; raise the part size", key, maxParts, part)
 		}
 		sum := md5.Sum(buf[:n])
-		p, err := core.PutObjectPart(ctx, s.bucket, name, id, num, bytes.NewReader(buf[:n]), int64(n),
-			minio.PutObjectPartOptions{Md5Base64: base64.StdEncoding.EncodeToString(sum[:])})
+		var p minio.ObjectPart
+		err := s.withCreds(ctx, true, func() (err error) {
+			p, err = core.PutObjectPart(ctx, s.bucket, name, id, num, bytes.NewReader(buf[:n]), int64(n),
+				minio.PutObjectPartOptions{Md5Base64: base64.StdEncoding.EncodeToString(sum[:])})
+			return err
+		})
 		if err != nil {
 			return ObjectInfo{}, s.putFail(ctx, key, opts, err)
 		}
@@ -296,7 +398,11 @@ func (s *S3Store) putInParts(ctx context.Context, key, name string, r io.Reader,
 	}
 	var po minio.PutObjectOptions
 	setConditions(&po, opts)
-	up, err := minio.Core{Client: s.once}.CompleteMultipartUpload(ctx, s.bucket, name, id, parts, po)
+	var up minio.UploadInfo
+	err = s.withCreds(ctx, true, func() (err error) {
+		up, err = minio.Core{Client: s.once}.CompleteMultipartUpload(ctx, s.bucket, name, id, parts, po)
+		return err
+	})
 	if err != nil {
 		return ObjectInfo{}, s.putFail(ctx, key, opts, err)
 	}
@@ -330,7 +436,12 @@ func (s *S3Store) Get(ctx context.Context, key string, offset, length int64) (io
 	}
 	core := minio.Core{Client: s.client}
 	for attempt := 0; ; attempt++ {
-		body, oi, _, err := core.GetObject(ctx, s.bucket, name, o)
+		var body io.ReadCloser
+		var oi minio.ObjectInfo
+		err := s.withCreds(ctx, true, func() (err error) {
+			body, oi, _, err = core.GetObject(ctx, s.bucket, name, o)
+			return err
+		})
 		if err == nil {
 			info := s.info(key, oi)
 			rd := &s3Reader{ctx: ctx, s: s, key: key, body: body, r: body}
@@ -401,7 +512,11 @@ func (s *S3Store) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	if err != nil {
 		return ObjectInfo{}, err
 	}
-	oi, err := s.client.StatObject(ctx, s.bucket, name, minio.StatObjectOptions{})
+	var oi minio.ObjectInfo
+	err = s.withCreds(ctx, true, func() (err error) {
+		oi, err = s.client.StatObject(ctx, s.bucket, name, minio.StatObjectOptions{})
+		return err
+	})
 	if err != nil {
 		return ObjectInfo{}, s.fail(ctx, "stat", key, err)
 	}
@@ -428,23 +543,39 @@ func trimETag(etag string) string { return strings.Trim(etag, `"`) }
 func (s *S3Store) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel() // stops the listing when fn fails
-	for oi := range s.client.ListObjectsIter(lctx, s.bucket, minio.ListObjectsOptions{
-		Prefix:    s.prefix + prefix,
-		Recursive: true,
-	}) {
-		if oi.Err != nil {
-			return s.fail(ctx, "list", prefix, oi.Err)
+	var fnErr error
+	after := "" // the last key listed: a repeated listing goes on after it
+	err := s.withCreds(ctx, true, func() error {
+		for oi := range s.client.ListObjectsIter(lctx, s.bucket, minio.ListObjectsOptions{
+			Prefix:     s.prefix + prefix,
+			Recursive:  true,
+			StartAfter: after,
+		}) {
+			if oi.Err != nil {
+				return oi.Err
+			}
+			after = oi.Key
+			key, ok := strings.CutPrefix(oi.Key, s.prefix)
+			if !ok || key == "" || strings.HasSuffix(key, "/") {
+				continue // a directory marker made by another tool, not an object
+			}
+			if fnErr = fn(s.info(key, oi)); fnErr != nil {
+				return errStopped
+			}
 		}
-		key, ok := strings.CutPrefix(oi.Key, s.prefix)
-		if !ok || key == "" || strings.HasSuffix(key, "/") {
-			continue // a directory marker made by another tool, not an object
-		}
-		if err := fn(s.info(key, oi)); err != nil {
-			return err
-		}
+		return nil
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case err != nil:
+		return s.fail(ctx, "list", prefix, err)
 	}
 	return ctx.Err()
 }
+
+// errStopped ends a listing whose callback failed.
+var errStopped = errors.New("listing stopped")
 
 // ListDir implements Store.
 func (s *S3Store) ListDir(ctx context.Context, dir string, fn func(ObjectInfo) error) error {
@@ -452,22 +583,29 @@ func (s *S3Store) ListDir(ctx context.Context, dir string, fn func(ObjectInfo) e
 		return fmt.Errorf("list %q: %w: a directory ends in /", dir, ErrInvalidKey)
 	}
 	var out []ObjectInfo
-	for oi := range s.client.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{
-		Prefix:    s.prefix + dir,
-		Recursive: false,
-	}) {
-		if oi.Err != nil {
-			return s.fail(ctx, "list", dir, oi.Err)
+	err := s.withCreds(ctx, true, func() error {
+		out = out[:0] // a repeated listing starts over
+		for oi := range s.client.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{
+			Prefix:    s.prefix + dir,
+			Recursive: false,
+		}) {
+			if oi.Err != nil {
+				return oi.Err
+			}
+			key, ok := strings.CutPrefix(oi.Key, s.prefix)
+			if !ok || key == "" || key == dir {
+				continue
+			}
+			info := ObjectInfo{Key: key}
+			if !strings.HasSuffix(key, "/") {
+				info = s.info(key, oi)
+			}
+			out = append(out, info)
 		}
-		key, ok := strings.CutPrefix(oi.Key, s.prefix)
-		if !ok || key == "" || key == dir {
-			continue
-		}
-		info := ObjectInfo{Key: key}
-		if !strings.HasSuffix(key, "/") {
-			info = s.info(key, oi)
-		}
-		out = append(out, info)
+		return nil
+	})
+	if err != nil {
+		return s.fail(ctx, "list", dir, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -488,7 +626,9 @@ func (s *S3Store) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.client.RemoveObject(ctx, s.bucket, name, minio.RemoveObjectOptions{}); err != nil {
+	if err := s.withCreds(ctx, true, func() error {
+		return s.client.RemoveObject(ctx, s.bucket, name, minio.RemoveObjectOptions{})
+	}); err != nil {
 		if minio.ToErrorResponse(err).Code == "NoSuchKey" {
 			return nil // some S3 implementations answer 404 for a missing key
 		}
@@ -525,11 +665,19 @@ func (s *S3Store) DeleteMany(ctx context.Context, keys []string) error {
 // deleteBatch deletes up to maxDeleteBatch keys in one DeleteObjects
 // request, adds the failures to e and returns how many keys failed.
 func (s *S3Store) deleteBatch(ctx context.Context, keys []string, e *deleteError) int {
-	objects := make(chan minio.ObjectInfo, len(keys))
-	for _, k := range keys {
-		objects <- minio.ObjectInfo{Key: s.prefix + k}
+	gen := s.chain.generation()
+	results := s.removeObjects(ctx, keys)
+	for _, r := range results {
+		if refusedCredential(errorCode(r.Err)) {
+			// Refused for its credentials: the whole request was (S3
+			// checks them first). Deleting is idempotent; repeat it all
+			// if the credentials read again are new.
+			if s.renewCreds(ctx, 0, r.Err, gen) {
+				results = s.removeObjects(ctx, keys)
+			}
+			break
+		}
 	}
-	close(objects)
 	failed := map[string]bool{}
 	add := func(key string, err error) {
 		if failed[key] {
@@ -544,8 +692,7 @@ func (s *S3Store) deleteBatch(ctx context.Context, keys []string, e *deleteError
 		}
 		e.failed = append(e.failed, f)
 	}
-	// Read every result: RemoveObjects stops only when its channel drains.
-	for r := range s.client.RemoveObjects(ctx, s.bucket, objects, minio.RemoveObjectsOptions{}) {
+	for _, r := range results {
 		if minio.ToErrorResponse(r.Err).Code == "NoSuchKey" {
 			continue // a missing key is deleted
 		}
@@ -560,6 +707,22 @@ func (s *S3Store) deleteBatch(ctx context.Context, keys []string, e *deleteError
 		add(strings.TrimPrefix(r.ObjectName, s.prefix), r.Err)
 	}
 	return len(failed)
+}
+
+// removeObjects makes one DeleteObjects request and returns the keys that
+// failed.
+func (s *S3Store) removeObjects(ctx context.Context, keys []string) []minio.RemoveObjectError {
+	objects := make(chan minio.ObjectInfo, len(keys))
+	for _, k := range keys {
+		objects <- minio.ObjectInfo{Key: s.prefix + k}
+	}
+	close(objects)
+	var out []minio.RemoveObjectError
+	// Read every result: RemoveObjects stops only when its channel drains.
+	for r := range s.client.RemoveObjects(ctx, s.bucket, objects, minio.RemoveObjectsOptions{}) {
+		out = append(out, r)
+	}
+	return out
 }
 
 // maxCopySize is the largest object a single CopyObject request copies.
@@ -593,8 +756,12 @@ func (s *S3Store) Copy(ctx context.Context, src, dst string, opts PutOptions) (O
 		// like a put does.
 		dstOpts.ReplaceMetadata = true
 		dstOpts.UserMetadata = map[string]string{"X-Amz-Storage-Class": storageClass(opts.StorageClass)}
-		up, err := s.client.CopyObject(ctx, dstOpts, minio.CopySrcOptions{
-			Bucket: s.bucket, Object: srcName, MatchETag: from.ETag,
+		var up minio.UploadInfo
+		err = s.withCreds(ctx, true, func() (err error) {
+			up, err = s.client.CopyObject(ctx, dstOpts, minio.CopySrcOptions{
+				Bucket: s.bucket, Object: srcName, MatchETag: from.ETag,
+			})
+			return err
 		})
 		if err != nil {
 			if minio.ToErrorResponse(err).StatusCode == http.StatusPreconditionFailed && attempt < 3 {
@@ -649,12 +816,21 @@ func (s *S3Store) fail(ctx context.Context, op, key string, err error) *s3Error 
 	case resp.Code == "XMinioParentIsObject" || resp.Code == "XMinioObjectExistsAsDirectory" ||
 		resp.Code == "XMinioInvalidObjectName" || resp.Code == "KeyTooLongError":
 		e.kind = ErrInvalidKey
-	case resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch":
-		e.hint = fmt.Sprintf("check %s and %s", EnvAccessKeyID, EnvSecretAccessKey)
+	case resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch" ||
+		resp.Code == "ExpiredToken" || resp.Code == "InvalidToken":
+		e.hint = "check the credentials from " + s.credSource()
 	case resp.Code == "AccessDenied":
-		e.hint = fmt.Sprintf("the credentials in %s may not access bucket %s", EnvAccessKeyID, s.bucket)
+		e.hint = fmt.Sprintf("the credentials from %s may not access bucket %s", s.credSource(), s.bucket)
 	}
 	return e
+}
+
+// credSource names where the credentials in use came from, for hints.
+func (s *S3Store) credSource() string {
+	if src := s.chain.source(); src != "" {
+		return src
+	}
+	return "the environment (" + EnvAccessKeyID + ", " + EnvSecretAccessKey + ")"
 }
 
 func (s *S3Store) bucketMissing(op, key string) *s3Error {

@@ -3,10 +3,12 @@ package objstore
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
+	"strconv"
+	"time"
 )
 
 // The standard client variables S3ConfigFromEnv reads.
@@ -30,11 +32,46 @@ type S3Config struct {
 	// https://s3.eu-west-1.amazonaws.com; its scheme decides TLS. Custom
 	// endpoints (MinIO, ...) are addressed path-style
 	// (ENDPOINT/BUCKET/KEY), Amazon's virtual-host style.
-	Endpoint        string
+	Endpoint string
+	Region   string // "" means DefaultRegion
+
+	// Credentials come from the first of these sources that yields keys,
+	// in this order (see credentialSources); at least one must be set.
+	//
+	// CredentialsDir is a directory with the files accessKeyID and
+	// secretAccessKey (and optionally sessionToken): a Kubernetes Secret
+	// mounted as a volume. They are read again when they change (looked
+	// at no more than every CredentialsCheckInterval) and when the store
+	// refuses a request's credentials, so a rotated Secret is picked up
+	// without a restart.
+	CredentialsDir string
+	// Static keys.
 	AccessKeyID     string
 	SecretAccessKey string
 	SessionToken    string // optional
-	Region          string // "" means DefaultRegion
+	// Web identity: a token file (a projected ServiceAccount token)
+	// exchanged for credentials at STSEndpoint ("" means AWS's regional
+	// STS for an AWS endpoint, else Endpoint) for the role RoleARN.
+	WebIdentityTokenFile string
+	// WebIdentityToken, if set, gives the token instead of a file (the
+	// operator asks the API server for a ServiceAccount's tokens), and
+	// WebIdentityName names its identity in logs and errors.
+	WebIdentityToken func() (string, error)
+	WebIdentityName  string
+	RoleARN          string
+	RoleSessionName  string // optional
+	STSEndpoint      string
+	// InstanceRole: the instance's role (EC2 metadata) or the container's
+	// (ECS, EKS Pod Identity: AWS_CONTAINER_CREDENTIALS_*).
+	InstanceRole bool
+
+	// CredentialsCheckInterval bounds how often the files in
+	// CredentialsDir are checked for changes; 0 means 5 s.
+	CredentialsCheckInterval time.Duration
+	// Logger receives one line naming the source of the credentials
+	// (never their values), and one when they change; nil means
+	// slog.Default().
+	Logger *slog.Logger
 
 	// MaxAttempts bounds the attempts of one idempotent request (GET,
 	// HEAD, LIST, DELETE, unconditional PUT and copy) on transient
@@ -50,14 +87,23 @@ type S3Config struct {
 	Transport http.RoundTripper
 }
 
-// S3ConfigFromEnv reads the standard AWS client variables.
+// S3ConfigFromEnv reads the standard AWS client variables, and
+// SHALE_S3_CREDENTIALS_DIR and SHALE_S3_INSTANCE_ROLE.
 func S3ConfigFromEnv() S3Config {
+	instanceRole, _ := strconv.ParseBool(os.Getenv(EnvInstanceRole))
 	c := S3Config{
-		Endpoint:        os.Getenv(EnvEndpointS3),
-		AccessKeyID:     os.Getenv(EnvAccessKeyID),
-		SecretAccessKey: os.Getenv(EnvSecretAccessKey),
-		SessionToken:    os.Getenv(EnvSessionToken),
-		Region:          os.Getenv(EnvRegion),
+		Endpoint:             os.Getenv(EnvEndpointS3),
+		CredentialsDir:       os.Getenv(EnvCredentialsDir),
+		AccessKeyID:          os.Getenv(EnvAccessKeyID),
+		SecretAccessKey:      os.Getenv(EnvSecretAccessKey),
+		SessionToken:         os.Getenv(EnvSessionToken),
+		WebIdentityTokenFile: os.Getenv(EnvWebIdentityTokenFile),
+		RoleARN:              os.Getenv(EnvRoleARN),
+		RoleSessionName:      os.Getenv(EnvRoleSessionName),
+		STSEndpoint:          os.Getenv(EnvEndpointSTS),
+		InstanceRole: instanceRole || os.Getenv(EnvContainerCredentialsFullURI) != "" ||
+			os.Getenv(EnvContainerCredentialsRelativeURI) != "",
+		Region: os.Getenv(EnvRegion),
 	}
 	if c.Endpoint == "" {
 		c.Endpoint = os.Getenv(EnvEndpoint)
@@ -82,15 +128,8 @@ func (c S3Config) check() (*url.URL, error) {
 	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, fmt.Errorf("S3 endpoint %q (%s): only a scheme, host and port are allowed; the bucket goes in the store URL (s3://BUCKET/PREFIX)", c.Endpoint, EnvEndpoint)
 	}
-	var missing []string
-	if c.AccessKeyID == "" {
-		missing = append(missing, EnvAccessKeyID)
-	}
-	if c.SecretAccessKey == "" {
-		missing = append(missing, EnvSecretAccessKey)
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("no S3 credentials for %s: set %s", c.Endpoint, strings.Join(missing, " and "))
+	if err := c.checkCredentials(); err != nil {
+		return nil, err
 	}
 	if c.MaxAttempts < 0 {
 		return nil, errors.New("S3 MaxAttempts must not be negative")
