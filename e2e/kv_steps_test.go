@@ -117,7 +117,7 @@ func (s *suite) runClientPod(t *testing.T, name, db, secret string, first, secon
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.namespace, Labels: map[string]string{
 			"app.kubernetes.io/name": "shale-e2e-client",
-			shalev1.LabelClientOf:    db,
+			shalev1.LabelClient:      db,
 		}},
 		Spec: corev1.PodSpec{
 			RestartPolicy:   corev1.RestartPolicyNever,
