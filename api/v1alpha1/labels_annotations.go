@@ -60,8 +60,8 @@ const (
 	// LabelCredential, on the Secrets the operator issues, says what the
 	// Secret holds: one of the Credential* values.
 	LabelCredential = "shale.rocks/credential"
-	// LabelClient, on a client's Secret, is the client's name.
-	LabelClient = "shale.rocks/client"
+	// LabelClientName, on a client's Secret, is the client's name.
+	LabelClientName = "shale.rocks/client-name"
 	// Values of LabelCredential.
 	CredentialPrimary   = "primary"
 	CredentialSecondary = "secondary"
