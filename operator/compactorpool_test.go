@@ -138,6 +138,11 @@ func testCompactorPool(h *harness) {
 			t.Errorf("worker args %q lack %q", wargs, want)
 		}
 	}
+	for name, c := range map[string]corev1.Container{"scheduler": sd.Spec.Template.Spec.Containers[0], "worker": ctr} {
+		if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s container security context %+v: want readOnlyRootFilesystem", name, sc)
+		}
+	}
 	env := map[string]corev1.EnvVar{}
 	for _, e := range ctr.Env {
 		env[e.Name] = e

@@ -175,10 +175,16 @@ func podSecurityContext() *corev1.PodSecurityContext {
 	}
 }
 
-// containerSecurityContext: no privilege escalation, no capabilities.
+// containerSecurityContext: no privilege escalation, no capabilities, and
+// a read-only root file system. Every Shale container writes only under
+// the directory it is given with --cache-dir (RocksDB's LOG files, the
+// local cache, ingest staging, a worker's job directories), which is an
+// emptyDir; the scheduler writes nothing. Nothing uses os.TempDir when
+// --cache-dir is set, and the operator always sets it.
 func containerSecurityContext() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 }

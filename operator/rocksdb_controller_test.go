@@ -90,6 +90,9 @@ func testSamples(h *harness) {
 			t.Errorf("args %q lack %q", args, want)
 		}
 	}
+	if sc := ctr.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("primary container security context %+v: want readOnlyRootFilesystem", sc)
+	}
 	if ctr.Image != "shale.local/shale:test" {
 		t.Errorf("image %q, want the operator's default", ctr.Image)
 	}
