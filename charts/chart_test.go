@@ -12,14 +12,18 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -29,6 +33,7 @@ import (
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/testenv"
+	"github.com/shale-rocks/shale/operator"
 )
 
 const chartDir = "shale"
@@ -113,7 +118,7 @@ func kinds(objs []*unstructured.Unstructured) map[string]int {
 func TestRenderedObjects(t *testing.T) {
 	def := render(t, "shale", "shale-system")
 	k := kinds(def)
-	for kind, n := range map[string]int{"Deployment": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Service": 1, "CustomResourceDefinition": 3} {
+	for kind, n := range map[string]int{"Deployment": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Service": 1, "CustomResourceDefinition": 3} {
 		if k[kind] != n {
 			t.Errorf("default values: %d %s, want %d (all: %v)", k[kind], kind, n, k)
 		}
@@ -169,6 +174,11 @@ func TestRenderedObjects(t *testing.T) {
 	want := readYAML(t, "../config/rbac/role.yaml")
 	if !reflect.DeepEqual(role.Object["rules"], want["rules"]) {
 		t.Errorf("the chart's ClusterRole rules differ from config/rbac/role.yaml (run hack/chart.sh sync)")
+	}
+	checkRBAC(t, def, "shale-system", nil)
+	checkRBAC(t, render(t, "shale", "shale-system", "--set", "watchNamespaces={team-a,team-b}"), "shale-system", []string{"team-a", "team-b"})
+	if k := kinds(render(t, "minimal", "minimal", "-f", "shale/ci/minimal-values.yaml")); k["Role"]+k["RoleBinding"]+k["ClusterRole"]+k["ClusterRoleBinding"] != 0 {
+		t.Errorf("rbac.create=false renders RBAC objects: %v", k)
 	}
 
 	// Prometheus Operator objects only when its API is served.
@@ -244,11 +254,56 @@ func TestObjectsOnAPIServer(t *testing.T) {
 		return out
 	}
 
-	apply(t, ns("shale-system", "full", "monitoring", "minimal"))
+	apply(t, ns("shale-system", "full", "monitoring", "minimal", "team-a", "team-b"))
 	def := render(t, "shale", "shale-system", "--set", "demo.minio.enabled=true")
 	apply(t, def)
 	apply(t, render(t, "full", "full", "-f", "shale/ci/full-values.yaml"))
 	apply(t, render(t, "minimal", "minimal", "-f", "shale/ci/minimal-values.yaml"))
+
+	// The API server's RBAC judges what the operators may do: the default
+	// release's everywhere; the full release's (watchNamespaces team-a and
+	// team-b) only there, and neither any Lease but its own.
+	for _, tc := range []struct {
+		user      string
+		ns        string
+		verb      string
+		group     string
+		resource  string
+		name      string
+		wantAllow bool
+	}{
+		{"shale-system:shale", "prod", "create", "", "pods", "", true},
+		{"shale-system:shale", "", "list", "shale.rocks", "rocksdbs", "", true},
+		{"shale-system:shale", "shale-system", "update", "coordination.k8s.io", "leases", operator.LeaderElectionID, true},
+		{"shale-system:shale", "shale-system", "update", "coordination.k8s.io", "leases", "kube-scheduler", false},
+		{"shale-system:shale", "prod", "get", "coordination.k8s.io", "leases", operator.LeaderElectionID, false},
+		{"full:full-shale", "team-a", "create", "", "pods", "", true},
+		{"full:full-shale", "team-b", "list", "shale.rocks", "rocksdbs", "", true},
+		{"full:full-shale", "team-b", "update", "shale.rocks", "rocksdbs", "", true},
+		{"full:full-shale", "prod", "create", "", "pods", "", false},
+		{"full:full-shale", "prod", "get", "", "secrets", "", false},
+		{"full:full-shale", "", "list", "shale.rocks", "rocksdbs", "", false},
+		{"full:full-shale", "", "get", "", "namespaces", "kube-system", true},
+		{"full:full-shale", "", "get", "", "namespaces", "prod", false},
+		{"full:full-shale", "full", "create", "coordination.k8s.io", "leases", "", true},
+		{"full:full-shale", "full", "get", "coordination.k8s.io", "leases", operator.LeaderElectionID, true},
+		{"full:full-shale", "full", "list", "coordination.k8s.io", "leases", "", false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   "system:serviceaccount:" + tc.user,
+			Groups: []string{"system:serviceaccounts", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: tc.ns, Verb: tc.verb, Group: tc.group, Resource: tc.resource, Name: tc.name,
+			},
+		}}
+		if err := c.Create(ctx, sar); err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != tc.wantAllow {
+			t.Errorf("%s may %s %s.%s %q in %q: %v, want %v (%s)", tc.user, tc.verb, tc.resource, tc.group, tc.name, tc.ns,
+				sar.Status.Allowed, tc.wantAllow, sar.Status.Reason)
+		}
+	}
 
 	// The CRDs the chart installed are the real ones: the samples are
 	// accepted, and a bad spec is refused with its CEL message.
@@ -273,6 +328,127 @@ func TestObjectsOnAPIServer(t *testing.T) {
 	if err := c.Create(ctx, raw); err == nil || !strings.Contains(err.Error(), "cacheSize must be a non-negative size") {
 		t.Fatalf("a negative cacheSize: %v, want the CEL message", err)
 	}
+}
+
+// checkRBAC checks the operator's RBAC in a rendered release: the
+// leader-election Role in the release namespace grants the one Lease and
+// nothing else grants Leases; without watched namespaces one ClusterRole
+// holds every generated rule; with them, a ClusterRole holds only the
+// rules on cluster-scoped resources and each watched namespace a Role with
+// the rest, each bound to the operator's ServiceAccount.
+func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, releaseNS string, watched []string) {
+	t.Helper()
+	generated := rulesOf(t, readYAML(t, "../config/rbac/role.yaml"))
+	var cluster, namespaced []rbacv1.PolicyRule
+	for _, r := range generated {
+		if slices.Contains(r.Resources, "leases") {
+			t.Errorf("config/rbac/role.yaml grants Leases cluster-wide: %+v", r)
+		}
+		if slices.Contains(r.Resources, "namespaces") {
+			cluster = append(cluster, r)
+		} else {
+			namespaced = append(namespaced, r)
+		}
+	}
+	if len(cluster) != 1 || !reflect.DeepEqual(cluster[0].ResourceNames, []string{"kube-system"}) {
+		t.Errorf("cluster-scoped rules %+v, want only the kube-system Namespace", cluster)
+	}
+
+	var roles, bindings = map[string]*unstructured.Unstructured{}, map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Role":
+			roles[o.GetNamespace()+"/"+o.GetName()] = o
+		case "RoleBinding":
+			bindings[o.GetNamespace()+"/"+o.GetName()] = o
+		}
+	}
+	le := find(objs, "Role", "-leader-election")
+	if le == nil || le.GetNamespace() != releaseNS {
+		t.Fatalf("no leader-election Role in %s (roles %v)", releaseNS, mapsKeys(roles))
+	}
+	leaseName := false
+	for _, r := range rulesOf(t, le.Object) {
+		if slices.Contains(r.Resources, "leases") && slices.Contains(r.Verbs, "update") {
+			leaseName = reflect.DeepEqual(r.ResourceNames, []string{operator.LeaderElectionID})
+		}
+		for _, v := range r.Verbs {
+			if v == "list" || v == "watch" || v == "delete" || v == "*" {
+				t.Errorf("the leader-election Role grants %s: %+v", v, r)
+			}
+		}
+	}
+	if !leaseName {
+		t.Errorf("the leader-election Role does not limit get/update to the Lease %s: %v", operator.LeaderElectionID, le.Object["rules"])
+	}
+
+	cr := rulesOf(t, find(objs, "ClusterRole", "-operator").Object)
+	if len(watched) == 0 {
+		if !reflect.DeepEqual(cr, generated) {
+			t.Errorf("ClusterRole rules %+v, want the generated %+v", cr, generated)
+		}
+		if len(roles) != 1 {
+			t.Errorf("roles %v, want only the leader-election Role", mapsKeys(roles))
+		}
+	} else if !reflect.DeepEqual(cr, cluster) {
+		t.Errorf("with watchNamespaces the ClusterRole has %+v, want only %+v", cr, cluster)
+	}
+	for _, ns := range watched {
+		var role, binding *unstructured.Unstructured
+		for k, o := range roles {
+			if strings.HasPrefix(k, ns+"/") {
+				role = o
+			}
+		}
+		for k, o := range bindings {
+			if strings.HasPrefix(k, ns+"/") {
+				binding = o
+			}
+		}
+		if role == nil || binding == nil {
+			t.Errorf("namespace %s: Role %v, RoleBinding %v", ns, role != nil, binding != nil)
+			continue
+		}
+		if got := rulesOf(t, role.Object); !reflect.DeepEqual(got, namespaced) {
+			t.Errorf("Role in %s: rules %+v, want %+v", ns, got, namespaced)
+		}
+		if ref, _, _ := unstructured.NestedString(binding.Object, "roleRef", "name"); ref != role.GetName() {
+			t.Errorf("RoleBinding in %s binds %s, want %s", ns, ref, role.GetName())
+		}
+		subj, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+		if len(subj) != 1 || subj[0].(map[string]any)["namespace"] != releaseNS {
+			t.Errorf("RoleBinding in %s: subjects %v, want the operator's ServiceAccount in %s", ns, subj, releaseNS)
+		}
+	}
+	dep := find(objs, "Deployment", "-operator")
+	c, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	args := toStrings(c[0].(map[string]any)["args"])
+	flag := ""
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--watch-namespaces="); ok {
+			flag = v
+		}
+	}
+	if flag != strings.Join(watched, ",") {
+		t.Errorf("--watch-namespaces=%q, want %q", flag, strings.Join(watched, ","))
+	}
+}
+
+func rulesOf(t *testing.T, obj map[string]any) []rbacv1.PolicyRule {
+	t.Helper()
+	b, err := json.Marshal(obj["rules"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []rbacv1.PolicyRule
+	if err := json.Unmarshal(b, &rules); err != nil {
+		t.Fatalf("rules %s: %v", b, err)
+	}
+	return rules
+}
+
+func mapsKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
 }
 
 func waitEstablished(t *testing.T, c client.Client, name string) {

@@ -3,12 +3,14 @@ package operator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,6 +53,10 @@ type Options struct {
 	// CompactorStats reads a pool's Stats (default: gRPC to its
 	// NAME-scheduler Service; tests point it elsewhere).
 	CompactorStats StatsFunc
+	// WatchNamespaces, when not empty, are the only namespaces the
+	// operator reconciles in and collects garbage of (--watch-namespaces);
+	// its cache and its RBAC cover no others.
+	WatchNamespaces []string
 }
 
 // DefaultOptions are the flags' defaults.
@@ -87,22 +93,64 @@ func (o Options) validate() error {
 	case o.CompactorPollInterval <= 0:
 		return fmt.Errorf("--compactor-poll-interval must be positive")
 	}
+	return checkNamespaces(o.WatchNamespaces)
+}
+
+// ParseNamespaces parses --watch-namespaces: namespace names separated by
+// commas; "" means every namespace.
+func ParseNamespaces(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		out = append(out, strings.TrimSpace(n))
+	}
+	return out, checkNamespaces(out)
+}
+
+func checkNamespaces(nss []string) error {
+	seen := map[string]bool{}
+	for _, n := range nss {
+		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+			return fmt.Errorf("--watch-namespaces: %q is not a namespace name (%s); give names separated by commas, such as --watch-namespaces=team-a,team-b", n, strings.Join(errs, "; "))
+		}
+		if seen[n] {
+			return fmt.Errorf("--watch-namespaces names %s twice", n)
+		}
+		seen[n] = true
+	}
 	return nil
 }
 
 // CacheOptions restrict the manager's Pod and Deployment caches to the
 // ones the operator manages (so it does not hold every Pod and Deployment
-// of the cluster in memory).
-func CacheOptions() cache.Options {
+// of the cluster in memory), and the whole cache to the watched
+// namespaces if there are any (the operator's RBAC may cover no others).
+func CacheOptions(watchNamespaces []string) cache.Options {
 	ours := labels.SelectorFromSet(labels.Set{shalev1.LabelAppManagedBy: shalev1.ManagedBy})
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:        {Label: ours},
 		&appsv1.Deployment{}: {Label: ours},
 	}}
+	if len(watchNamespaces) > 0 {
+		o.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range watchNamespaces {
+			o.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return o
 }
 
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// LeaderElectionID names the leader-election Lease (in the operator's
+// namespace). The chart's leader-election Role grants this Lease only.
+const LeaderElectionID = "shale-operator.shale.rocks"
+
+// The only cluster-scoped object the operator reads: the kube-system
+// Namespace, whose UID identifies the cluster in owner records. Leader
+// election needs a Lease in the operator's own namespace only: the chart
+// grants it with a Role there, not here.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get,resourceNames=kube-system
 
 // Setup adds the controllers and the garbage collector to mgr.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
@@ -171,6 +219,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		dryRun:    opts.GCDryRun,
 		now:       time.Now,
 		log:       ctrl.Log.WithName("gc"),
+		scope:     namespaceScope(opts.WatchNamespaces),
 	}
 	if opts.GCInterval > 0 {
 		if err := mgr.Add(g); err != nil {

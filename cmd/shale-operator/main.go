@@ -42,6 +42,7 @@ func run() int {
 		renewDeadline = 10 * time.Second
 		retryPeriod   = 2 * time.Second
 		zapOpts       = zap.Options{}
+		watchNS       string
 	)
 	fs := flag.CommandLine
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
@@ -63,6 +64,7 @@ func run() int {
 	fs.BoolVar(&opts.GCDryRun, "gc-dry-run", false, "report orphaned database directories (events, metrics, log) without deleting them")
 	fs.DurationVar(&opts.SecondaryStatusInterval, "secondary-status-interval", opts.SecondaryStatusInterval, "how often each database's secondaries are asked for their replication state (status.secondaryStatus)")
 	fs.DurationVar(&opts.CompactorPollInterval, "compactor-poll-interval", opts.CompactorPollInterval, "how often each CompactorPool's scheduler is asked for its queue (one gRPC call) and its workers resized")
+	fs.StringVar(&watchNS, "watch-namespaces", "", "reconcile only in these namespaces, separated by commas (default: all); the operator's cache and RBAC then cover no others")
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime's config package.
 	flag.Parse()
@@ -73,6 +75,11 @@ func run() int {
 	if showVersion {
 		fmt.Printf("shale-operator %s\n", version.Version)
 		return 0
+	}
+	var err error
+	if opts.WatchNamespaces, err = operator.ParseNamespaces(watchNS); err != nil {
+		fmt.Fprintf(os.Stderr, "shale-operator: %v\n", err)
+		return 2
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
@@ -94,7 +101,7 @@ func run() int {
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
-		LeaderElectionID:        "shale-operator.shale.rocks",
+		LeaderElectionID:        operator.LeaderElectionID,
 		LeaderElectionNamespace: leaderElectNS,
 		LeaseDuration:           &leaseDuration,
 		RenewDeadline:           &renewDeadline,
@@ -102,7 +109,7 @@ func run() int {
 		// The operator exits when it loses leadership; a new process
 		// starts from the API server's state, never from memory.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         operator.CacheOptions(),
+		Cache:                         operator.CacheOptions(opts.WatchNamespaces),
 	})
 	if err != nil {
 		log.Error(err, "creating the manager")
@@ -122,7 +129,8 @@ func run() int {
 		return 1
 	}
 	log.Info("starting", "version", version.Version, "shaleImage", opts.ShaleImage, "failoverGrace", opts.FailoverGrace,
-		"gcInterval", opts.GCInterval, "gcGrace", opts.GCGrace, "gcDryRun", opts.GCDryRun, "leaderElect", leaderElect)
+		"gcInterval", opts.GCInterval, "gcGrace", opts.GCGrace, "gcDryRun", opts.GCDryRun, "leaderElect", leaderElect,
+		"watchNamespaces", opts.WatchNamespaces)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		return 1
