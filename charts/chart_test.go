@@ -23,10 +23,13 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -118,7 +121,7 @@ func kinds(objs []*unstructured.Unstructured) map[string]int {
 func TestRenderedObjects(t *testing.T) {
 	def := render(t, "shale", "shale-system")
 	k := kinds(def)
-	for kind, n := range map[string]int{"Deployment": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Service": 1, "CustomResourceDefinition": 3} {
+	for kind, n := range map[string]int{"Deployment": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Service": 1, "CustomResourceDefinition": 3, "NetworkPolicy": 1} {
 		if k[kind] != n {
 			t.Errorf("default values: %d %s, want %d (all: %v)", k[kind], kind, n, k)
 		}
@@ -169,11 +172,23 @@ func TestRenderedObjects(t *testing.T) {
 		}
 	}
 
+	full := render(t, "full", "full", "-f", "shale/ci/full-values.yaml")
+
 	// The ClusterRole has exactly the rules controller-gen generated.
 	role := find(def, "ClusterRole", "-operator")
 	want := readYAML(t, "../config/rbac/role.yaml")
 	if !reflect.DeepEqual(role.Object["rules"], want["rules"]) {
 		t.Errorf("the chart's ClusterRole rules differ from config/rbac/role.yaml (run hack/chart.sh sync)")
+	}
+	checkNetworkPolicies(t, def, "shale-system", false)
+	checkNetworkPolicies(t, render(t, "shale", "shale-system", "--set", "demo.minio.enabled=true"), "shale-system", true)
+	checkNetworkPolicies(t, full, "full", true)
+	off := render(t, "shale", "shale-system", "--set", "networkPolicy.enabled=false", "--set", "demo.minio.enabled=true")
+	if n := kinds(off)["NetworkPolicy"]; n != 0 {
+		t.Errorf("networkPolicy.enabled=false renders %d NetworkPolicies", n)
+	}
+	if args := operatorArgs(t, off); args["--network-policies"] != "false" {
+		t.Errorf("networkPolicy.enabled=false: --network-policies=%q, want false (the operator makes none either)", args["--network-policies"])
 	}
 	checkRBAC(t, def, "shale-system", nil)
 	checkRBAC(t, render(t, "shale", "shale-system", "--set", "watchNamespaces={team-a,team-b}"), "shale-system", []string{"team-a", "team-b"})
@@ -182,7 +197,6 @@ func TestRenderedObjects(t *testing.T) {
 	}
 
 	// Prometheus Operator objects only when its API is served.
-	full := render(t, "full", "full", "-f", "shale/ci/full-values.yaml")
 	if kinds(full)["ServiceMonitor"] != 0 || kinds(full)["PodMonitor"] != 0 {
 		t.Errorf("a ServiceMonitor or PodMonitor is rendered for a cluster without monitoring.coreos.com/v1")
 	}
@@ -431,6 +445,114 @@ func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, releaseNS string
 	}
 	if flag != strings.Join(watched, ",") {
 		t.Errorf("--watch-namespaces=%q, want %q", flag, strings.Join(watched, ","))
+	}
+}
+
+// operatorArgs are the operator container's --flag=value arguments.
+func operatorArgs(t *testing.T, objs []*unstructured.Unstructured) map[string]string {
+	t.Helper()
+	dep := find(objs, "Deployment", "-operator")
+	c, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	args := map[string]string{}
+	for _, a := range toStrings(c[0].(map[string]any)["args"]) {
+		k, v, _ := strings.Cut(a, "=")
+		args[k] = v
+	}
+	return args
+}
+
+// checkNetworkPolicies checks the chart's NetworkPolicies and the flags
+// with which the operator makes the others: the operator's Pod admits
+// metrics from the monitoring namespaces and its health port, the demo
+// MinIO only Shale's Pods and the operator; the flags parse as the
+// operator parses them and select the operator's Pods and the values'
+// namespaces.
+func checkNetworkPolicies(t *testing.T, objs []*unstructured.Unstructured, releaseNS string, minio bool) {
+	t.Helper()
+	dep := find(objs, "Deployment", "-operator")
+	podLabels, _, _ := unstructured.NestedStringMap(dep.Object, "spec", "template", "metadata", "labels")
+	args := operatorArgs(t, objs)
+	if args["--network-policies"] != "true" || args["--operator-namespace"] != releaseNS {
+		t.Errorf("operator args %v: want --network-policies=true --operator-namespace=%s", args, releaseNS)
+	}
+	opSel, err := operator.ParseSelector("--operator-pod-selector", args["--operator-pod-selector"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := metav1.LabelSelectorAsSelector(opSel); s.Empty() || !s.Matches(labels.Set(podLabels)) {
+		t.Errorf("--operator-pod-selector=%s does not select the operator's Pods (%v)", s, podLabels)
+	}
+	metricsSel, err := operator.ParseSelector("--metrics-namespace-selector", args["--metrics-namespace-selector"])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	np := find(objs, "NetworkPolicy", "-operator")
+	if np == nil {
+		t.Fatalf("no NetworkPolicy for the operator")
+	}
+	var spec networkingv1.NetworkPolicySpec
+	fromMap(t, np.Object["spec"], &spec)
+	if s, _ := metav1.LabelSelectorAsSelector(&spec.PodSelector); !s.Matches(labels.Set(podLabels)) {
+		t.Errorf("the operator's NetworkPolicy selects %s, not its Pods (%v)", s, podLabels)
+	}
+	ports := map[string][]networkingv1.NetworkPolicyPeer{}
+	for _, r := range spec.Ingress {
+		for _, p := range r.Ports {
+			ports[p.Port.String()] = r.From
+		}
+	}
+	if len(ports) != 2 || len(ports["health"]) != 0 {
+		t.Errorf("the operator's NetworkPolicy admits %v, want metrics and health", ports)
+	}
+	if m := ports["metrics"]; len(m) != 1 || selString(t, m[0].NamespaceSelector) != selString(t, metricsSel) || m[0].PodSelector != nil {
+		t.Errorf("metrics peers %+v, want the namespaces %+v (what the operator's own policies admit)", m, metricsSel)
+	}
+
+	mp := find(objs, "NetworkPolicy", "-minio")
+	if (mp != nil) != minio {
+		t.Fatalf("demo MinIO NetworkPolicy rendered: %v, want %v", mp != nil, minio)
+	}
+	if mp == nil {
+		return
+	}
+	fromMap(t, mp.Object["spec"], &spec)
+	if len(spec.Ingress) != 1 || len(spec.Ingress[0].Ports) != 1 || spec.Ingress[0].Ports[0].Port.String() != "s3" {
+		t.Fatalf("demo MinIO policy ingress %+v, want the s3 port only", spec.Ingress)
+	}
+	var shalePods, op bool
+	for _, f := range spec.Ingress[0].From {
+		switch {
+		case f.NamespaceSelector != nil && f.PodSelector != nil && f.PodSelector.MatchLabels[shalev1.LabelAppManagedBy] == shalev1.ManagedBy:
+			shalePods = true
+		case f.NamespaceSelector == nil && f.PodSelector != nil && selString(t, f.PodSelector) == selString(t, opSel):
+			op = true
+		default:
+			t.Errorf("demo MinIO admits %+v", f)
+		}
+	}
+	if !shalePods || !op {
+		t.Errorf("demo MinIO admits Shale's Pods %v, the operator %v: want both", shalePods, op)
+	}
+}
+
+func selString(t *testing.T, sel *metav1.LabelSelector) string {
+	t.Helper()
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.String()
+}
+
+func fromMap(t *testing.T, in any, out any) {
+	t.Helper()
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("%s: %v", b, err)
 	}
 }
 

@@ -53,6 +53,8 @@ func testOptions() Options {
 	o.SecondaryStatusInterval = 500 * time.Millisecond
 	o.CompactorPollInterval = 300 * time.Millisecond
 	o.CompactorStats = testCompactorStats
+	o.OperatorNamespace = "shale-system"
+	o.OperatorPodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{shalev1.LabelAppComponent: "operator"}}
 	return o
 }
 

@@ -108,7 +108,7 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
 			Namespace: db.Namespace,
-			Labels:    db.PrimaryLabels(epoch),
+			Labels:    primaryPodLabels(db, epoch),
 			Annotations: map[string]string{
 				shalev1.AnnotationSpecGeneration: strconv.FormatInt(db.Generation, 10),
 			},
@@ -148,6 +148,17 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 			}},
 		},
 	}
+}
+
+// primaryPodLabels: the primary's labels, and with remote compaction the
+// pool it submits to (its NetworkPolicy admits those primaries to the
+// scheduler).
+func primaryPodLabels(db *shalev1.RocksDB, epoch int64) map[string]string {
+	l := db.PrimaryLabels(epoch)
+	if c := db.Spec.Compaction; db.EffectiveCompactionMode() == shalev1.CompactionRemote && c.CompactorPoolRef != nil {
+		l[shalev1.LabelCompactorPoolClient] = c.CompactorPoolRef.Name
+	}
+	return l
 }
 
 // storeEnv is the environment that points `shale` at the ObjectStore:

@@ -34,6 +34,7 @@ func TestOperator(t *testing.T) {
 	t.Run("GC", func(t *testing.T) { testGC(h.with(t)) })
 	t.Run("Tiering", func(t *testing.T) { testTiering(h.with(t)) })
 	t.Run("GCColdTier", func(t *testing.T) { testGCColdTier(h.with(t)) })
+	t.Run("NetworkPolicies", func(t *testing.T) { testNetworkPolicies(h.with(t)) })
 }
 
 const samplesNS = "samples"

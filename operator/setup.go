@@ -8,6 +8,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -53,6 +55,19 @@ type Options struct {
 	// CompactorStats reads a pool's Stats (default: gRPC to its
 	// NAME-scheduler Service; tests point it elsewhere).
 	CompactorStats StatsFunc
+	// NetworkPolicies: keep a NetworkPolicy for each RocksDB (unless its
+	// spec.networkPolicy turns it off) and for each CompactorPool
+	// (--network-policies).
+	NetworkPolicies bool
+	// OperatorNamespace is the namespace the operator runs in; its Pods
+	// there (OperatorPodSelector, nil: all of them) are admitted by every
+	// policy: the operator reads Status from the secondaries and the
+	// primary, and Stats from the schedulers.
+	OperatorNamespace   string
+	OperatorPodSelector *metav1.LabelSelector
+	// MetricsNamespaceSelector selects the namespaces admitted to the
+	// metrics ports (--metrics-namespace-selector).
+	MetricsNamespaceSelector *metav1.LabelSelector
 	// WatchNamespaces, when not empty, are the only namespaces the
 	// operator reconciles in and collects garbage of (--watch-namespaces);
 	// its cache and its RBAC cover no others.
@@ -71,6 +86,8 @@ func DefaultOptions() Options {
 		GCGrace:                  24 * time.Hour,
 		SecondaryStatusInterval:  30 * time.Second,
 		CompactorPollInterval:    15 * time.Second,
+		NetworkPolicies:          true,
+		MetricsNamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelNamespaceName: "monitoring"}},
 	}
 }
 
@@ -92,6 +109,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("--gc-grace must be positive")
 	case o.CompactorPollInterval <= 0:
 		return fmt.Errorf("--compactor-poll-interval must be positive")
+	case o.NetworkPolicies && o.OperatorNamespace == "":
+		return fmt.Errorf("--operator-namespace is unknown: NetworkPolicies admit the operator's namespace; give it (the chart does), or turn them off with --network-policies=false")
 	}
 	return checkNamespaces(o.WatchNamespaces)
 }
@@ -130,8 +149,9 @@ func checkNamespaces(nss []string) error {
 func CacheOptions(watchNamespaces []string) cache.Options {
 	ours := labels.SelectorFromSet(labels.Set{shalev1.LabelAppManagedBy: shalev1.ManagedBy})
 	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:        {Label: ours},
-		&appsv1.Deployment{}: {Label: ours},
+		&corev1.Pod{}:                 {Label: ours},
+		&appsv1.Deployment{}:          {Label: ours},
+		&networkingv1.NetworkPolicy{}: {Label: ours},
 	}}
 	if len(watchNamespaces) > 0 {
 		o.DefaultNamespaces = map[string]cache.Config{}

@@ -9,7 +9,9 @@ import (
 
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -112,10 +114,14 @@ func TestWatchNamespaces(t *testing.T) {
 		return db.Status.Phase == shalev1.PhaseReady && condIs(db, shalev1.ConditionObjectStoreReachable, metav1.ConditionTrue, ""), "want Ready"
 	})
 	h.waitEvent(watchedNS, db.Name, eventPrimaryCreated)
+	h.waitPolicy(watchedNS, db.NetworkPolicyName(), "as built", specIs(databasePolicy(db, peersOf(opts))))
 
 	odb = h.db(otherNS, odb.Name)
 	if controllerutil.ContainsFinalizer(odb, shalev1.FinalizerStorage) || odb.Status.Epoch != 0 || odb.Status.Phase != "" || len(odb.Status.Conditions) != 0 {
 		t.Errorf("the RocksDB in %s was touched: finalizers %v, status %s", otherNS, odb.Finalizers, statusString(odb))
+	}
+	if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: otherNS, Name: odb.NetworkPolicyName()}, &networkingv1.NetworkPolicy{}); !apierrors.IsNotFound(err) {
+		t.Errorf("NetworkPolicy in %s: %v, want none", otherNS, err)
 	}
 	if names := h.primaries(otherNS, odb.Name); len(names) != 0 {
 		t.Errorf("primary Pods in %s: %v", otherNS, names)

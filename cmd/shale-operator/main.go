@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,6 +44,8 @@ func run() int {
 		retryPeriod   = 2 * time.Second
 		zapOpts       = zap.Options{}
 		watchNS       string
+		opPods        string
+		metricsNS     = "kubernetes.io/metadata.name=monitoring"
 	)
 	fs := flag.CommandLine
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
@@ -64,6 +67,10 @@ func run() int {
 	fs.BoolVar(&opts.GCDryRun, "gc-dry-run", false, "report orphaned database directories (events, metrics, log) without deleting them")
 	fs.DurationVar(&opts.SecondaryStatusInterval, "secondary-status-interval", opts.SecondaryStatusInterval, "how often each database's secondaries are asked for their replication state (status.secondaryStatus)")
 	fs.DurationVar(&opts.CompactorPollInterval, "compactor-poll-interval", opts.CompactorPollInterval, "how often each CompactorPool's scheduler is asked for its queue (one gRPC call) and its workers resized")
+	fs.BoolVar(&opts.NetworkPolicies, "network-policies", opts.NetworkPolicies, "keep a NetworkPolicy for each RocksDB (unless its spec.networkPolicy.enabled is false) and CompactorPool: only labelled clients reach the KV port")
+	fs.StringVar(&opts.OperatorNamespace, "operator-namespace", inClusterNamespace(), "the operator's namespace, admitted by the NetworkPolicies (default: $POD_NAMESPACE, or the service account's namespace in a cluster)")
+	fs.StringVar(&opPods, "operator-pod-selector", "", "label selector of the operator's Pods in --operator-namespace, admitted by the NetworkPolicies (default: every Pod of that namespace)")
+	fs.StringVar(&metricsNS, "metrics-namespace-selector", metricsNS, "label selector (or JSON LabelSelector) of the namespaces admitted to the metrics ports by the NetworkPolicies")
 	fs.StringVar(&watchNS, "watch-namespaces", "", "reconcile only in these namespaces, separated by commas (default: all); the operator's cache and RBAC then cover no others")
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime's config package.
@@ -78,6 +85,16 @@ func run() int {
 	}
 	var err error
 	if opts.WatchNamespaces, err = operator.ParseNamespaces(watchNS); err != nil {
+		fmt.Fprintf(os.Stderr, "shale-operator: %v\n", err)
+		return 2
+	}
+	if opPods != "" {
+		if opts.OperatorPodSelector, err = operator.ParseSelector("--operator-pod-selector", opPods); err != nil {
+			fmt.Fprintf(os.Stderr, "shale-operator: %v\n", err)
+			return 2
+		}
+	}
+	if opts.MetricsNamespaceSelector, err = operator.ParseSelector("--metrics-namespace-selector", metricsNS); err != nil {
 		fmt.Fprintf(os.Stderr, "shale-operator: %v\n", err)
 		return 2
 	}
@@ -130,10 +147,23 @@ func run() int {
 	}
 	log.Info("starting", "version", version.Version, "shaleImage", opts.ShaleImage, "failoverGrace", opts.FailoverGrace,
 		"gcInterval", opts.GCInterval, "gcGrace", opts.GCGrace, "gcDryRun", opts.GCDryRun, "leaderElect", leaderElect,
-		"watchNamespaces", opts.WatchNamespaces)
+		"watchNamespaces", opts.WatchNamespaces, "networkPolicies", opts.NetworkPolicies, "operatorNamespace", opts.OperatorNamespace)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		return 1
 	}
 	return 0
+}
+
+// inClusterNamespace is $POD_NAMESPACE, or the namespace of the service
+// account the Pod runs as, or "" outside a cluster.
+func inClusterNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
