@@ -20,7 +20,8 @@
 // metrics.go, setup.go; compactorpool_controller.go (the pool's reconcile
 // loop and its status), compactorpool_resources.go (its Deployments and
 // Service), compactorpool_scale.go (the pure worker-count decision),
-// compaction.go (a RocksDB's CompactorPoolReady and status.compaction).
+// compaction.go (a RocksDB's CompactorPoolReady and status.compaction);
+// networkpolicy.go (the NetworkPolicies of databases and pools).
 //
 // The operator is pure Go (CGO_ENABLED=0): it uses internal/objstore and
 // the compactor's gRPC API, never the storage engine.
