@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 )
 
 // stepKV: writes and reads through NAME-rw, from a client Pod running
@@ -87,7 +88,8 @@ func (s *suite) clientPod(t *testing.T, name string, first, second []string) str
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.namespace, Labels: map[string]string{"app.kubernetes.io/name": "shale-e2e-client"}},
+		// The client label: the database's NetworkPolicy admits it.
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.namespace, Labels: map[string]string{"app.kubernetes.io/name": "shale-e2e-client", shalev1.LabelClient: s.db}},
 		Spec: corev1.PodSpec{
 			RestartPolicy:   corev1.RestartPolicyNever,
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true)},

@@ -16,6 +16,15 @@ const (
 	// or Deployment belongs to.
 	LabelCompactorPool = "shale.rocks/compactorpool"
 
+	// LabelClient, set by users on their Pods, names the RocksDB (in the
+	// Pod's namespace) whose KV port the Pod may reach: the database's
+	// NetworkPolicy admits Pods with LabelClient=NAME.
+	LabelClient = "shale.rocks/client"
+	// LabelCompactorPoolClient, on a primary Pod with remote compaction,
+	// names the CompactorPool it submits to: the pool's NetworkPolicy
+	// admits those primaries to its scheduler.
+	LabelCompactorPoolClient = "shale.rocks/compactorpool-client"
+
 	// Recommended labels (app.kubernetes.io/...).
 	LabelAppName      = "app.kubernetes.io/name"
 	LabelAppInstance  = "app.kubernetes.io/instance"
