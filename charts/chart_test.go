@@ -12,23 +12,31 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/testenv"
+	"github.com/shale-rocks/shale/operator"
 )
 
 const chartDir = "shale"
@@ -113,7 +121,7 @@ func kinds(objs []*unstructured.Unstructured) map[string]int {
 func TestRenderedObjects(t *testing.T) {
 	def := render(t, "shale", "shale-system")
 	k := kinds(def)
-	for kind, n := range map[string]int{"Deployment": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Service": 1, "CustomResourceDefinition": 3} {
+	for kind, n := range map[string]int{"Deployment": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Service": 1, "CustomResourceDefinition": 3, "NetworkPolicy": 1} {
 		if k[kind] != n {
 			t.Errorf("default values: %d %s, want %d (all: %v)", k[kind], kind, n, k)
 		}
@@ -165,15 +173,31 @@ func TestRenderedObjects(t *testing.T) {
 		}
 	}
 
+	full := render(t, "full", "full", "-f", "shale/ci/full-values.yaml")
+
 	// The ClusterRole has exactly the rules controller-gen generated.
 	role := find(def, "ClusterRole", "-operator")
 	want := readYAML(t, "../config/rbac/role.yaml")
 	if !reflect.DeepEqual(role.Object["rules"], want["rules"]) {
 		t.Errorf("the chart's ClusterRole rules differ from config/rbac/role.yaml (run hack/chart.sh sync)")
 	}
+	checkNetworkPolicies(t, def, "shale-system", false)
+	checkNetworkPolicies(t, render(t, "shale", "shale-system", "--set", "demo.minio.enabled=true"), "shale-system", true)
+	checkNetworkPolicies(t, full, "full", true)
+	off := render(t, "shale", "shale-system", "--set", "networkPolicy.enabled=false", "--set", "demo.minio.enabled=true")
+	if n := kinds(off)["NetworkPolicy"]; n != 0 {
+		t.Errorf("networkPolicy.enabled=false renders %d NetworkPolicies", n)
+	}
+	if args := operatorArgs(t, off); args["--network-policies"] != "false" {
+		t.Errorf("networkPolicy.enabled=false: --network-policies=%q, want false (the operator makes none either)", args["--network-policies"])
+	}
+	checkRBAC(t, def, "shale-system", nil)
+	checkRBAC(t, render(t, "shale", "shale-system", "--set", "watchNamespaces={team-a,team-b}"), "shale-system", []string{"team-a", "team-b"})
+	if k := kinds(render(t, "minimal", "minimal", "-f", "shale/ci/minimal-values.yaml")); k["Role"]+k["RoleBinding"]+k["ClusterRole"]+k["ClusterRoleBinding"] != 0 {
+		t.Errorf("rbac.create=false renders RBAC objects: %v", k)
+	}
 
 	// Prometheus Operator objects only when its API is served.
-	full := render(t, "full", "full", "-f", "shale/ci/full-values.yaml")
 	if kinds(full)["ServiceMonitor"] != 0 || kinds(full)["PodMonitor"] != 0 {
 		t.Errorf("a ServiceMonitor or PodMonitor is rendered for a cluster without monitoring.coreos.com/v1")
 	}
@@ -245,11 +269,56 @@ func TestObjectsOnAPIServer(t *testing.T) {
 		return out
 	}
 
-	apply(t, ns("shale-system", "full", "monitoring", "minimal"))
+	apply(t, ns("shale-system", "full", "monitoring", "minimal", "team-a", "team-b"))
 	def := render(t, "shale", "shale-system", "--set", "demo.minio.enabled=true")
 	apply(t, def)
 	apply(t, render(t, "full", "full", "-f", "shale/ci/full-values.yaml"))
 	apply(t, render(t, "minimal", "minimal", "-f", "shale/ci/minimal-values.yaml"))
+
+	// The API server's RBAC judges what the operators may do: the default
+	// release's everywhere; the full release's (watchNamespaces team-a and
+	// team-b) only there, and neither any Lease but its own.
+	for _, tc := range []struct {
+		user      string
+		ns        string
+		verb      string
+		group     string
+		resource  string
+		name      string
+		wantAllow bool
+	}{
+		{"shale-system:shale", "prod", "create", "", "pods", "", true},
+		{"shale-system:shale", "", "list", "shale.rocks", "rocksdbs", "", true},
+		{"shale-system:shale", "shale-system", "update", "coordination.k8s.io", "leases", operator.LeaderElectionID, true},
+		{"shale-system:shale", "shale-system", "update", "coordination.k8s.io", "leases", "kube-scheduler", false},
+		{"shale-system:shale", "prod", "get", "coordination.k8s.io", "leases", operator.LeaderElectionID, false},
+		{"full:full-shale", "team-a", "create", "", "pods", "", true},
+		{"full:full-shale", "team-b", "list", "shale.rocks", "rocksdbs", "", true},
+		{"full:full-shale", "team-b", "update", "shale.rocks", "rocksdbs", "", true},
+		{"full:full-shale", "prod", "create", "", "pods", "", false},
+		{"full:full-shale", "prod", "get", "", "secrets", "", false},
+		{"full:full-shale", "", "list", "shale.rocks", "rocksdbs", "", false},
+		{"full:full-shale", "", "get", "", "namespaces", "kube-system", true},
+		{"full:full-shale", "", "get", "", "namespaces", "prod", false},
+		{"full:full-shale", "full", "create", "coordination.k8s.io", "leases", "", true},
+		{"full:full-shale", "full", "get", "coordination.k8s.io", "leases", operator.LeaderElectionID, true},
+		{"full:full-shale", "full", "list", "coordination.k8s.io", "leases", "", false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   "system:serviceaccount:" + tc.user,
+			Groups: []string{"system:serviceaccounts", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: tc.ns, Verb: tc.verb, Group: tc.group, Resource: tc.resource, Name: tc.name,
+			},
+		}}
+		if err := c.Create(ctx, sar); err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != tc.wantAllow {
+			t.Errorf("%s may %s %s.%s %q in %q: %v, want %v (%s)", tc.user, tc.verb, tc.resource, tc.group, tc.name, tc.ns,
+				sar.Status.Allowed, tc.wantAllow, sar.Status.Reason)
+		}
+	}
 
 	// The CRDs the chart installed are the real ones: the samples are
 	// accepted, and a bad spec is refused with its CEL message.
@@ -274,6 +343,235 @@ func TestObjectsOnAPIServer(t *testing.T) {
 	if err := c.Create(ctx, raw); err == nil || !strings.Contains(err.Error(), "cacheSize must be a non-negative size") {
 		t.Fatalf("a negative cacheSize: %v, want the CEL message", err)
 	}
+}
+
+// checkRBAC checks the operator's RBAC in a rendered release: the
+// leader-election Role in the release namespace grants the one Lease and
+// nothing else grants Leases; without watched namespaces one ClusterRole
+// holds every generated rule; with them, a ClusterRole holds only the
+// rules on cluster-scoped resources and each watched namespace a Role with
+// the rest, each bound to the operator's ServiceAccount.
+func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, releaseNS string, watched []string) {
+	t.Helper()
+	generated := rulesOf(t, readYAML(t, "../config/rbac/role.yaml"))
+	var cluster, namespaced []rbacv1.PolicyRule
+	for _, r := range generated {
+		if slices.Contains(r.Resources, "leases") {
+			t.Errorf("config/rbac/role.yaml grants Leases cluster-wide: %+v", r)
+		}
+		if slices.Contains(r.Resources, "namespaces") {
+			cluster = append(cluster, r)
+		} else {
+			namespaced = append(namespaced, r)
+		}
+	}
+	if len(cluster) != 1 || !reflect.DeepEqual(cluster[0].ResourceNames, []string{"kube-system"}) {
+		t.Errorf("cluster-scoped rules %+v, want only the kube-system Namespace", cluster)
+	}
+
+	var roles, bindings = map[string]*unstructured.Unstructured{}, map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Role":
+			roles[o.GetNamespace()+"/"+o.GetName()] = o
+		case "RoleBinding":
+			bindings[o.GetNamespace()+"/"+o.GetName()] = o
+		}
+	}
+	le := find(objs, "Role", "-leader-election")
+	if le == nil || le.GetNamespace() != releaseNS {
+		t.Fatalf("no leader-election Role in %s (roles %v)", releaseNS, mapsKeys(roles))
+	}
+	leaseName := false
+	for _, r := range rulesOf(t, le.Object) {
+		if slices.Contains(r.Resources, "leases") && slices.Contains(r.Verbs, "update") {
+			leaseName = reflect.DeepEqual(r.ResourceNames, []string{operator.LeaderElectionID})
+		}
+		for _, v := range r.Verbs {
+			if v == "list" || v == "watch" || v == "delete" || v == "*" {
+				t.Errorf("the leader-election Role grants %s: %+v", v, r)
+			}
+		}
+	}
+	if !leaseName {
+		t.Errorf("the leader-election Role does not limit get/update to the Lease %s: %v", operator.LeaderElectionID, le.Object["rules"])
+	}
+
+	cr := rulesOf(t, find(objs, "ClusterRole", "-operator").Object)
+	if len(watched) == 0 {
+		if !reflect.DeepEqual(cr, generated) {
+			t.Errorf("ClusterRole rules %+v, want the generated %+v", cr, generated)
+		}
+		if len(roles) != 1 {
+			t.Errorf("roles %v, want only the leader-election Role", mapsKeys(roles))
+		}
+	} else if !reflect.DeepEqual(cr, cluster) {
+		t.Errorf("with watchNamespaces the ClusterRole has %+v, want only %+v", cr, cluster)
+	}
+	for _, ns := range watched {
+		var role, binding *unstructured.Unstructured
+		for k, o := range roles {
+			if strings.HasPrefix(k, ns+"/") {
+				role = o
+			}
+		}
+		for k, o := range bindings {
+			if strings.HasPrefix(k, ns+"/") {
+				binding = o
+			}
+		}
+		if role == nil || binding == nil {
+			t.Errorf("namespace %s: Role %v, RoleBinding %v", ns, role != nil, binding != nil)
+			continue
+		}
+		if got := rulesOf(t, role.Object); !reflect.DeepEqual(got, namespaced) {
+			t.Errorf("Role in %s: rules %+v, want %+v", ns, got, namespaced)
+		}
+		if ref, _, _ := unstructured.NestedString(binding.Object, "roleRef", "name"); ref != role.GetName() {
+			t.Errorf("RoleBinding in %s binds %s, want %s", ns, ref, role.GetName())
+		}
+		subj, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+		if len(subj) != 1 || subj[0].(map[string]any)["namespace"] != releaseNS {
+			t.Errorf("RoleBinding in %s: subjects %v, want the operator's ServiceAccount in %s", ns, subj, releaseNS)
+		}
+	}
+	dep := find(objs, "Deployment", "-operator")
+	c, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	args := toStrings(c[0].(map[string]any)["args"])
+	flag := ""
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--watch-namespaces="); ok {
+			flag = v
+		}
+	}
+	if flag != strings.Join(watched, ",") {
+		t.Errorf("--watch-namespaces=%q, want %q", flag, strings.Join(watched, ","))
+	}
+}
+
+// operatorArgs are the operator container's --flag=value arguments.
+func operatorArgs(t *testing.T, objs []*unstructured.Unstructured) map[string]string {
+	t.Helper()
+	dep := find(objs, "Deployment", "-operator")
+	c, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	args := map[string]string{}
+	for _, a := range toStrings(c[0].(map[string]any)["args"]) {
+		k, v, _ := strings.Cut(a, "=")
+		args[k] = v
+	}
+	return args
+}
+
+// checkNetworkPolicies checks the chart's NetworkPolicies and the flags
+// with which the operator makes the others: the operator's Pod admits
+// metrics from the monitoring namespaces and its health port, the demo
+// MinIO only Shale's Pods and the operator; the flags parse as the
+// operator parses them and select the operator's Pods and the values'
+// namespaces.
+func checkNetworkPolicies(t *testing.T, objs []*unstructured.Unstructured, releaseNS string, minio bool) {
+	t.Helper()
+	dep := find(objs, "Deployment", "-operator")
+	podLabels, _, _ := unstructured.NestedStringMap(dep.Object, "spec", "template", "metadata", "labels")
+	args := operatorArgs(t, objs)
+	if args["--network-policies"] != "true" || args["--operator-namespace"] != releaseNS {
+		t.Errorf("operator args %v: want --network-policies=true --operator-namespace=%s", args, releaseNS)
+	}
+	opSel, err := operator.ParseSelector("--operator-pod-selector", args["--operator-pod-selector"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := metav1.LabelSelectorAsSelector(opSel); s.Empty() || !s.Matches(labels.Set(podLabels)) {
+		t.Errorf("--operator-pod-selector=%s does not select the operator's Pods (%v)", s, podLabels)
+	}
+	metricsSel, err := operator.ParseSelector("--metrics-namespace-selector", args["--metrics-namespace-selector"])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	np := find(objs, "NetworkPolicy", "-operator")
+	if np == nil {
+		t.Fatalf("no NetworkPolicy for the operator")
+	}
+	var spec networkingv1.NetworkPolicySpec
+	fromMap(t, np.Object["spec"], &spec)
+	if s, _ := metav1.LabelSelectorAsSelector(&spec.PodSelector); !s.Matches(labels.Set(podLabels)) {
+		t.Errorf("the operator's NetworkPolicy selects %s, not its Pods (%v)", s, podLabels)
+	}
+	ports := map[string][]networkingv1.NetworkPolicyPeer{}
+	for _, r := range spec.Ingress {
+		for _, p := range r.Ports {
+			ports[p.Port.String()] = r.From
+		}
+	}
+	if len(ports) != 2 || len(ports["health"]) != 0 {
+		t.Errorf("the operator's NetworkPolicy admits %v, want metrics and health", ports)
+	}
+	if m := ports["metrics"]; len(m) != 1 || selString(t, m[0].NamespaceSelector) != selString(t, metricsSel) || m[0].PodSelector != nil {
+		t.Errorf("metrics peers %+v, want the namespaces %+v (what the operator's own policies admit)", m, metricsSel)
+	}
+
+	mp := find(objs, "NetworkPolicy", "-minio")
+	if (mp != nil) != minio {
+		t.Fatalf("demo MinIO NetworkPolicy rendered: %v, want %v", mp != nil, minio)
+	}
+	if mp == nil {
+		return
+	}
+	fromMap(t, mp.Object["spec"], &spec)
+	if len(spec.Ingress) != 1 || len(spec.Ingress[0].Ports) != 1 || spec.Ingress[0].Ports[0].Port.String() != "s3" {
+		t.Fatalf("demo MinIO policy ingress %+v, want the s3 port only", spec.Ingress)
+	}
+	var shalePods, op bool
+	for _, f := range spec.Ingress[0].From {
+		switch {
+		case f.NamespaceSelector != nil && f.PodSelector != nil && f.PodSelector.MatchLabels[shalev1.LabelAppManagedBy] == shalev1.ManagedBy:
+			shalePods = true
+		case f.NamespaceSelector == nil && f.PodSelector != nil && selString(t, f.PodSelector) == selString(t, opSel):
+			op = true
+		default:
+			t.Errorf("demo MinIO admits %+v", f)
+		}
+	}
+	if !shalePods || !op {
+		t.Errorf("demo MinIO admits Shale's Pods %v, the operator %v: want both", shalePods, op)
+	}
+}
+
+func selString(t *testing.T, sel *metav1.LabelSelector) string {
+	t.Helper()
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.String()
+}
+
+func fromMap(t *testing.T, in any, out any) {
+	t.Helper()
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+}
+
+func rulesOf(t *testing.T, obj map[string]any) []rbacv1.PolicyRule {
+	t.Helper()
+	b, err := json.Marshal(obj["rules"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []rbacv1.PolicyRule
+	if err := json.Unmarshal(b, &rules); err != nil {
+		t.Fatalf("rules %s: %v", b, err)
+	}
+	return rules
+}
+
+func mapsKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
 }
 
 func waitEstablished(t *testing.T, c client.Client, name string) {

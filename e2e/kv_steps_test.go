@@ -115,6 +115,7 @@ func (s *suite) runClientPod(t *testing.T, name, db, secret string, first, secon
 		volumes = []corev1.Volume{{Name: "client", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}}
 	}
 	pod := &corev1.Pod{
+		// The client label: the database's NetworkPolicy admits it.
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.namespace, Labels: map[string]string{
 			"app.kubernetes.io/name": "shale-e2e-client",
 			shalev1.LabelClient:      db,

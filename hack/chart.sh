@@ -95,6 +95,10 @@ lint() {
     "demo.minio.buckets.hot=Not_A_Bucket"
     "metrics.port=80"
     "operator.logLevel=chatty"
+    "networkPolicy.enabled=maybe"
+    "networkPolicy.metricsNamespaceSelector.matchLabel.team=obs"
+    "watchNamespaces={Team_A}"
+    "watchNamespaces={a,a}"
     "notAValue=1"
   )
   local b

@@ -162,7 +162,7 @@ func renewal(data map[string][]byte, renewedFor string, ca *pki.CA, want pki.Lea
 type credential struct {
 	name string
 	typ  corev1.SecretType
-	// labels identify it (owner, LabelCredential, LabelClient).
+	// labels identify it (owner, LabelCredential, LabelClientName).
 	labels map[string]string
 	// leaf is the certificate it holds (tls.crt, tls.key, ca.crt); nil
 	// for none (the access list).
@@ -429,7 +429,7 @@ func (r *rocksDBReconciler) ensureCredentials(ctx context.Context, w secretWrite
 	for _, c := range db.Spec.Clients {
 		leaf := dbClientLeaf(db, c.Name, is.validity)
 		l := labels(shalev1.CredentialClient)
-		l[shalev1.LabelClient] = c.Name
+		l[shalev1.LabelClientName] = c.Name
 		config := clientConfig(db, c)
 		data, err := ensure(credential{name: db.ClientSecretName(c.Name), typ: corev1.SecretTypeOpaque, labels: l, leaf: &leaf,
 			extra: func(cur map[string][]byte) (map[string][]byte, error) {
@@ -462,7 +462,7 @@ func (r *rocksDBReconciler) ensureCredentials(ctx context.Context, w secretWrite
 		keep[c.Name] = true
 	}
 	err = r.deleteCredentials(ctx, db, func(s *corev1.Secret) bool {
-		return s.Labels[shalev1.LabelCredential] != shalev1.CredentialClient || keep[s.Labels[shalev1.LabelClient]]
+		return s.Labels[shalev1.LabelCredential] != shalev1.CredentialClient || keep[s.Labels[shalev1.LabelClientName]]
 	})
 	return earliest, issued, err
 }
@@ -487,7 +487,7 @@ func deleteOwnedSecrets(ctx context.Context, w secretWriter, owner credentialOwn
 		if err := w.Delete(ctx, s, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		if c := s.Labels[shalev1.LabelClient]; c != "" {
+		if c := s.Labels[shalev1.LabelClientName]; c != "" {
 			w.recorder.Eventf(owner, corev1.EventTypeNormal, eventClientRevoked, "client %s revoked: removed from the access list, Secret %s deleted", c, s.Name)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,6 +97,7 @@ func (r *compactorPoolReconciler) setup(ctx context.Context, mgr ctrl.Manager) e
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.forCASecret)).
 		Complete(r)
@@ -187,6 +189,15 @@ func (r *compactorPoolReconciler) reconcilePool(ctx context.Context, pool *shale
 			err = certErr
 		}
 	}()
+	// The NetworkPolicies next (the Pods start behind them); a failure
+	// is reported and retried without holding back the pool.
+	npErr := r.reconcileNetworkPolicies(ctx, pool)
+	return firstErr(r.reconcileWorkloads(ctx, pool, rep), npErr)
+}
+
+// reconcileWorkloads is everything of reconcilePool but the certificates
+// and the NetworkPolicies.
+func (r *compactorPoolReconciler) reconcileWorkloads(ctx context.Context, pool *shalev1.CompactorPool, rep *poolReport) error {
 	sched, err := r.ensureDeployment(ctx, pool, schedulerDeployment(pool, r.opts.ShaleImage))
 	if err != nil {
 		return err

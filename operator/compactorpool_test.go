@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -140,6 +141,26 @@ func testCompactorPool(h *harness) {
 	for _, want := range []string{" compactor worker ", " --scheduler pool-scheduler.compaction.svc:7080 ", " --cache-dir /var/cache/shale ", " --concurrency 1 ", " --id $(POD_NAME) ", " --job-timeout 10m0s "} {
 		if !strings.Contains(wargs, want) {
 			t.Errorf("worker args %q lack %q", wargs, want)
+		}
+	}
+	// NetworkPolicies: the scheduler admits this pool's primaries (the
+	// label is on the Pod), workers and the operator; the workers serve
+	// metrics only.
+	if l := pod.Labels[shalev1.LabelCompactorPoolClient]; l != "pool" {
+		t.Errorf("primary Pod label %s=%q, want pool", shalev1.LabelCompactorPoolClient, l)
+	}
+	for name, want := range map[string]*networkingv1.NetworkPolicy{
+		"pool-scheduler-ingress": schedulerPolicy(p, peersOf(testOptions())),
+		"pool-worker-ingress":    workerPolicy(p, peersOf(testOptions())),
+	} {
+		np := h.waitPolicy(ns, name, "as built", specIs(want))
+		if !metav1.IsControlledBy(np, p) {
+			t.Errorf("NetworkPolicy %s owners %v: not controlled by the pool", name, np.OwnerReferences)
+		}
+	}
+	for name, c := range map[string]corev1.Container{"scheduler": sd.Spec.Template.Spec.Containers[0], "worker": ctr} {
+		if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s container security context %+v: want readOnlyRootFilesystem", name, sc)
 		}
 	}
 	env := map[string]corev1.EnvVar{}

@@ -23,7 +23,8 @@
 // compaction.go (a RocksDB's CompactorPoolReady and status.compaction);
 // ca.go (the operator's CA and its own certificate), certificates.go (the
 // certificate and client Secrets, and the pure renewal decision),
-// tls_pod.go (what TLS adds to a Pod).
+// tls_pod.go (what TLS adds to a Pod);
+// networkpolicy.go (the NetworkPolicies of databases and pools).
 //
 // The operator is pure Go (CGO_ENABLED=0): it uses internal/objstore and
 // the compactor's gRPC API, never the storage engine.

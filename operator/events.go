@@ -33,4 +33,6 @@ const (
 	eventPrimaryFailed          = "PrimaryFailed"
 	eventOwnerRecordStale       = "OwnerRecordStale"
 	eventStorageLeft            = "StorageLeft"
+	eventNetworkPolicyConflict  = "NetworkPolicyConflict"
+	eventNetworkPolicyInvalid   = "NetworkPolicyInvalid"
 )

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -90,4 +91,18 @@ func classifyDir(d dirObservation, live map[types.UID]bool, cluster string, now 
 		return keepYoung, fmt.Sprintf("it changed %s ago, less than the grace period %s", now.Sub(d.Newest).Round(time.Second), grace)
 	}
 	return orphan, fmt.Sprintf("no RocksDB has UID %s and nothing changed for %s", d.UID, now.Sub(d.Newest).Round(time.Second))
+}
+
+// namespaceScope is the set of namespaces an operator watches
+// (--watch-namespaces); empty means every namespace.
+type namespaceScope []string
+
+// covers reports whether the collector may judge the directories of
+// namespace ns. An operator judges only the namespaces it watches: the
+// RocksDBs of the others are invisible to it (neither its cache nor its
+// RBAC reaches them), so a live database there would look orphaned, and
+// another operator of the same cluster, sharing the bucket and writing
+// owner records with the same cluster ID, may run it.
+func (s namespaceScope) covers(ns string) bool {
+	return len(s) == 0 || slices.Contains(s, ns)
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,6 +52,8 @@ type gc struct {
 	dryRun    bool
 	now       func() time.Time
 	log       logr.Logger
+	// scope: the namespaces whose directories the collector judges.
+	scope namespaceScope
 
 	// testHookBeforeDirList runs before a namespace directory is listed.
 	testHookBeforeDirList func(ctx context.Context, namespace string)
@@ -72,10 +76,11 @@ func (g *gc) Start(ctx context.Context) error {
 	}
 }
 
-// runOnce passes over every ObjectStore (once per distinct location).
+// runOnce passes over every ObjectStore in scope (once per distinct
+// location).
 func (g *gc) runOnce(ctx context.Context) {
 	var stores shalev1.ObjectStoreList
-	if err := g.apiReader.List(ctx, &stores); err != nil {
+	if err := g.list(ctx, &stores, &shalev1.ObjectStoreList{}); err != nil {
 		g.log.Error(err, "listing ObjectStores")
 		return
 	}
@@ -139,7 +144,7 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 	cands := map[string]*candidate{}
 	var namespaces []string
 	if err := hot.ListDir(ctx, "", func(o objstore.ObjectInfo) error {
-		if ns, ok := isNamespaceDir(o.Key); ok {
+		if ns, ok := isNamespaceDir(o.Key); ok && g.scope.covers(ns) {
 			namespaces = append(namespaces, ns)
 		}
 		return nil
@@ -174,9 +179,10 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 		}
 	}
 
-	// 2. Live RocksDBs, read from the API server after the listing.
+	// 2. Live RocksDBs, read from the API server after the listing (in
+	// the namespaces in scope: the only ones with candidates).
 	var dbs shalev1.RocksDBList
-	if err := g.apiReader.List(ctx, &dbs); err != nil {
+	if err := g.list(ctx, &dbs, &shalev1.RocksDBList{}); err != nil {
 		return rep, fmt.Errorf("listing RocksDBs: %w", err)
 	}
 	live := make(map[types.UID]bool, len(dbs.Items))
@@ -326,4 +332,27 @@ func (g *gc) deleteOrphan(ctx context.Context, hot, cold objstore.Store, c *cand
 		return false, err
 	}
 	return true, nil
+}
+
+// list reads every object of a kind in the namespaces in scope from the
+// API server (not the cache) into all; empty is an empty list of the same
+// type. With a scope, one List per namespace: the operator's RBAC may not
+// allow listing the whole cluster.
+func (g *gc) list(ctx context.Context, all, empty client.ObjectList) error {
+	if len(g.scope) == 0 {
+		return g.apiReader.List(ctx, all)
+	}
+	var items []runtime.Object
+	for _, ns := range g.scope {
+		page := empty.DeepCopyObject().(client.ObjectList) // a new one each time: items point into it
+		if err := g.apiReader.List(ctx, page, client.InNamespace(ns)); err != nil {
+			return fmt.Errorf("in namespace %s: %w", ns, err)
+		}
+		objs, err := meta.ExtractList(page)
+		if err != nil {
+			return err
+		}
+		items = append(items, objs...)
+	}
+	return meta.SetList(all, items)
 }

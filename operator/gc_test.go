@@ -2,6 +2,8 @@ package operator
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,6 +111,56 @@ func TestParseDirName(t *testing.T) {
 	for _, in := range []string{"_shale/epoch/", "_shale/epoch/x", "_shale/epoch/1/2", "_shale/opened/00000000000000000001", "_shale/epoch/-1"} {
 		if _, ok := parseEpochKey(in); ok {
 			t.Errorf("parseEpochKey(%q) accepted", in)
+		}
+	}
+}
+
+// The collector judges only the namespaces its operator watches: a
+// database of another namespace is invisible to it, so its directory would
+// look orphaned.
+func TestNamespaceScopeCovers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		scope namespaceScope
+		ns    string
+		want  bool
+	}{
+		{"all-namespaces", nil, "prod", true},
+		{"all-namespaces-empty-list", namespaceScope{}, "kube-system", true},
+		{"watched", namespaceScope{"a", "b"}, "b", true},
+		{"not-watched", namespaceScope{"a", "b"}, "c", false},
+		{"prefix-is-not-a-match", namespaceScope{"team"}, "team-a", false},
+		{"case-matters", namespaceScope{"a"}, "A", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.scope.covers(tc.ns); got != tc.want {
+				t.Errorf("%v.covers(%q) = %v, want %v", tc.scope, tc.ns, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    []string
+		wantErr string
+	}{
+		{"", nil, ""},
+		{"a", []string{"a"}, ""},
+		{"team-a, team-b", []string{"team-a", "team-b"}, ""},
+		{"a,,b", nil, `"" is not a namespace name`},
+		{"Team", nil, `"Team" is not a namespace name`},
+		{"a,a", nil, "names a twice"},
+	} {
+		got, err := ParseNamespaces(tc.in)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("ParseNamespaces(%q): %v", tc.in, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("ParseNamespaces(%q): error %v, want one with %q", tc.in, err, tc.wantErr)
+		case tc.wantErr == "" && !slices.Equal(got, tc.want):
+			t.Errorf("ParseNamespaces(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,6 +54,7 @@ func testOptions() Options {
 	o.CompactorPollInterval = 300 * time.Millisecond
 	o.CompactorStats = testCompactorStats
 	o.Namespace = operatorNS
+	o.OperatorPodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{shalev1.LabelAppComponent: "operator"}}
 	return o
 }
 
@@ -76,6 +78,14 @@ func startOperator(t *testing.T) *harness {
 
 func startOperatorWith(t *testing.T, opts Options) *harness {
 	t.Helper()
+	return startOperatorAs(t, opts, nil)
+}
+
+// startOperatorAs starts the operator with the configuration identity
+// returns (nil: the API server's admin), called once the API server and
+// MinIO run.
+func startOperatorAs(t *testing.T, opts Options, identity func(*testenv.Env) *rest.Config) *harness {
+	t.Helper()
 	env := testenv.Start(t, testenv.WithCRDDirs("../config/crd/bases"), testenv.WithScheme(shalev1.AddToScheme))
 	srv := miniotest.Start(t)
 	srv.CreateBucket(t, bucket)
@@ -85,6 +95,10 @@ func startOperatorWith(t *testing.T, opts Options) *harness {
 		own := srv.S3Config()
 		opts.OwnCredentials = &own
 	}
+	cfg := env.Config
+	if identity != nil {
+		cfg = identity(env)
+	}
 
 	var logDest io.Writer = io.Discard
 	if os.Getenv("SHALE_TEST_OPERATOR_LOG") != "" {
@@ -92,11 +106,11 @@ func startOperatorWith(t *testing.T, opts Options) *harness {
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logDest), zap.UseDevMode(true)))
 
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  CacheOptions(),
+		Cache:                  CacheOptions(opts.WatchNamespaces, opts.Namespace),
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 		Logger:                 ctrl.Log,
 	})

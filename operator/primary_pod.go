@@ -107,7 +107,7 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
 			Namespace: db.Namespace,
-			Labels:    db.PrimaryLabels(epoch),
+			Labels:    primaryPodLabels(db, epoch),
 			Annotations: map[string]string{
 				shalev1.AnnotationSpecGeneration: strconv.FormatInt(db.Generation, 10),
 			},
@@ -150,6 +150,17 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 	return pod
 }
 
+// primaryPodLabels: the primary's labels, and with remote compaction the
+// pool it submits to (its NetworkPolicy admits those primaries to the
+// scheduler).
+func primaryPodLabels(db *shalev1.RocksDB, epoch int64) map[string]string {
+	l := db.PrimaryLabels(epoch)
+	if c := db.Spec.Compaction; db.EffectiveCompactionMode() == shalev1.CompactionRemote && c.CompactorPoolRef != nil {
+		l[shalev1.LabelCompactorPoolClient] = c.CompactorPoolRef.Name
+	}
+	return l
+}
+
 // podSecurityContext: Shale's non-root uid, the runtime's seccomp profile.
 func podSecurityContext() *corev1.PodSecurityContext {
 	return &corev1.PodSecurityContext{
@@ -161,10 +172,16 @@ func podSecurityContext() *corev1.PodSecurityContext {
 	}
 }
 
-// containerSecurityContext: no privilege escalation, no capabilities.
+// containerSecurityContext: no privilege escalation, no capabilities, and
+// a read-only root file system. Every Shale container writes only under
+// the directory it is given with --cache-dir (RocksDB's LOG files, the
+// local cache, ingest staging, a worker's job directories), which is an
+// emptyDir; the scheduler writes nothing. Nothing uses os.TempDir when
+// --cache-dir is set, and the operator always sets it.
 func containerSecurityContext() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 }

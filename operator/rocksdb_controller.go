@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,6 +110,7 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Secret{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
 		Watches(&shalev1.CompactorPool{}, handler.EnqueueRequestsFromMapFunc(r.forCompactorPool)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.forCASecret)).
@@ -233,6 +235,16 @@ func (r *rocksDBReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 
 // reconcileDB does everything but the final status write.
 func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB, rep *report) (ctrl.Result, error) {
+	// The NetworkPolicy first, so that the first primary already runs
+	// behind it. A failure does not hold back the primary: it is
+	// reported and retried.
+	npErr := r.reconcileNetworkPolicy(ctx, db)
+	res, err := r.reconcileWorkloads(ctx, db, rep)
+	return res, firstErr(err, npErr)
+}
+
+// reconcileWorkloads is everything of reconcileDB but the NetworkPolicy.
+func (r *rocksDBReconciler) reconcileWorkloads(ctx context.Context, db *shalev1.RocksDB, rep *report) (ctrl.Result, error) {
 	store, err := r.objectStore(ctx, db, rep)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -36,6 +36,7 @@ func TestOperator(t *testing.T) {
 	t.Run("GCColdTier", func(t *testing.T) { testGCColdTier(h.with(t)) })
 	t.Run("Certificates", func(t *testing.T) { testCertificates(h.with(t)) })
 	t.Run("CompactorPoolCertificates", func(t *testing.T) { testCompactorPoolCertificates(h.with(t)) })
+	t.Run("NetworkPolicies", func(t *testing.T) { testNetworkPolicies(h.with(t)) })
 }
 
 const samplesNS = "samples"
@@ -91,6 +92,9 @@ func testSamples(h *harness) {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}
+	}
+	if sc := ctr.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("primary container security context %+v: want readOnlyRootFilesystem", sc)
 	}
 	if ctr.Image != "shale.local/shale:test" {
 		t.Errorf("image %q, want the operator's default", ctr.Image)

@@ -3,12 +3,16 @@ package operator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -77,6 +81,21 @@ type Options struct {
 	// are used. nil means the operator's environment
 	// (objstore.S3ConfigFromEnv, with its node's or Pod's role allowed).
 	OwnCredentials *objstore.S3Config
+	// NetworkPolicies: keep a NetworkPolicy for each RocksDB (unless its
+	// spec.networkPolicy turns it off) and for each CompactorPool
+	// (--network-policies).
+	NetworkPolicies bool
+	// OperatorPodSelector selects the operator's Pods in Namespace (nil:
+	// all of them), which every policy admits: the operator reads Status
+	// from the secondaries and the primary, and Stats from the schedulers.
+	OperatorPodSelector *metav1.LabelSelector
+	// MetricsNamespaceSelector selects the namespaces admitted to the
+	// metrics ports (--metrics-namespace-selector).
+	MetricsNamespaceSelector *metav1.LabelSelector
+	// WatchNamespaces, when not empty, are the only namespaces the
+	// operator reconciles in and collects garbage of (--watch-namespaces);
+	// its cache and its RBAC cover no others.
+	WatchNamespaces []string
 }
 
 // DefaultOptions are the flags' defaults.
@@ -95,6 +114,8 @@ func DefaultOptions() Options {
 		CAValidity:               87600 * time.Hour,
 		CertValidity:             2160 * time.Hour,
 		ClusterDomain:            "cluster.local",
+		NetworkPolicies:          true,
+		MetricsNamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelNamespaceName: "monitoring"}},
 	}
 }
 
@@ -127,26 +148,78 @@ func (o Options) validate() error {
 	case o.ClusterDomain == "":
 		return fmt.Errorf("--cluster-domain must not be empty")
 	}
+	return checkNamespaces(o.WatchNamespaces)
+}
+
+// ParseNamespaces parses --watch-namespaces: namespace names separated by
+// commas; "" means every namespace.
+func ParseNamespaces(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		out = append(out, strings.TrimSpace(n))
+	}
+	return out, checkNamespaces(out)
+}
+
+func checkNamespaces(nss []string) error {
+	seen := map[string]bool{}
+	for _, n := range nss {
+		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+			return fmt.Errorf("--watch-namespaces: %q is not a namespace name (%s); give names separated by commas, such as --watch-namespaces=team-a,team-b", n, strings.Join(errs, "; "))
+		}
+		if seen[n] {
+			return fmt.Errorf("--watch-namespaces names %s twice", n)
+		}
+		seen[n] = true
+	}
 	return nil
 }
 
-// CacheOptions restrict the manager's Pod, Deployment and Secret caches
-// to the ones the operator manages (so it does not hold every Pod and
-// Deployment of the cluster in memory, nor any Secret but its own).
-func CacheOptions() cache.Options {
+// CacheOptions restrict the manager's Pod, Deployment, NetworkPolicy and
+// Secret caches to the ones the operator manages (so it does not hold
+// every Pod and Deployment of the cluster in memory, nor any Secret but
+// its own), and the whole cache to the watched namespaces if there are
+// any (the operator's RBAC may cover no others) plus, for Secrets, the
+// operator's own namespace, where its CA lives.
+func CacheOptions(watchNamespaces []string, operatorNamespace string) cache.Options {
 	ours := labels.SelectorFromSet(labels.Set{shalev1.LabelAppManagedBy: shalev1.ManagedBy})
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:        {Label: ours},
-		&appsv1.Deployment{}: {Label: ours},
-		&corev1.Secret{}:     {Label: ours},
+	secrets := cache.ByObject{Label: ours}
+	if len(watchNamespaces) > 0 {
+		secrets.Namespaces = map[string]cache.Config{operatorNamespace: {}}
+		for _, ns := range watchNamespaces {
+			secrets.Namespaces[ns] = cache.Config{}
+		}
+	}
+	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                 {Label: ours},
+		&appsv1.Deployment{}:          {Label: ours},
+		&networkingv1.NetworkPolicy{}: {Label: ours},
+		&corev1.Secret{}:              secrets,
 	}}
+	if len(watchNamespaces) > 0 {
+		o.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range watchNamespaces {
+			o.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return o
 }
 
+// LeaderElectionID names the leader-election Lease (in the operator's
+// namespace). The chart's leader-election Role grants this Lease only.
+const LeaderElectionID = "shale-operator.shale.rocks"
+
+// The only cluster-scoped object the operator reads: the kube-system
+// Namespace, whose UID identifies the cluster in owner records. Leader
+// election needs a Lease in the operator's own namespace only: the chart
+// grants it with a Role there, not here.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get,resourceNames=kube-system
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
 // +kubebuilder:rbac:groups="",resources=serviceaccounts/token,verbs=create
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // Setup adds the controllers and the garbage collector to mgr.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
@@ -236,6 +309,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		dryRun:    opts.GCDryRun,
 		now:       time.Now,
 		log:       ctrl.Log.WithName("gc"),
+		scope:     namespaceScope(opts.WatchNamespaces),
 	}
 	if opts.GCInterval > 0 {
 		if err := mgr.Add(g); err != nil {

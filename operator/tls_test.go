@@ -349,7 +349,7 @@ func testCertificates(h *harness) {
 	if got := strings.Join(pc0.Args, " "); !strings.Contains(got, "--insecure") || strings.Contains(got, "--tls-") {
 		t.Errorf("plain primary args %q", got)
 	}
-	if len(pp.Spec.Volumes) != 1 || pc0.ReadinessProbe == nil || pc0.ReadinessProbe.GRPC == nil {
+	if len(pp.Spec.Volumes) != 2 || hasVolume(pp.Spec.Volumes, "tls") || pc0.ReadinessProbe == nil || pc0.ReadinessProbe.GRPC == nil {
 		t.Errorf("plain primary volumes %+v probe %+v", pp.Spec.Volumes, pc0.ReadinessProbe)
 	}
 	h.waitDB(ns, "plain", "CertificatesReady TLSDisabled", func(db *shalev1.RocksDB) (bool, string) {

@@ -17,6 +17,11 @@ func (p *CompactorPool) SchedulerName() string { return p.Name + "-scheduler" }
 // WorkerName names the workers' Deployment: NAME-worker.
 func (p *CompactorPool) WorkerName() string { return p.Name + "-worker" }
 
+// SchedulerPolicyName and WorkerPolicyName name the NetworkPolicies of the
+// pool's scheduler and workers: NAME-scheduler-ingress, NAME-worker-ingress.
+func (p *CompactorPool) SchedulerPolicyName() string { return p.SchedulerName() + "-ingress" }
+func (p *CompactorPool) WorkerPolicyName() string    { return p.WorkerName() + "-ingress" }
+
 // SchedulerAddress is the scheduler's address inside the cluster, what
 // primaries pass as --compaction-scheduler.
 func (p *CompactorPool) SchedulerAddress() string {

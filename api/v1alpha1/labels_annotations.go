@@ -16,6 +16,15 @@ const (
 	// or Deployment belongs to.
 	LabelCompactorPool = "shale.rocks/compactorpool"
 
+	// LabelClient, set by users on their Pods, names the RocksDB (in the
+	// Pod's namespace) whose KV port the Pod may reach: the database's
+	// NetworkPolicy admits Pods with LabelClient=NAME.
+	LabelClient = "shale.rocks/client"
+	// LabelCompactorPoolClient, on a primary Pod with remote compaction,
+	// names the CompactorPool it submits to: the pool's NetworkPolicy
+	// admits those primaries to its scheduler.
+	LabelCompactorPoolClient = "shale.rocks/compactorpool-client"
+
 	// Recommended labels (app.kubernetes.io/...).
 	LabelAppName      = "app.kubernetes.io/name"
 	LabelAppInstance  = "app.kubernetes.io/instance"
@@ -60,8 +69,8 @@ const (
 	// LabelCredential, on the Secrets the operator issues, says what the
 	// Secret holds: one of the Credential* values.
 	LabelCredential = "shale.rocks/credential"
-	// LabelClient, on a client's Secret, is the client's name.
-	LabelClient = "shale.rocks/client"
+	// LabelClientName, on a client's Secret, is the client's name.
+	LabelClientName = "shale.rocks/client-name"
 	// Values of LabelCredential.
 	CredentialPrimary   = "primary"
 	CredentialSecondary = "secondary"

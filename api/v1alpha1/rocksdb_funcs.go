@@ -37,6 +37,16 @@ func (db *RocksDB) SecondaryDeploymentName() string {
 	return db.Name + "-secondary"
 }
 
+// NetworkPolicyName is the database's NetworkPolicy: NAME-ingress.
+func (db *RocksDB) NetworkPolicyName() string {
+	return db.Name + "-ingress"
+}
+
+// NetworkPolicyEnabled is spec.networkPolicy.enabled, true when unset.
+func (db *RocksDB) NetworkPolicyEnabled() bool {
+	return db.Spec.NetworkPolicy.Enabled == nil || *db.Spec.NetworkPolicy.Enabled
+}
+
 // PrimaryPodName is the name of the primary Pod of an epoch:
 // NAME-primary-EPOCH. One name per epoch makes creating it idempotent.
 func (db *RocksDB) PrimaryPodName(epoch int64) string {

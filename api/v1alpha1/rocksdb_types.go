@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -87,6 +88,40 @@ type RocksDBSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=100
 	Clients []ClientSpec `json:"clients,omitempty"`
+
+	// NetworkPolicy restricts who reaches the database's Pods
+	// (docs/kubernetes.md, "Network policies and RBAC").
+	// +optional
+	// +kubebuilder:default={}
+	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
+}
+
+// NetworkPolicySpec configures the NetworkPolicy NAME-ingress the operator
+// keeps for a database (when it runs with --network-policies, the chart's
+// default). It selects the primary and the secondaries and admits:
+//   - to the KV port (grpc): Pods of this namespace labelled
+//     shale.rocks/client=NAME, the peers in clients, the database's own
+//     secondaries (they follow the primary) and the operator;
+//   - to the metrics port: the operator and the monitoring namespaces
+//     (the operator's --metrics-namespace-selector).
+//
+// Nothing else reaches them. Egress is not restricted.
+type NetworkPolicySpec struct {
+	// Enabled: keep the NetworkPolicy (default true). false deletes it,
+	// and the database's Pods accept connections from anywhere.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Clients are more peers admitted to the KV port, besides the Pods
+	// labelled shale.rocks/client=NAME: Pods of other namespaces, Pods of
+	// several databases (a label of your own), or IP blocks.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(p, has(p.podSelector) || has(p.namespaceSelector) || has(p.ipBlock))",message="networkPolicy.clients: each peer needs a podSelector, a namespaceSelector or an ipBlock"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.ipBlock) || !(has(p.podSelector) || has(p.namespaceSelector)))",message="networkPolicy.clients: a peer with an ipBlock cannot have selectors; make them two peers"
+	Clients []networkingv1.NetworkPolicyPeer `json:"clients,omitempty"`
 }
 
 // CompactionMode is where compactions run.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -318,6 +319,12 @@ func TestValidation(t *testing.T) {
 			{"client-twice", "", func(s *shalev1.RocksDBSpec) {
 				s.Clients = []shalev1.ClientSpec{{Name: "app", Role: "read"}, {Name: "app", Role: "write"}}
 			}, "Duplicate value"},
+			{"network-policy-empty-peer", "", func(s *shalev1.RocksDBSpec) {
+				s.NetworkPolicy.Clients = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}, {}}
+			}, "each peer needs a podSelector, a namespaceSelector or an ipBlock"},
+			{"network-policy-ipblock-and-selector", "", func(s *shalev1.RocksDBSpec) {
+				s.NetworkPolicy.Clients = []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}, PodSelector: &metav1.LabelSelector{}}}
+			}, "a peer with an ipBlock cannot have selectors"},
 		} {
 			o := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: tc.dbName, Namespace: "default"}, Spec: *db.Spec.DeepCopy()}
 			if o.Name == "" {

@@ -30,16 +30,6 @@ func main() {
 	os.Exit(run())
 }
 
-// inClusterNamespace is the namespace of the service account the process
-// runs as, "" outside a cluster.
-func inClusterNamespace() string {
-	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
 func run() int {
 	opts := operator.DefaultOptions()
 	var (
@@ -53,6 +43,9 @@ func run() int {
 		renewDeadline = 10 * time.Second
 		retryPeriod   = 2 * time.Second
 		zapOpts       = zap.Options{}
+		watchNS       string
+		opPods        string
+		metricsNS     = "kubernetes.io/metadata.name=monitoring"
 	)
 	fs := flag.CommandLine
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
@@ -80,6 +73,10 @@ func run() int {
 	fs.DurationVar(&opts.CertValidity, "cert-validity", opts.CertValidity, "validity of the certificates the operator issues; each is issued again two thirds into it, without restarting anything")
 	fs.StringVar(&opts.ClusterDomain, "cluster-domain", opts.ClusterDomain, "the cluster's DNS domain, named in server certificates (SERVICE.NAMESPACE.svc.DOMAIN)")
 	fs.BoolVar(&opts.InstanceRoleStores, "instance-role-stores", false, "check, write owner records in and collect garbage of ObjectStores with instanceRole: true using the operator's own role (its node's or Pod's; anyone who may create an ObjectStore can then have the operator use that role: grant it only Shale's buckets)")
+	fs.BoolVar(&opts.NetworkPolicies, "network-policies", opts.NetworkPolicies, "keep a NetworkPolicy for each RocksDB (unless its spec.networkPolicy.enabled is false) and CompactorPool: only labelled clients reach the KV port")
+	fs.StringVar(&opPods, "operator-pod-selector", "", "label selector of the operator's Pods in --operator-namespace, admitted by the NetworkPolicies (default: every Pod of that namespace)")
+	fs.StringVar(&metricsNS, "metrics-namespace-selector", metricsNS, "label selector (or JSON LabelSelector) of the namespaces admitted to the metrics ports by the NetworkPolicies")
+	fs.StringVar(&watchNS, "watch-namespaces", "", "reconcile only in these namespaces, separated by commas (default: all); the operator's cache and RBAC then cover no others")
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime's config package.
 	flag.Parse()
@@ -90,6 +87,21 @@ func run() int {
 	if showVersion {
 		fmt.Printf("shale-operator %s\n", version.Version)
 		return 0
+	}
+	var err error
+	if opts.WatchNamespaces, err = operator.ParseNamespaces(watchNS); err != nil {
+		fmt.Fprintf(os.Stderr, "shale-operator: %v\n", err)
+		return 2
+	}
+	if opPods != "" {
+		if opts.OperatorPodSelector, err = operator.ParseSelector("--operator-pod-selector", opPods); err != nil {
+			fmt.Fprintf(os.Stderr, "shale-operator: %v\n", err)
+			return 2
+		}
+	}
+	if opts.MetricsNamespaceSelector, err = operator.ParseSelector("--metrics-namespace-selector", metricsNS); err != nil {
+		fmt.Fprintf(os.Stderr, "shale-operator: %v\n", err)
+		return 2
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
@@ -111,7 +123,7 @@ func run() int {
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
-		LeaderElectionID:        "shale-operator.shale.rocks",
+		LeaderElectionID:        operator.LeaderElectionID,
 		LeaderElectionNamespace: leaderElectNS,
 		LeaseDuration:           &leaseDuration,
 		RenewDeadline:           &renewDeadline,
@@ -119,7 +131,7 @@ func run() int {
 		// The operator exits when it loses leadership; a new process
 		// starts from the API server's state, never from memory.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         operator.CacheOptions(),
+		Cache:                         operator.CacheOptions(opts.WatchNamespaces, opts.Namespace),
 	})
 	if err != nil {
 		log.Error(err, "creating the manager")
@@ -140,10 +152,24 @@ func run() int {
 	}
 	log.Info("starting", "version", version.Version, "shaleImage", opts.ShaleImage, "failoverGrace", opts.FailoverGrace,
 		"gcInterval", opts.GCInterval, "gcGrace", opts.GCGrace, "gcDryRun", opts.GCDryRun, "leaderElect", leaderElect,
-		"caSecret", opts.Namespace+"/"+opts.CASecret, "certValidity", opts.CertValidity)
+		"caSecret", opts.Namespace+"/"+opts.CASecret, "certValidity", opts.CertValidity,
+		"watchNamespaces", opts.WatchNamespaces, "networkPolicies", opts.NetworkPolicies)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		return 1
 	}
 	return 0
+}
+
+// inClusterNamespace is $POD_NAMESPACE, or the namespace of the service
+// account the Pod runs as, or "" outside a cluster.
+func inClusterNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -43,6 +43,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end -}}
 
+{{/* The operator's selector as a label-selector flag (k=v,k=v). */}}
+{{- define "shale.operator.selectorFlag" -}}
+{{- $parts := list -}}
+{{- range $k, $v := include "shale.operator.selectorLabels" . | fromYaml -}}
+{{- $parts = append $parts (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $parts -}}
+{{- end -}}
+
 {{- define "shale.minio.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "shale.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
