@@ -74,6 +74,15 @@ func stepSecurity(t *testing.T, s *suite) {
 	if _, err := s.secretDir(readerSecret); err != nil {
 		t.Fatal(err)
 	}
+	// A new client is admitted once kubelet has refreshed the access list
+	// in the database's Pods (its sync period: about a minute).
+	start := time.Now()
+	eventually(t, 4*time.Minute, "the new read client to be admitted", func() (bool, string) {
+		ok, _, logs := s.runClientPod(t, "reader-client", s.db, readerSecret, []string{"version"},
+			[]string{"kv", "get", "e2e/kv/from-pod", "--config", clientConfigFile, "--addr", rw})
+		return ok, lastLine(logs)
+	})
+	t.Logf("the read client was admitted %s after it was added", time.Since(start).Round(time.Second))
 	ok, _, logs := s.runClientPod(t, "reader-client", s.db, readerSecret,
 		[]string{"kv", "get", "e2e/kv/from-pod", "--config", clientConfigFile, "--addr", rw},
 		[]string{"kv", "put", "e2e/security/by-reader", "x", "--config", clientConfigFile, "--addr", rw})
@@ -101,7 +110,7 @@ func stepSecurity(t *testing.T, s *suite) {
 	if err := s.kube.Patch(ctx(t, time.Minute), cur, patch); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
+	start = time.Now()
 	var newSerial string
 	// kubelet refreshes mounted Secrets on its sync period (about a minute).
 	eventually(t, 4*time.Minute, "new connections to get a renewed certificate", func() (bool, string) {
