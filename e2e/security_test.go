@@ -114,7 +114,10 @@ func stepSecurity(t *testing.T, s *suite) {
 	var newSerial string
 	// kubelet refreshes mounted Secrets on its sync period (about a minute).
 	eventually(t, 4*time.Minute, "new connections to get a renewed certificate", func() (bool, string) {
-		newSerial = serverSerial(t, addr)
+		var err error
+		if newSerial, err = trySerial(addr); err != nil {
+			return false, err.Error()
+		}
 		return newSerial != oldSerial, "serial " + newSerial
 	})
 	took := time.Since(start)
@@ -193,30 +196,38 @@ func (s *suite) attackScheduler(t *testing.T, pool, db string) {
 // serverSerial is the serial of the certificate a new connection to addr gets.
 func serverSerial(t *testing.T, addr string) string {
 	t.Helper()
-	cfg, err := clientConfig(addr)
+	serial, err := trySerial(addr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return serial
+}
+
+func trySerial(addr string) (string, error) {
+	cfg, err := clientConfig(addr)
+	if err != nil {
+		return "", err
 	}
 	opts, err := cfg.DialOptions()
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer conn.Close()
 	var p peer.Peer
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := kvv1.NewKVClient(conn).Status(c, &kvv1.StatusRequest{}, grpc.Peer(&p)); err != nil {
-		t.Fatalf("Status through %s: %v", addr, err)
+		return "", fmt.Errorf("Status through %s: %w", addr, err)
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.PeerCertificates) == 0 || ti.State.Version != tls.VersionTLS13 {
-		t.Fatalf("%s: no TLS 1.3 peer certificate", addr)
+		return "", fmt.Errorf("%s: no TLS 1.3 peer certificate", addr)
 	}
-	return ti.State.PeerCertificates[0].SerialNumber.Text(16)
+	return ti.State.PeerCertificates[0].SerialNumber.Text(16), nil
 }
 
 func hasClient(db *shalev1.RocksDB, name string) bool {
