@@ -41,8 +41,8 @@ func stepSecurity(t *testing.T, s *suite) {
 		args []string
 		want []string // one of them in the output
 	}{
-		{"plaintext-client", []string{"kv", "get", "e2e/kv/from-pod", "--addr", rw}, []string{"closed a plaintext connection", "cannot reach"}},
-		{"no-cert-client", []string{"kv", "get", "e2e/kv/from-pod", "--addr", rw, "--tls-ca", ca}, []string{"the server requires authentication"}},
+		{"plaintext-client", []string{"kv", "status", "--addr", rw}, []string{"closed a plaintext connection", "cannot reach"}},
+		{"no-cert-client", []string{"kv", "status", "--addr", rw, "--tls-ca", ca}, []string{"the server requires authentication"}},
 	} {
 		ok, _, logs := s.runClientPod(t, tc.name, s.db, secret, []string{"version"}, tc.args)
 		if ok || !containsAny(logs, tc.want) {
@@ -79,12 +79,12 @@ func stepSecurity(t *testing.T, s *suite) {
 	start := time.Now()
 	eventually(t, 4*time.Minute, "the new read client to be admitted", func() (bool, string) {
 		ok, _, logs := s.runClientPod(t, "reader-client", s.db, readerSecret, []string{"version"},
-			[]string{"kv", "get", "e2e/kv/from-pod", "--config", clientConfigFile, "--addr", rw})
+			[]string{"kv", "status", "--config", clientConfigFile, "--addr", rw})
 		return ok, lastLine(logs)
 	})
 	t.Logf("the read client was admitted %s after it was added", time.Since(start).Round(time.Second))
 	ok, _, logs := s.runClientPod(t, "reader-client", s.db, readerSecret,
-		[]string{"kv", "get", "e2e/kv/from-pod", "--config", clientConfigFile, "--addr", rw},
+		[]string{"kv", "status", "--config", clientConfigFile, "--addr", rw},
 		[]string{"kv", "put", "e2e/security/by-reader", "x", "--config", clientConfigFile, "--addr", rw})
 	if ok || !strings.Contains(logs, "PermissionDenied") || !strings.Contains(logs, "needs role write") {
 		t.Fatalf("a read client's Put: ok=%v, %s; want PermissionDenied naming role write", ok, logs)
