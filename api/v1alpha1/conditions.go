@@ -93,6 +93,10 @@ const (
 
 	ReasonCertificatesIssued = "CertificatesIssued"
 	ReasonCertificatesFailed = "CertificatesFailed"
+	// ReasonCertificateManagerMissing: spec.tls.issuerRef names a
+	// cert-manager issuer but cert-manager's Certificate CRD is not
+	// installed.
+	ReasonCertificateManagerMissing = "CertificateManagerMissing"
 	ReasonTLSDisabled        = "TLSDisabled"
 
 	// Why primaries fail (PrimaryAvailable while no new primary is started,
