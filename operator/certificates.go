@@ -58,9 +58,9 @@ const (
 	eventCertificateRenewed = "CertificateRenewed"
 	// eventCertificateRequested: a cert-manager Certificate was made.
 	eventCertificateRequested = "CertificateRequested"
-	eventCertificatesFailed = "CertificatesFailed"
-	eventClientRevoked      = "ClientRevoked"
-	eventSecretConflict     = "SecretConflict"
+	eventCertificatesFailed   = "CertificatesFailed"
+	eventClientRevoked        = "ClientRevoked"
+	eventSecretConflict       = "SecretConflict"
 )
 
 // issuer issues the certificates of databases and pools.

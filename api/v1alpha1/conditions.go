@@ -97,7 +97,7 @@ const (
 	// cert-manager issuer but cert-manager's Certificate CRD is not
 	// installed.
 	ReasonCertificateManagerMissing = "CertificateManagerMissing"
-	ReasonTLSDisabled        = "TLSDisabled"
+	ReasonTLSDisabled               = "TLSDisabled"
 
 	// Why primaries fail (PrimaryAvailable while no new primary is started,
 	// and status.primaryFailures).
