@@ -69,6 +69,8 @@ type issuer struct {
 	validity time.Duration // of a leaf (--cert-validity)
 	domain   string        // the cluster's DNS domain
 	now      func() time.Time
+	// certManager: whether cert-manager is installed (spec.tls.issuerRef).
+	certManager certManagerProbe
 }
 
 // commonName is an identity as a certificate's common name (at most 64
@@ -374,7 +376,7 @@ func (r *rocksDBReconciler) reconcileCertificates(ctx context.Context, db *shale
 		if err := r.deleteCredentials(ctx, db, nil); err != nil {
 			return time.Time{}, err
 		}
-		return time.Time{}, deleteOwnedCertificates(ctx, w, db, client.MatchingLabels{shalev1.LabelRocksDB: db.Name}, nil)
+		return time.Time{}, r.issuer.deleteOwnedCertificates(ctx, w, db, client.MatchingLabels{shalev1.LabelRocksDB: db.Name}, nil)
 	}
 	var (
 		renewAt time.Time
@@ -388,7 +390,7 @@ func (r *rocksDBReconciler) reconcileCertificates(ctx context.Context, db *shale
 		if err == nil {
 			// Certificates left from an issuerRef since removed: cert-manager
 			// would keep writing the Secrets the operator now signs.
-			err = deleteOwnedCertificates(ctx, w, db, client.MatchingLabels{shalev1.LabelRocksDB: db.Name}, nil)
+			err = r.issuer.deleteOwnedCertificates(ctx, w, db, client.MatchingLabels{shalev1.LabelRocksDB: db.Name}, nil)
 		}
 	}
 	if err != nil {
@@ -494,7 +496,7 @@ func failReason(err error) string {
 // (the Secret is made before its Certificate, so cert-manager adds its
 // keys to it) and the access list. It returns the Secret names.
 func (r *rocksDBReconciler) ensureIssuedCredentials(ctx context.Context, w secretWriter, db *shalev1.RocksDB, store *shalev1.ObjectStore) ([]string, error) {
-	ok, err := certManagerInstalled(r.Client)
+	ok, err := r.issuer.certManager.installed(r.Client, r.issuer.now())
 	if err != nil {
 		return nil, err
 	}
@@ -553,7 +555,7 @@ func (r *rocksDBReconciler) ensureIssuedCredentials(ctx context.Context, w secre
 	}
 	// Revoke removed clients: their Certificates first (cert-manager
 	// would make their Secrets again), then their Secrets.
-	if err := deleteOwnedCertificates(ctx, w, db, client.MatchingLabels{shalev1.LabelRocksDB: db.Name}, func(c *unstructured.Unstructured) bool {
+	if err := r.issuer.deleteOwnedCertificates(ctx, w, db, client.MatchingLabels{shalev1.LabelRocksDB: db.Name}, func(c *unstructured.Unstructured) bool {
 		return c.GetLabels()[shalev1.LabelCredential] != shalev1.CredentialClient || keep[c.GetLabels()[shalev1.LabelClientName]]
 	}); err != nil {
 		return issued, err
@@ -617,7 +619,7 @@ func (r *compactorPoolReconciler) reconcilePoolCertificates(ctx context.Context,
 		if err := deleteOwnedSecrets(ctx, w, pool, sel, nil); err != nil {
 			return time.Time{}, err
 		}
-		return time.Time{}, deleteOwnedCertificates(ctx, w, pool, client.MatchingLabels{shalev1.LabelCompactorPool: pool.Name}, nil)
+		return time.Time{}, r.issuer.deleteOwnedCertificates(ctx, w, pool, client.MatchingLabels{shalev1.LabelCompactorPool: pool.Name}, nil)
 	}
 	fail := func(err error) (time.Time, error) {
 		rep.set(shalev1.ConditionCertificatesReady, metav1.ConditionFalse, failReason(err), err.Error())
@@ -630,7 +632,7 @@ func (r *compactorPoolReconciler) reconcilePoolCertificates(ctx context.Context,
 		return credentialLabels(shalev1.LabelCompactorPool, pool.Name, kind)
 	}
 	if ref := pool.CertManagerIssuer(); ref != nil {
-		ok, err := certManagerInstalled(r.Client)
+		ok, err := r.issuer.certManager.installed(r.Client, r.issuer.now())
 		if err != nil {
 			return fail(err)
 		}
@@ -652,7 +654,7 @@ func (r *compactorPoolReconciler) reconcilePoolCertificates(ctx context.Context,
 			fmt.Sprintf("Certificates for Secrets %s and %s are kept; cert-manager issues and renews them (%s %s)", pool.SchedulerTLSSecretName(), pool.WorkerTLSSecretName(), ref.Kind, ref.Name))
 		return time.Time{}, nil
 	}
-	if err := deleteOwnedCertificates(ctx, w, pool, client.MatchingLabels{shalev1.LabelCompactorPool: pool.Name}, nil); err != nil {
+	if err := r.issuer.deleteOwnedCertificates(ctx, w, pool, client.MatchingLabels{shalev1.LabelCompactorPool: pool.Name}, nil); err != nil {
 		return fail(err)
 	}
 	ca, bundle, err := r.issuer.ca.get(ctx)

@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -93,13 +94,31 @@ func certificateSpec(secretName string, leaf pki.Leaf, ref shalev1.IssuerRef, se
 	return spec
 }
 
-// certManagerInstalled says whether the API server serves cert-manager's
-// Certificate (its CRD is installed).
-func certManagerInstalled(c client.Client) (bool, error) {
-	_, err := c.RESTMapper().RESTMapping(certificateGVK.GroupKind(), certificateGVK.Version)
-	if meta.IsNoMatchError(err) {
+// certManagerRecheck is how long "cert-manager is not installed" is
+// believed: the RESTMapper asks the API server's discovery again at every
+// lookup of a group it does not know, and most clusters have no
+// cert-manager while every reconcile looks.
+const certManagerRecheck = 10 * time.Second
+
+// certManagerProbe says whether the API server serves cert-manager's
+// Certificate (its CRD is installed), remembering a no briefly.
+type certManagerProbe struct {
+	mu      sync.Mutex
+	missing time.Time // when it was last found missing
+}
+
+func (p *certManagerProbe) installed(c client.Client, now time.Time) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.missing.IsZero() && now.Sub(p.missing) < certManagerRecheck {
 		return false, nil
 	}
+	_, err := c.RESTMapper().RESTMapping(certificateGVK.GroupKind(), certificateGVK.Version)
+	if meta.IsNoMatchError(err) {
+		p.missing = now
+		return false, nil
+	}
+	p.missing = time.Time{}
 	return err == nil, err
 }
 
@@ -181,8 +200,8 @@ func ensureCertificate(ctx context.Context, w secretWriter, owner credentialOwne
 // deleteOwnedCertificates deletes the Certificates of owner selected by
 // sel that keep does not keep (nil: all). Without cert-manager there are
 // none.
-func deleteOwnedCertificates(ctx context.Context, w secretWriter, owner credentialOwner, sel client.MatchingLabels, keep func(*unstructured.Unstructured) bool) error {
-	if ok, err := certManagerInstalled(w.Client); err != nil || !ok {
+func (is *issuer) deleteOwnedCertificates(ctx context.Context, w secretWriter, owner credentialOwner, sel client.MatchingLabels, keep func(*unstructured.Unstructured) bool) error {
+	if ok, err := is.certManager.installed(w.Client, is.now()); err != nil || !ok {
 		return err
 	}
 	list := &unstructured.UnstructuredList{}

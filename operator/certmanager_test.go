@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
@@ -321,4 +322,33 @@ func condMessage(db *shalev1.RocksDB, t string) string {
 		}
 	}
 	return ""
+}
+
+// TestCertManagerProbe: "not installed" is believed for a short while
+// (discovery is asked again at every lookup of an unknown group), and an
+// installed cert-manager is seen once that passes.
+func TestCertManagerProbe(t *testing.T) {
+	m := apimeta.NewDefaultRESTMapper(nil)
+	c := fake.NewClientBuilder().WithRESTMapper(m).Build()
+	var p certManagerProbe
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, step := range []struct {
+		name    string
+		install bool
+		at      time.Duration
+		want    bool
+	}{
+		{"missing", false, 0, false},
+		{"installed, within the recheck", true, certManagerRecheck - time.Second, false},
+		{"installed, after the recheck", false, certManagerRecheck, true},
+		{"still installed", false, certManagerRecheck + time.Second, true},
+	} {
+		if step.install {
+			m.Add(certificateGVK, apimeta.RESTScopeNamespace)
+		}
+		got, err := p.installed(c, t0.Add(step.at))
+		if err != nil || got != step.want {
+			t.Errorf("%s: installed %v (%v), want %v", step.name, got, err, step.want)
+		}
+	}
 }
