@@ -138,11 +138,7 @@ func serveSecured(t *testing.T, p *testPKI) (*served, string) {
 
 func connect(t *testing.T, addr string, c auth.ClientConfig) *grpc.ClientConn {
 	t.Helper()
-	opts, err := c.DialOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := c.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
