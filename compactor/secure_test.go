@@ -132,11 +132,7 @@ func startSecureScheduler(t *testing.T, files auth.TLSFiles, cfg compactor.Sched
 // certificate; nothing: plaintext).
 func dialAs(t *testing.T, addr string, files auth.TLSFiles) *grpc.ClientConn {
 	t.Helper()
-	opts, err := auth.ClientConfig{TLS: files}.DialOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := auth.ClientConfig{TLS: files}.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

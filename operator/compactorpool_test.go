@@ -85,6 +85,7 @@ func testCompactorPool(h *harness) {
 	// Plaintext here (the in-process scheduler serves it); TLS pools are
 	// testCompactorPoolCertificates'.
 	db.Spec.TLS = &shalev1.TLSSpec{Enabled: ptr.To(false)}
+	db.Spec.Clients = nil // clients need TLS
 	h.create(sec, store, db)
 
 	// The primary gets the flags even before the pool exists (it

@@ -212,11 +212,14 @@ func CacheOptions(watchNamespaces []string, operatorNamespace string) cache.Opti
 // namespace). The chart's leader-election Role grants this Lease only.
 const LeaderElectionID = "shale-operator.shale.rocks"
 
-// The only cluster-scoped object the operator reads: the kube-system
-// Namespace, whose UID identifies the cluster in owner records. Leader
-// election needs a Lease in the operator's own namespace only: the chart
-// grants it with a Role there, not here.
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get,resourceNames=kube-system
+// The only cluster-scoped objects the operator reads are Namespaces, with
+// get only: kube-system's UID identifies the cluster in owner records, and
+// a database's own namespace being deleted lets its finalizer leave the
+// data to the garbage collector when its ObjectStore went first (the
+// namespace-deletion e2e step hung when the rule named kube-system only).
+// Leader election needs a Lease in the operator's own namespace only: the
+// chart grants it with a Role there, not here.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
 // +kubebuilder:rbac:groups="",resources=serviceaccounts/token,verbs=create

@@ -45,14 +45,8 @@ func generatedRules(t *testing.T) (cluster, namespaced []rbacv1.PolicyRule) {
 		t.Fatalf("config/rbac/role.yaml: %v", err)
 	}
 	for _, r := range role.Rules {
-		if slices.Contains(r.Resources, "namespaces") {
-			if len(r.Resources) != 1 {
-				t.Fatalf("config/rbac/role.yaml: a rule mixes namespaces with namespaced resources: %+v", r)
-			}
-			cluster = append(cluster, r)
-			continue
-		}
-		namespaced = append(namespaced, r)
+		c, n := splitNamespaces(r)
+		cluster, namespaced = append(cluster, c...), append(namespaced, n...)
 	}
 	return cluster, namespaced
 }
@@ -96,8 +90,8 @@ func asWatchNamespacesOperator(t *testing.T) func(*testenv.Env) *rest.Config {
 }
 
 // An operator started with --watch-namespaces=watched, holding only the
-// RBAC the chart gives it then (no ClusterRole but for the kube-system
-// Namespace), runs a database in its namespace, ignores one in another,
+// RBAC the chart gives it then (no ClusterRole but for getting
+// Namespaces), runs a database in its namespace, ignores one in another,
 // and collects garbage only in its namespace.
 func TestWatchNamespaces(t *testing.T) {
 	opts := testOptions()
@@ -196,4 +190,28 @@ func TestWatchNamespaces(t *testing.T) {
 	if got := h.keys(hot, otherNS+"/"); !slices.Equal(got, theirKeys) {
 		t.Errorf("objects of %s after a run: %v, want them untouched: %v", otherNS, got, theirKeys)
 	}
+}
+
+// splitNamespaces splits a generated rule into its Namespaces part
+// (cluster-scoped) and the rest, as the chart does: controller-gen merges
+// rules with the same verbs.
+func splitNamespaces(r rbacv1.PolicyRule) (cluster, namespaced []rbacv1.PolicyRule) {
+	if !slices.Contains(r.Resources, "namespaces") {
+		return nil, []rbacv1.PolicyRule{r}
+	}
+	c := *r.DeepCopy()
+	c.Resources = []string{"namespaces"}
+	cluster = append(cluster, c)
+	var rest []string
+	for _, res := range r.Resources {
+		if res != "namespaces" {
+			rest = append(rest, res)
+		}
+	}
+	if len(rest) > 0 {
+		n := *r.DeepCopy()
+		n.Resources = rest
+		namespaced = append(namespaced, n)
+	}
+	return cluster, namespaced
 }

@@ -101,11 +101,7 @@ func (s *tlsSetup) client(name string) auth.ClientConfig {
 
 func (s *tlsSetup) dial(t *testing.T, addr string, c auth.ClientConfig) *grpc.ClientConn {
 	t.Helper()
-	opts, err := c.DialOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := c.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,6 +124,15 @@ func (c ClientConfig) DialOptions() ([]grpc.DialOption, error) {
 	return opts, nil
 }
 
+// Dial connects to addr with c's options and extra ones.
+func (c ClientConfig) Dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts, err := c.DialOptions()
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(addr, append(opts, extra...)...)
+}
+
 // IsLoopback says whether a listen address is reachable only from this
 // machine (127.0.0.0/8, ::1, localhost). ":7070" listens everywhere.
 func IsLoopback(listen string) bool {

@@ -86,16 +86,7 @@ func guardedServer(t *testing.T, files TLSFiles, access string) string {
 
 func dial(t *testing.T, addr string, cfg ClientConfig) kvv1.KVClient {
 	t.Helper()
-	opts, err := cfg.DialOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return kvv1.NewKVClient(conn)
+	return kvv1.NewKVClient(connOf(t, addr, cfg))
 }
 
 func newCA(t *testing.T) (*pki.CA, []byte) {
@@ -237,11 +228,7 @@ func TestCertificateRotationKeepsConnections(t *testing.T) {
 
 func connOf(t *testing.T, addr string, cfg ClientConfig) *grpc.ClientConn {
 	t.Helper()
-	opts, err := cfg.DialOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := cfg.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

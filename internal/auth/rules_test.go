@@ -148,6 +148,15 @@ func TestRequireKV(t *testing.T) {
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "needs role write") {
 		t.Errorf("read role on Put: %v, want PermissionDenied naming write", err)
 	}
+	op := Identity{Namespace: "shale-system", Kind: KindOperator}
+	if err := RequireKV(op, KVRole(Identity{Namespace: "ns", Kind: KindPrimary, Name: "db"}, op, nil), "/shale.kv.v1.KV/Status"); err != nil {
+		t.Errorf("the operator's Status: %v", err)
+	}
+	for _, m := range []string{"/shale.kv.v1.KV/Get", "/shale.kv.v1.KV/Scan", "/shale.kv.v1.KV/MultiGet", "/shale.kv.v1.KV/Watch", "/shale.kv.v1.KV/Put"} {
+		if err := RequireKV(op, RoleRead, m); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "Status only") {
+			t.Errorf("the operator's %s: %v, want PermissionDenied (Status only)", m, err)
+		}
+	}
 	err = RequireKV(id, RoleWrite, "/shale.kv.v1.KV/Ingest")
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "needs role admin") {
 		t.Errorf("write role on Ingest: %v, want PermissionDenied naming admin", err)

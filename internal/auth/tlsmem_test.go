@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"net/url"
 	"strings"
 	"testing"
@@ -38,7 +39,8 @@ func TestTLSFromPEM(t *testing.T) {
 		return kvv1.NewKVClient(conn)
 	}
 
-	// A client of another database has no role here; the operator reads.
+	// A client of another database has no role here; the operator reads
+	// Status (and nothing else).
 	c, k := issue(Identity{Namespace: "ns", Kind: KindClient, Name: "other", Client: "app"})
 	m, err := NewTLSFromPEM(c, k, caPEM)
 	if err != nil {
@@ -51,8 +53,12 @@ func TestTLSFromPEM(t *testing.T) {
 	if err := m.SetPEM(oc, ok, caPEM); err != nil {
 		t.Fatal(err)
 	}
-	if err := get(dialMem(m)); err != nil {
-		t.Fatalf("operator after SetPEM: %v", err)
+	// The stub serves no Status: Unimplemented means the guard let it through.
+	if _, err := dialMem(m).Status(context.Background(), &kvv1.StatusRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("operator's Status after SetPEM: %v, want it past the guard", err)
+	}
+	if err := get(dialMem(m)); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("operator's Get: %v, want PermissionDenied (Status only)", err)
 	}
 	if id, err := m.Identity(); err != nil || id.Kind != KindOperator {
 		t.Errorf("Identity() = %v, %v", id, err)
