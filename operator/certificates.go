@@ -511,8 +511,16 @@ func (r *rocksDBReconciler) ensureIssuedCredentials(ctx context.Context, w secre
 		if err := ensureCertificate(ctx, w, db, secret, l, certificateSpec(secret, leaf, ref, l)); err != nil {
 			return err
 		}
+		if err := adoptIssuedSecret(ctx, w, db, secret); err != nil {
+			return err
+		}
 		issued = append(issued, secret)
 		return nil
+	}
+	// The operator's own identity from the same issuer: the servers trust
+	// only that issuer, and the operator reads their Status with it.
+	if err := cert(db.OperatorTLSSecretName(), labels(shalev1.CredentialOperator), operatorLeaf(r.creds.id, is.validity)); err != nil {
+		return issued, err
 	}
 	if store != nil && db.Status.StoragePath != "" {
 		leaf, err := primaryLeaf(db, store.DatabaseURL(db.Status.StoragePath), is.domain, is.validity)
@@ -645,8 +653,12 @@ func (r *compactorPoolReconciler) reconcilePoolCertificates(ctx context.Context,
 		}{
 			{pool.SchedulerTLSSecretName(), shalev1.CredentialScheduler, schedulerLeaf(pool, r.issuer.domain, r.issuer.validity)},
 			{pool.WorkerTLSSecretName(), shalev1.CredentialWorker, workerLeaf(pool, r.issuer.validity)},
+			{pool.OperatorTLSSecretName(), shalev1.CredentialOperator, operatorLeaf(r.creds.id, r.issuer.validity)},
 		} {
 			if err := ensureCertificate(ctx, w, pool, c.secret, labels(c.kind), certificateSpec(c.secret, c.leaf, *ref, labels(c.kind))); err != nil {
+				return fail(err)
+			}
+			if err := adoptIssuedSecret(ctx, w, pool, c.secret); err != nil {
 				return fail(err)
 			}
 		}

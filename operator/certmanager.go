@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/auth"
 	"github.com/shale-rocks/shale/internal/pki"
 )
 
@@ -220,4 +223,52 @@ func (is *issuer) deleteOwnedCertificates(ctx context.Context, w secretWriter, o
 		}
 	}
 	return nil
+}
+
+// annotationCertificateName is what cert-manager writes on a Secret it
+// issued into: the Certificate's name.
+const annotationCertificateName = "cert-manager.io/certificate-name"
+
+// adoptIssuedSecret makes the owner the controller of the Secret name
+// that cert-manager wrote for the owner's Certificate of the same name:
+// deleting the RocksDB or pool then deletes the private key with it
+// (cert-manager leaves Secrets behind by default), and a later switch
+// back to the operator's CA finds the Secret its own. Not written yet:
+// nothing to do; written for another Certificate or owned by another
+// object: left alone (ensureCertificate has refused a foreign
+// Certificate already).
+func adoptIssuedSecret(ctx context.Context, w secretWriter, owner credentialOwner, name string) error {
+	var s corev1.Secret
+	err := w.Get(ctx, types.NamespacedName{Namespace: owner.GetNamespace(), Name: name}, &s)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if metav1.GetControllerOf(&s) != nil || s.Annotations[annotationCertificateName] != name {
+		return nil
+	}
+	next := s.DeepCopy()
+	if err := controllerutil.SetControllerReference(owner, next, w.Scheme()); err != nil {
+		return err
+	}
+	return w.Patch(ctx, next, client.MergeFromWithOptions(&s, client.MergeFromWithOptimisticLock{}))
+}
+
+// issuedDial is how the operator dials a server whose certificate comes
+// from cert-manager: with its own client certificate from the same
+// issuer, kept in the Secret secret (the operator's CA is not trusted
+// there, and it cannot check those servers' certificates either),
+// verifying the server by serverName.
+func issuedDial(ctx context.Context, c client.Reader, ns, secret, serverName string) (grpc.DialOption, error) {
+	var s corev1.Secret
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secret}, &s); err != nil {
+		return nil, fmt.Errorf("the operator's certificate from cert-manager (Secret %s/%s): %w", ns, secret, err)
+	}
+	t, err := auth.NewTLSFromPEM(s.Data[keyTLSCert], s.Data[keyTLSKey], s.Data[keyCA])
+	if err != nil {
+		return nil, fmt.Errorf("the operator's certificate from cert-manager (Secret %s/%s) is not usable yet: %w", ns, secret, err)
+	}
+	return grpc.WithTransportCredentials(t.ClientCredentials(serverName)), nil
 }

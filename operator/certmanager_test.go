@@ -177,6 +177,8 @@ func TestCertManagerIssuer(t *testing.T) {
 		{"orders-primary-tls", []string{"shale://cm/primary/orders", dbURL}, "orders-rw.cm.svc", []string{"digital signature", "server auth", "client auth"}},
 		{"orders-secondary-tls", []string{"shale://cm/secondary/orders"}, "orders-ro.cm.svc", []string{"digital signature", "server auth", "client auth"}},
 		{"orders-client-app", []string{"shale://cm/client/orders/app"}, "", []string{"digital signature", "client auth"}},
+		// The operator's identity from the same issuer, to read Status.
+		{"orders-operator-tls", []string{"shale://" + operatorNS + "/operator"}, "", []string{"digital signature", "client auth"}},
 	} {
 		c := h.certificate(ns, tc.name)
 		if !metav1.IsControlledBy(c, db) {
@@ -198,6 +200,7 @@ func TestCertManagerIssuer(t *testing.T) {
 	for name, usages := range map[string][]string{
 		"pool-scheduler-tls": {"digital signature", "server auth", "client auth"},
 		"pool-worker-tls":    {"digital signature", "client auth"},
+		"pool-operator-tls":  {"digital signature", "client auth"},
 	} {
 		c := h.certificate(ns, name)
 		got, _, _ := unstructured.NestedStringSlice(c.Object, "spec", "usages")
@@ -301,6 +304,54 @@ func TestCertManagerIssuer(t *testing.T) {
 		if id.Kind != auth.KindClient || id.Client != "app" {
 			t.Errorf("caller %+v, want client app", id)
 		}
+	}
+
+	// The operator reads a secondary's Status with its certificate from
+	// the issuer (the servers trust only the issuer's CA): before
+	// cert-manager has written it, the dial names the Secret; after, the
+	// server sees the operator. cert-manager's Secrets become the
+	// database's (deleted with it).
+	r := &rocksDBReconciler{Client: h.c}
+	if _, err := r.kvDial(h.ctx, db, db.ReadOnlyServiceName()); err == nil || !strings.Contains(err.Error(), "orders-operator-tls") {
+		t.Errorf("dial before cert-manager wrote orders-operator-tls: %v, want the Secret named", err)
+	}
+	issue := func(name string, leaf pki.Leaf) {
+		c, k, err := ca.Issue(leaf, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels:      credentialLabels(shalev1.LabelRocksDB, "orders", "x"),
+			Annotations: map[string]string{annotationCertificateName: name}},
+			Type: corev1.SecretTypeTLS, Data: map[string][]byte{keyTLSCert: c, keyTLSKey: k, keyCA: caCert}})
+	}
+	issue("orders-secondary-tls", secondaryLeaf(db, "cluster.local", time.Hour))
+	issue("orders-operator-tls", operatorLeaf(auth.Identity{Namespace: operatorNS, Kind: auth.KindOperator}, time.Hour))
+	for _, name := range []string{"orders-secondary-tls", "orders-operator-tls"} {
+		eventually(t, name+" adopted", func() (bool, string) {
+			s := h.secret(ns, name)
+			return metav1.IsControlledBy(s, db), fmt.Sprint(s.OwnerReferences)
+		})
+	}
+	slis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg := h.guardedKV(slis, ns, "orders-secondary-tls", "orders-access", &kvv1.StatusResponse{Role: kvv1.Role_ROLE_SECONDARY})
+	dial, err := r.kvDial(h.ctx, db, db.ReadOnlyServiceName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(slis.Addr().String(), dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := kvv1.NewKVClient(conn).Status(h.ctx, &kvv1.StatusRequest{}); err != nil || st.Role != kvv1.Role_ROLE_SECONDARY {
+		t.Errorf("the operator's Status of a secondary: %v, %v", st, err)
+	}
+	conn.Close()
+	if c := sg.callers(); len(c) != 1 || c[0].Kind != auth.KindOperator || c[0].Namespace != operatorNS {
+		t.Errorf("Status callers %v, want the operator of %s", c, operatorNS)
 	}
 
 	// Removing a client deletes its Certificate (cert-manager would

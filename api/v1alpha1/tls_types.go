@@ -112,3 +112,13 @@ func (p *CompactorPool) SchedulerTLSSecretName() string { return p.Name + "-sche
 
 // WorkerTLSSecretName is the workers' certificate: NAME-worker-tls.
 func (p *CompactorPool) WorkerTLSSecretName() string { return p.Name + "-worker-tls" }
+
+// OperatorTLSSecretName is, with spec.tls.issuerRef, the operator's own
+// client certificate from that issuer, with which it reads the database's
+// Status: NAME-operator-tls.
+func (db *RocksDB) OperatorTLSSecretName() string { return db.Name + "-operator-tls" }
+
+// OperatorTLSSecretName is, with spec.tls.issuerRef, the operator's own
+// client certificate from that issuer, with which it reads the
+// scheduler's Stats: NAME-operator-tls.
+func (p *CompactorPool) OperatorTLSSecretName() string { return p.Name + "-operator-tls" }
