@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -55,9 +56,11 @@ const (
 const (
 	eventCertificateIssued  = "CertificateIssued"
 	eventCertificateRenewed = "CertificateRenewed"
-	eventCertificatesFailed = "CertificatesFailed"
-	eventClientRevoked      = "ClientRevoked"
-	eventSecretConflict     = "SecretConflict"
+	// eventCertificateRequested: a cert-manager Certificate was made.
+	eventCertificateRequested = "CertificateRequested"
+	eventCertificatesFailed   = "CertificatesFailed"
+	eventClientRevoked        = "ClientRevoked"
+	eventSecretConflict       = "SecretConflict"
 )
 
 // issuer issues the certificates of databases and pools.
@@ -66,6 +69,8 @@ type issuer struct {
 	validity time.Duration // of a leaf (--cert-validity)
 	domain   string        // the cluster's DNS domain
 	now      func() time.Time
+	// certManager: whether cert-manager is installed (spec.tls.issuerRef).
+	certManager certManagerProbe
 }
 
 // commonName is an identity as a certificate's common name (at most 64
@@ -368,17 +373,37 @@ func (r *rocksDBReconciler) reconcileCertificates(ctx context.Context, db *shale
 	if !db.TLSEnabled() {
 		rep.set(shalev1.ConditionCertificatesReady, metav1.ConditionTrue, shalev1.ReasonTLSDisabled,
 			"spec.tls.enabled is false: the database serves plaintext, with no authentication")
-		return time.Time{}, r.deleteCredentials(ctx, db, nil)
+		if err := r.deleteCredentials(ctx, db, nil); err != nil {
+			return time.Time{}, err
+		}
+		return time.Time{}, r.issuer.deleteOwnedCertificates(ctx, w, db, client.MatchingLabels{shalev1.LabelRocksDB: db.Name}, nil)
 	}
-	renewAt, issued, err := r.ensureCredentials(ctx, w, db, store)
+	var (
+		renewAt time.Time
+		issued  []string
+		err     error
+	)
+	if db.CertManagerIssuer() != nil {
+		issued, err = r.ensureIssuedCredentials(ctx, w, db, store)
+	} else {
+		renewAt, issued, err = r.ensureCredentials(ctx, w, db, store)
+		if err == nil {
+			// Certificates left from an issuerRef since removed: cert-manager
+			// would keep writing the Secrets the operator now signs.
+			err = r.issuer.deleteOwnedCertificates(ctx, w, db, client.MatchingLabels{shalev1.LabelRocksDB: db.Name}, nil)
+		}
+	}
 	if err != nil {
-		rep.set(shalev1.ConditionCertificatesReady, metav1.ConditionFalse, shalev1.ReasonCertificatesFailed, err.Error())
+		rep.set(shalev1.ConditionCertificatesReady, metav1.ConditionFalse, failReason(err), err.Error())
 		if _, ok := err.(*refusal); !ok {
 			r.recorder.Event(db, corev1.EventTypeWarning, eventCertificatesFailed, err.Error())
 		}
 		return renewAt, err
 	}
 	msg := fmt.Sprintf("Secrets %s are current; the next renewal is due %s", strings.Join(issued, ", "), renewAt.UTC().Format(time.RFC3339))
+	if ref := db.CertManagerIssuer(); ref != nil {
+		msg = fmt.Sprintf("Certificates for Secrets %s are kept; cert-manager issues and renews them (%s %s)", strings.Join(issued, ", "), ref.Kind, ref.Name)
+	}
 	if store == nil || db.Status.StoragePath == "" {
 		msg += fmt.Sprintf("; %s is issued once the database's location is known", db.PrimaryTLSSecretName())
 	}
@@ -432,16 +457,7 @@ func (r *rocksDBReconciler) ensureCredentials(ctx context.Context, w secretWrite
 		l[shalev1.LabelClientName] = c.Name
 		config := clientConfig(db, c)
 		data, err := ensure(credential{name: db.ClientSecretName(c.Name), typ: corev1.SecretTypeOpaque, labels: l, leaf: &leaf,
-			extra: func(cur map[string][]byte) (map[string][]byte, error) {
-				tok := string(cur[keyToken])
-				if tok == "" {
-					var err error
-					if tok, err = newToken(); err != nil {
-						return nil, err
-					}
-				}
-				return map[string][]byte{keyToken: []byte(tok), keyClientConfig: []byte(config)}, nil
-			}})
+			extra: clientExtra(config)})
 		if err != nil {
 			return earliest, issued, err
 		}
@@ -465,6 +481,111 @@ func (r *rocksDBReconciler) ensureCredentials(ctx context.Context, w secretWrite
 		return s.Labels[shalev1.LabelCredential] != shalev1.CredentialClient || keep[s.Labels[shalev1.LabelClientName]]
 	})
 	return earliest, issued, err
+}
+
+// failReason is CertificatesReady's reason for err.
+func failReason(err error) string {
+	if r, ok := err.(*refusal); ok && r.reason == shalev1.ReasonCertificateManagerMissing {
+		return r.reason
+	}
+	return shalev1.ReasonCertificatesFailed
+}
+
+// ensureIssuedCredentials keeps the database's Certificates (cert-manager
+// issues them) and its own Secrets: each client's token and client.yaml
+// (the Secret is made before its Certificate, so cert-manager adds its
+// keys to it) and the access list. It returns the Secret names.
+func (r *rocksDBReconciler) ensureIssuedCredentials(ctx context.Context, w secretWriter, db *shalev1.RocksDB, store *shalev1.ObjectStore) ([]string, error) {
+	ok, err := r.issuer.certManager.installed(r.Client, r.issuer.now())
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, certManagerMissing("RocksDB", db.Name)
+	}
+	ref := *db.CertManagerIssuer()
+	is := r.issuer
+	labels := func(kind string) map[string]string { return credentialLabels(shalev1.LabelRocksDB, db.Name, kind) }
+	var issued []string
+	cert := func(secret string, l map[string]string, leaf pki.Leaf) error {
+		if err := ensureCertificate(ctx, w, db, secret, l, certificateSpec(secret, leaf, ref, l)); err != nil {
+			return err
+		}
+		if err := adoptIssuedSecret(ctx, w, db, secret); err != nil {
+			return err
+		}
+		issued = append(issued, secret)
+		return nil
+	}
+	// The operator's own identity from the same issuer: the servers trust
+	// only that issuer, and the operator reads their Status with it.
+	if err := cert(db.OperatorTLSSecretName(), labels(shalev1.CredentialOperator), operatorLeaf(r.creds.id, is.validity)); err != nil {
+		return issued, err
+	}
+	if store != nil && db.Status.StoragePath != "" {
+		leaf, err := primaryLeaf(db, store.DatabaseURL(db.Status.StoragePath), is.domain, is.validity)
+		if err != nil {
+			return issued, err
+		}
+		if err := cert(db.PrimaryTLSSecretName(), labels(shalev1.CredentialPrimary), leaf); err != nil {
+			return issued, err
+		}
+	}
+	if err := cert(db.SecondaryTLSSecretName(), labels(shalev1.CredentialSecondary), secondaryLeaf(db, is.domain, is.validity)); err != nil {
+		return issued, err
+	}
+	tokens := map[string]string{}
+	for _, c := range db.Spec.Clients {
+		l := labels(shalev1.CredentialClient)
+		l[shalev1.LabelClientName] = c.Name
+		data, _, err := is.ensure(ctx, w, db, credential{name: db.ClientSecretName(c.Name), typ: corev1.SecretTypeOpaque, labels: l,
+			extra: clientExtra(clientConfig(db, c))}, nil, nil, "")
+		if err != nil {
+			return issued, err
+		}
+		tokens[c.Name] = string(data[keyToken])
+		if err := cert(db.ClientSecretName(c.Name), l, dbClientLeaf(db, c.Name, is.validity)); err != nil {
+			return issued, err
+		}
+	}
+	access, err := accessList(db.Spec.Clients, tokens)
+	if err != nil {
+		return issued, err
+	}
+	if _, _, err := is.ensure(ctx, w, db, credential{name: db.AccessSecretName(), typ: corev1.SecretTypeOpaque, labels: labels(shalev1.CredentialAccess),
+		extra: func(map[string][]byte) (map[string][]byte, error) { return map[string][]byte{keyAccess: access}, nil }}, nil, nil, ""); err != nil {
+		return issued, err
+	}
+	issued = append(issued, db.AccessSecretName())
+	keep := map[string]bool{}
+	for _, c := range db.Spec.Clients {
+		keep[c.Name] = true
+	}
+	// Revoke removed clients: their Certificates first (cert-manager
+	// would make their Secrets again), then their Secrets.
+	if err := r.issuer.deleteOwnedCertificates(ctx, w, db, client.MatchingLabels{shalev1.LabelRocksDB: db.Name}, func(c *unstructured.Unstructured) bool {
+		return c.GetLabels()[shalev1.LabelCredential] != shalev1.CredentialClient || keep[c.GetLabels()[shalev1.LabelClientName]]
+	}); err != nil {
+		return issued, err
+	}
+	return issued, r.deleteCredentials(ctx, db, func(s *corev1.Secret) bool {
+		return s.Labels[shalev1.LabelCredential] != shalev1.CredentialClient || keep[s.Labels[shalev1.LabelClientName]]
+	})
+}
+
+// clientExtra keeps a client's token (made once) and writes its
+// client.yaml.
+func clientExtra(config string) func(cur map[string][]byte) (map[string][]byte, error) {
+	return func(cur map[string][]byte) (map[string][]byte, error) {
+		tok := string(cur[keyToken])
+		if tok == "" {
+			var err error
+			if tok, err = newToken(); err != nil {
+				return nil, err
+			}
+		}
+		return map[string][]byte{keyToken: []byte(tok), keyClientConfig: []byte(config)}, nil
+	}
 }
 
 // deleteCredentials deletes the credential Secrets of the database that
@@ -503,23 +624,56 @@ func (r *compactorPoolReconciler) reconcilePoolCertificates(ctx context.Context,
 	if !pool.TLSEnabled() {
 		rep.set(shalev1.ConditionCertificatesReady, metav1.ConditionTrue, shalev1.ReasonTLSDisabled,
 			"spec.tls.enabled is false: the scheduler serves plaintext, with no authentication")
-		return time.Time{}, deleteOwnedSecrets(ctx, w, pool, sel, nil)
+		if err := deleteOwnedSecrets(ctx, w, pool, sel, nil); err != nil {
+			return time.Time{}, err
+		}
+		return time.Time{}, r.issuer.deleteOwnedCertificates(ctx, w, pool, client.MatchingLabels{shalev1.LabelCompactorPool: pool.Name}, nil)
 	}
 	fail := func(err error) (time.Time, error) {
-		rep.set(shalev1.ConditionCertificatesReady, metav1.ConditionFalse, shalev1.ReasonCertificatesFailed, err.Error())
+		rep.set(shalev1.ConditionCertificatesReady, metav1.ConditionFalse, failReason(err), err.Error())
 		if _, ok := err.(*refusal); !ok {
 			r.recorder.Event(pool, corev1.EventTypeWarning, eventCertificatesFailed, err.Error())
 		}
 		return time.Time{}, err
+	}
+	labels := func(kind string) map[string]string {
+		return credentialLabels(shalev1.LabelCompactorPool, pool.Name, kind)
+	}
+	if ref := pool.CertManagerIssuer(); ref != nil {
+		ok, err := r.issuer.certManager.installed(r.Client, r.issuer.now())
+		if err != nil {
+			return fail(err)
+		}
+		if !ok {
+			return fail(certManagerMissing("CompactorPool", pool.Name))
+		}
+		for _, c := range []struct {
+			secret, kind string
+			leaf         pki.Leaf
+		}{
+			{pool.SchedulerTLSSecretName(), shalev1.CredentialScheduler, schedulerLeaf(pool, r.issuer.domain, r.issuer.validity)},
+			{pool.WorkerTLSSecretName(), shalev1.CredentialWorker, workerLeaf(pool, r.issuer.validity)},
+			{pool.OperatorTLSSecretName(), shalev1.CredentialOperator, operatorLeaf(r.creds.id, r.issuer.validity)},
+		} {
+			if err := ensureCertificate(ctx, w, pool, c.secret, labels(c.kind), certificateSpec(c.secret, c.leaf, *ref, labels(c.kind))); err != nil {
+				return fail(err)
+			}
+			if err := adoptIssuedSecret(ctx, w, pool, c.secret); err != nil {
+				return fail(err)
+			}
+		}
+		rep.set(shalev1.ConditionCertificatesReady, metav1.ConditionTrue, shalev1.ReasonCertificatesIssued,
+			fmt.Sprintf("Certificates for Secrets %s and %s are kept; cert-manager issues and renews them (%s %s)", pool.SchedulerTLSSecretName(), pool.WorkerTLSSecretName(), ref.Kind, ref.Name))
+		return time.Time{}, nil
+	}
+	if err := r.issuer.deleteOwnedCertificates(ctx, w, pool, client.MatchingLabels{shalev1.LabelCompactorPool: pool.Name}, nil); err != nil {
+		return fail(err)
 	}
 	ca, bundle, err := r.issuer.ca.get(ctx)
 	if err != nil {
 		return fail(err)
 	}
 	requested := pool.Annotations[shalev1.AnnotationRenewCertificates]
-	labels := func(kind string) map[string]string {
-		return credentialLabels(shalev1.LabelCompactorPool, pool.Name, kind)
-	}
 	sl := schedulerLeaf(pool, r.issuer.domain, r.issuer.validity)
 	wl := workerLeaf(pool, r.issuer.validity)
 	var earliest time.Time

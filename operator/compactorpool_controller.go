@@ -78,6 +78,9 @@ func (r *compactorPoolReconciler) schedulerDial(ctx context.Context, pool *shale
 	if !pool.TLSEnabled() {
 		return plaintext(), nil
 	}
+	if pool.CertManagerIssuer() != nil {
+		return issuedDial(ctx, r.Client, pool.Namespace, pool.OperatorTLSSecretName(), serviceHost(pool.SchedulerName(), pool.Namespace))
+	}
 	return r.creds.dial(ctx, serviceHost(pool.SchedulerName(), pool.Namespace))
 }
 

@@ -53,6 +53,9 @@ func (r *rocksDBReconciler) kvDial(ctx context.Context, db *shalev1.RocksDB, svc
 	if !db.TLSEnabled() {
 		return plaintext(), nil
 	}
+	if db.CertManagerIssuer() != nil {
+		return issuedDial(ctx, r.Client, db.Namespace, db.OperatorTLSSecretName(), serviceHost(svc, db.Namespace))
+	}
 	return r.creds.dial(ctx, serviceHost(svc, db.Namespace))
 }
 

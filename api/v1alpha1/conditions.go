@@ -93,7 +93,11 @@ const (
 
 	ReasonCertificatesIssued = "CertificatesIssued"
 	ReasonCertificatesFailed = "CertificatesFailed"
-	ReasonTLSDisabled        = "TLSDisabled"
+	// ReasonCertificateManagerMissing: spec.tls.issuerRef names a
+	// cert-manager issuer but cert-manager's Certificate CRD is not
+	// installed.
+	ReasonCertificateManagerMissing = "CertificateManagerMissing"
+	ReasonTLSDisabled               = "TLSDisabled"
 
 	// Why primaries fail (PrimaryAvailable while no new primary is started,
 	// and status.primaryFailures).

@@ -79,6 +79,9 @@ const (
 	CredentialScheduler = "scheduler"
 	CredentialWorker    = "worker"
 	CredentialCA        = "ca"
+	// CredentialOperator: the operator's client certificate from a
+	// cert-manager issuer (spec.tls.issuerRef).
+	CredentialOperator = "operator"
 
 	// FinalizerStorage holds a RocksDB until its reclaim policy has been
 	// applied to its storage directory.
