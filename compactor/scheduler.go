@@ -1,4 +1,4 @@
-// Package compactor runs Shale's remote compaction (design §6,
+// Package compactor runs Shale's remote compaction (docs/architecture.md,
 // docs/compaction.md): a scheduler that queues compaction jobs from
 // primaries with per-database priority and fair share, stateless workers
 // that run them with RocksDB's DB::OpenAndCompact against the database in

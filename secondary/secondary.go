@@ -1,9 +1,9 @@
 // Package secondary runs a Shale secondary: a read-only replica of a
-// database that a primary owns (design §5). It opens RocksDB as a
-// secondary (DB::OpenAsSecondary) on a reader of the Shale FileSystem with
-// its own local cache, catches up with the primary's WAL and MANIFEST as
-// they grow in the object store, and serves the KV API's reads; writes are
-// refused.
+// database that a primary owns (docs/rfcs/0007-reader-leases.md). It opens
+// RocksDB as a secondary (DB::OpenAsSecondary) on a reader of the Shale
+// FileSystem with its own local cache, catches up with the primary's WAL
+// and MANIFEST as they grow in the object store, and serves the KV API's
+// reads; writes are refused.
 package secondary
 
 import (

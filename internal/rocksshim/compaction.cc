@@ -1,7 +1,7 @@
-// Remote compaction (design §6): the primary's CompactionService, which
-// hands each compaction to Go (compaction.go) to submit and wait for, and
-// the worker's side, DB::OpenAndCompact. RocksDB 7.8.3's C API has
-// neither.
+// Remote compaction (docs/rfcs/0008-compaction-install.md): the primary's
+// CompactionService, which hands each compaction to Go (compaction.go) to
+// submit and wait for, and the worker's side, DB::OpenAndCompact. RocksDB
+// 7.8.3's C API has neither.
 #include <array>
 #include <atomic>
 #include <cstddef>

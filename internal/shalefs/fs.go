@@ -1,10 +1,11 @@
-// Package shalefs is the Go half of the Shale FileSystem (design §3-4): the
-// C++ rocksdb::FileSystem in internal/rocksshim keeps RocksDB's hot paths
-// on local disk and calls into this package for everything that touches the
+// Package shalefs is the Go half of the Shale FileSystem
+// (docs/architecture.md, "The Shale FileSystem"; docs/rfcs/): the C++
+// rocksdb::FileSystem in internal/rocksshim keeps RocksDB's hot paths on
+// local disk and calls into this package for everything that touches the
 // object store: uploading WAL/MANIFEST segments on sync and tables on
 // close, replacing CURRENT with If-Match, fetching files into the local
-// cache, listings, deferred deletes, and the fencing protocol that makes one
-// owner at a time safe (docs/fencing.md).
+// cache, listings, deferred deletes, and the fencing protocol that makes
+// one owner at a time safe (docs/fencing.md).
 package shalefs
 
 import (

@@ -8,7 +8,8 @@ import (
 	"strings"
 )
 
-// Kind says how a RocksDB file is kept in the object store (design §3).
+// Kind says how a RocksDB file is kept in the object store
+// (docs/rfcs/0002-object-layout.md).
 type Kind int
 
 const (

@@ -15,15 +15,15 @@ import (
 )
 
 // A reader is a read-only FS on a database that another process owns: what
-// a secondary opens RocksDB on (design §5). It claims no epoch, seals
-// nothing and writes nothing to the store but its lease. It sees the
-// database as the next owner would, without sealing: per name the highest
-// epoch's version that the last takeover admitted, minus trashed ones, and
-// each log up to its last contiguous segment (folds included).
+// a secondary opens RocksDB on (docs/rfcs/0007-reader-leases.md). It claims
+// no epoch, seals nothing and writes nothing to the store but its lease. It
+// sees the database as the next owner would, without sealing: per name the
+// highest epoch's version that the last takeover admitted, minus trashed
+// ones, and each log up to its last contiguous segment (folds included).
 //
 // Refresh brings that view up to date before each RocksDB catch-up. What a
-// catch-up needs from the view (docs/secondary.md, "What a refresh
-// guarantees"):
+// catch-up needs from the view (docs/rfcs/0007-reader-leases.md, "Races
+// considered"):
 //
 //   - every table the MANIFEST bytes it will read name: tables are listed
 //     after the MANIFEST, since the primary uploads a table before it writes

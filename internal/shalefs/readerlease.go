@@ -13,16 +13,17 @@ import (
 	"github.com/shale-rocks/shale/internal/objstore"
 )
 
-// Reader leases (design §5; paper §7.1's first open challenge: files
-// deleted under a secondary). A reader publishes _shale/readers/<id>, the
-// file versions its view uses, and renews it at least every TTL/3; the
-// owner's trash loop deletes no version a live lease names. Liveness is
-// judged without comparing clocks: the owner notes, on its own clock's wait
-// reading (clock.go), when it last saw each lease object change (every
-// renewal changes it), and a lease that has not changed for its TTL no longer protects
-// anything. A reader that could not renew within its TTL refuses reads
-// (ReadAllowed) until it renews and catches up again: what it reads might
-// have been deleted, and it says so instead of failing silently.
+// Reader leases (docs/rfcs/0007-reader-leases.md; paper §7.1's first open
+// challenge: files deleted under a secondary). A reader publishes
+// _shale/readers/<id>, the file versions its view uses, and renews it at
+// least every TTL/3; the owner's trash loop deletes no version a live lease
+// names. Liveness is judged without comparing clocks: the owner notes, on
+// its own clock's wait reading (clock.go), when it last saw each lease
+// object change (every renewal changes it), and a lease that has not
+// changed for its TTL no longer protects anything. A reader that could not
+// renew within its TTL refuses reads (ReadAllowed) until it renews and
+// catches up again: what it reads might have been deleted, and it says so
+// instead of failing silently.
 
 const readersPrefix = "_shale/readers/"
 

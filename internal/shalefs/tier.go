@@ -16,18 +16,19 @@ import (
 	"github.com/shale-rocks/shale/internal/rocksshim"
 )
 
-// Tiered SST placement (docs/tiering.md, design §7). A database may have a
-// second store, the cold tier (a bucket or server standing for HDD-class
-// storage). RocksDB tells the FileSystem the temperature of each new table;
-// a cold table is uploaded to the cold store, everything else (every log
-// and small object too) to the hot one, under the same key layout. Where a
-// table is recorded is the store that holds it: an object exists in
-// exactly one tier, so every reader (a primary opening on an empty cache,
-// a secondary, a compactor) lists both stores and finds every table
-// whatever temperature the MANIFEST shows (7.8.3 loses it for remote
-// compaction outputs). A deposed owner can only add objects of its own
-// epoch, as in the hot store; deletes go through the same trash markers,
-// and the trash loop deletes a trashed table's key in both stores.
+// Tiered SST placement (docs/rfcs/0009-tiers.md, docs/tiering.md). A
+// database may have a second store, the cold tier (a bucket or server
+// standing for HDD-class storage). RocksDB tells the FileSystem the
+// temperature of each new table; a cold table is uploaded to the cold
+// store, everything else (every log and small object too) to the hot one,
+// under the same key layout. Where a table is recorded is the store that
+// holds it: an object exists in exactly one tier, so every reader (a
+// primary opening on an empty cache, a secondary, a compactor) lists both
+// stores and finds every table whatever temperature the MANIFEST shows
+// (7.8.3 loses it for remote compaction outputs). A deposed owner can only
+// add objects of its own epoch, as in the hot store; deletes go through the
+// same trash markers, and the trash loop deletes a trashed table's key in
+// both stores.
 //
 // Two records pair the stores, both created once with If-None-Match and
 // never changed: _shale/tiers in the hot store names the cold location and
