@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/cli"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvload"
 )
@@ -485,34 +486,10 @@ func (l *loader) sendFile(ctx context.Context, kv kvv1.KVClient, path string) (u
 // startProgress prints the progress bar (a terminal) or lines until the
 // returned function is called.
 func (l *loader) startProgress(start time.Time) func() {
-	tty := isTerminal(l.stderr)
-	every := l.cfg.progressEvery
-	if tty {
-		every = 250 * time.Millisecond
-	}
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				if tty {
-					fmt.Fprint(l.stderr, "\r\033[K")
-				}
-				return
-			case now := <-tick.C:
-				line := l.progressLine(now.Sub(start), tty)
-				if tty {
-					fmt.Fprintf(l.stderr, "\r\033[K%s", line)
-				} else {
-					fmt.Fprintln(l.stderr, line)
-				}
-			}
-		}
-	}()
-	return func() { close(stop); <-stopped }
+	tty := cli.IsTerminal(l.stderr)
+	return cli.Progress(l.stderr, tty, l.cfg.progressEvery, func(now time.Time) string {
+		return l.progressLine(now.Sub(start), tty)
+	})
 }
 
 func (l *loader) progressLine(elapsed time.Duration, bar bool) string {
@@ -528,7 +505,7 @@ func (l *loader) progressLine(elapsed time.Duration, bar bool) string {
 			what = "[" + strings.Repeat("=", done) + strings.Repeat(" ", width-done) + "] " + what
 		}
 	}
-	return fmt.Sprintf("load: %s, %.1f MB/s, %d pairs applied, %s", what, rate, l.pairs.Load(), formatDuration(elapsed.Round(time.Second)))
+	return fmt.Sprintf("load: %s, %.1f MB/s, %d pairs applied, %s", what, rate, l.pairs.Load(), cli.FormatDuration(elapsed.Round(time.Second)))
 }
 
 // describe turns a gRPC error into the one line kv commands print.

@@ -12,7 +12,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
+
+	"github.com/shale-rocks/shale/internal/cli"
 )
 
 func main() {
@@ -64,11 +65,11 @@ func runWithStdin(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	}
 	var ue *usageError
 	if !errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "shale: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(stderr, "shale: %s\n", cli.OneLine(err.Error()))
 		return exitError
 	}
 	if ue.full {
-		fmt.Fprintf(stderr, "shale: %s\n\n%s", oneLine(err.Error()), cmd.UsageString())
+		fmt.Fprintf(stderr, "shale: %s\n\n%s", cli.OneLine(err.Error()), cmd.UsageString())
 		return exitUsage
 	}
 	use := cmd.UseLine()
@@ -76,10 +77,6 @@ func runWithStdin(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		use = cmd.CommandPath() + " [command]"
 	}
 	fmt.Fprintf(stderr, "shale: %s\nUsage: %s\nRun '%s --help' for more information.\n",
-		oneLine(err.Error()), use, cmd.CommandPath())
+		cli.OneLine(err.Error()), use, cmd.CommandPath())
 	return exitUsage
-}
-
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
 }
