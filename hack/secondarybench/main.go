@@ -270,18 +270,18 @@ func measureLag(c config, scenario, db, paddr string, pkv kvv1.KVClient, logger 
 	events := append([]catchUp(nil), cus...)
 	mu.Unlock()
 
-	var lag, wdur bench.Histogram
+	var lag, wdur []time.Duration
 	for _, w := range writes {
 		i := sort.Search(len(events), func(i int) bool { return events[i].applied >= w.seq })
 		if i == len(events) {
 			return res, fmt.Errorf("no catch-up applied sequence %d", w.seq)
 		}
-		lag.Record(max(events[i].at.Sub(w.ack), 0))
-		wdur.Record(w.dur)
+		lag = append(lag, max(events[i].at.Sub(w.ack), 0))
+		wdur = append(wdur, w.dur)
 	}
 	res.Writes = len(writes)
-	res.WriteP50Ms = ms(wdur.Quantile(0.5))
-	res.LagP50Ms, res.LagP99Ms, res.LagMaxMs = ms(lag.Quantile(0.5)), ms(lag.Quantile(0.99)), ms(lag.Max())
+	res.WriteP50Ms = ms(bench.Percentile(wdur, 0.5))
+	res.LagP50Ms, res.LagP99Ms, res.LagMaxMs = ms(bench.Percentile(lag, 0.5)), ms(bench.Percentile(lag, 0.99)), ms(bench.Percentile(lag, 1))
 	res.CatchUps = len(events)
 	res.Requests = map[string]int{}
 	total := 0

@@ -298,7 +298,7 @@ func run(c config) error {
 
 	read := func(name string, prefixes []string, keys []int, ops, threads int) phase {
 		var mu sync.Mutex
-		var lat bench.Histogram
+		var lat []time.Duration
 		var failed atomic.Int64
 		start := time.Now()
 		var wg sync.WaitGroup
@@ -307,7 +307,7 @@ func run(c config) error {
 			go func(w int) {
 				defer wg.Done()
 				r := rand.New(rand.NewSource(int64(w) + 7))
-				var mine bench.Histogram
+				mine := make([]time.Duration, 0, ops/threads)
 				for i := 0; i < ops/threads; i++ {
 					j := r.Intn(len(prefixes))
 					k := key(prefixes[j], r.Intn(keys[j]))
@@ -315,17 +315,17 @@ func run(c config) error {
 					if _, err := kv.Get(ctx, &kvv1.GetRequest{Key: k}); err != nil {
 						failed.Add(1)
 					}
-					mine.Record(time.Since(t0))
+					mine = append(mine, time.Since(t0))
 				}
 				mu.Lock()
-				lat.Merge(&mine)
+				lat = append(lat, mine...)
 				mu.Unlock()
 			}(w)
 		}
 		wg.Wait()
 		el := time.Since(start)
-		ph := phase{Name: name, Ops: int(lat.Count()), OpsPerSec: float64(lat.Count()) / el.Seconds(),
-			P50ms: float64(lat.Quantile(0.5)) / 1e6, P99ms: float64(lat.Quantile(0.99)) / 1e6}
+		ph := phase{Name: name, Ops: len(lat), OpsPerSec: float64(len(lat)) / el.Seconds(),
+			P50ms: float64(bench.Percentile(lat, 0.5)) / 1e6, P99ms: float64(bench.Percentile(lat, 0.99)) / 1e6}
 		if f := failed.Load(); f > 0 {
 			fmt.Fprintf(os.Stderr, "%s: %d gets failed\n", name, f)
 		}

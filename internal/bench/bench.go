@@ -2,8 +2,9 @@
 // over the KV API, one benchmark after another in the manner of db_bench,
 // and measures throughput, latency per request and CPU per operation.
 // cmd/shale wires its flags to Config; the benchmark programs in hack/
-// call Run in-process. Its Histogram is the tree's one percentile
-// implementation.
+// call Run in-process. It also holds the tree's one percentile rule, the
+// nearest rank (percentile.go), over samples (Percentile) and over a
+// fixed-size histogram (Histogram).
 package bench
 
 import (

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"math"
 	"math/bits"
 	"time"
 )
@@ -11,9 +10,7 @@ import (
 // bucket each, and every power of two above is split into histSub equal
 // buckets, so a bucket is less than 1/histSub (1.6%) of its values wide.
 // Its memory is fixed (histBuckets counters), however long the run; min,
-// max and the sum are exact. It is the tree's one percentile
-// implementation: `shale bench` and the benchmark programs in hack/ all
-// report its Quantile. The zero value is empty and ready.
+// max and the sum are exact. The zero value is empty and ready.
 type Histogram struct {
 	counts [histBuckets]uint64
 	n      uint64
@@ -84,24 +81,23 @@ func (h *Histogram) Merge(o *Histogram) {
 }
 
 // Quantile is the value at or below which a fraction q of the recorded
-// values lie: the middle of the bucket holding the ceil(q*n)-th smallest
-// value (the nearest rank), kept within the exact min and max (which the
+// values lie: the middle of the bucket holding the value of the nearest
+// rank (percentile.go), kept within the exact min and max (which the
 // smallest and the largest are). 0 when empty.
 func (h *Histogram) Quantile(q float64) time.Duration {
-	if h.n == 0 {
-		return 0
-	}
-	rank := uint64(math.Ceil(q * float64(h.n)))
+	r := rank(q, h.n)
 	switch {
-	case rank <= 1:
+	case r == 0:
+		return 0
+	case r == 1:
 		return h.min
-	case rank >= h.n:
+	case r == h.n:
 		return h.max
 	}
 	var seen uint64
 	for i, c := range h.counts {
 		seen += c
-		if seen >= rank {
+		if seen >= r {
 			lo, hi := histBounds(i)
 			v := time.Duration(lo + (hi-lo)/2)
 			return min(max(v, h.min), h.max)

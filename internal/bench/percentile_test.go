@@ -9,11 +9,12 @@ import (
 	"time"
 )
 
-// Quantile is the nearest rank: the ceil(q*n)-th smallest value, exact up
-// to 127 ns and the middle of its bucket (under 1.6% wide) above; q at or
-// below the first rank is the exact min, at or above the last the exact
-// max.
-func TestHistogramQuantile(t *testing.T) {
+// Percentiles are by the nearest rank: the ceil(q*n)-th smallest value, a
+// measured one. Percentile gives it exactly; a Histogram exactly up to
+// 127 ns and as the middle of its bucket (under 1.6% wide) above, but q at
+// or below the first rank is the exact min and at or above the last the
+// exact max.
+func TestPercentile(t *testing.T) {
 	ns := func(from, to int) []time.Duration { // from..to nanoseconds
 		var v []time.Duration
 		for i := from; i <= to; i++ {
@@ -27,37 +28,55 @@ func TestHistogramQuantile(t *testing.T) {
 		values []time.Duration
 		q      float64
 		want   time.Duration
+		hist   time.Duration // the Histogram's, when not want
 	}{
-		{"empty", nil, 0.5, 0},
-		{"one value", []time.Duration{7 * time.Millisecond}, 0.99, 7 * time.Millisecond},
-		{"p0 is the min", []time.Duration{4, 3, 2, 1}, 0, 1},
-		{"p25 of 4: rank 1", []time.Duration{4, 3, 2, 1}, 0.25, 1},
-		{"p50 of 4: rank 2, not the mean of the middle two", []time.Duration{4, 3, 2, 1}, 0.5, 2},
-		{"p75 of 4: rank 3", []time.Duration{4, 3, 2, 1}, 0.75, 3},
-		{"p99 of 4: rank 4, the max", []time.Duration{4, 3, 2, 1}, 0.99, 4},
-		{"p50 of 1..100", ns(1, 100), 0.5, 50},
-		{"p90 of 1..100", ns(1, 100), 0.9, 90},
-		{"p99 of 1..100", ns(1, 100), 0.99, 99},
-		{"p99.9 of 1..100: rank 100", ns(1, 100), 0.999, 100},
-		{"p100 is the max", ns(1, 100), 1, 100},
-		{"negative values count as 0", []time.Duration{-5, 10}, 0.5, 0},
+		{name: "empty", q: 0.5},
+		{name: "one value", values: []time.Duration{7 * time.Millisecond}, q: 0.99, want: 7 * time.Millisecond},
+		{name: "p0 is the min", values: []time.Duration{4, 3, 2, 1}, want: 1},
+		{name: "p25 of 4: rank 1", values: []time.Duration{4, 3, 2, 1}, q: 0.25, want: 1},
+		{name: "p50 of 4: rank 2, the lower middle, not the mean of two", values: []time.Duration{4, 3, 2, 1}, q: 0.5, want: 2},
+		{name: "p50 of 5: the middle", values: []time.Duration{50, 10, 40, 20, 30}, q: 0.5, want: 30},
+		{name: "p75 of 4: rank 3", values: []time.Duration{4, 3, 2, 1}, q: 0.75, want: 3},
+		{name: "p99 of 4: rank 4, the max", values: []time.Duration{4, 3, 2, 1}, q: 0.99, want: 4},
+		{name: "p50 of 1..100", values: ns(1, 100), q: 0.5, want: 50},
+		{name: "p90 of 1..100", values: ns(1, 100), q: 0.9, want: 90},
+		{name: "p99 of 1..100", values: ns(1, 100), q: 0.99, want: 99},
+		{name: "p99.9 of 1..100: rank 100", values: ns(1, 100), q: 0.999, want: 100},
+		{name: "p100 is the max", values: ns(1, 100), q: 1, want: 100},
+		{name: "q above 1 is the max", values: ns(1, 100), q: 2, want: 100},
+		{name: "q below 0 is the min", values: ns(1, 100), q: -1, want: 1},
+		{name: "duplicates", values: []time.Duration{5, 5, 5, 9}, q: 0.75, want: 5},
 		// 500 ns lies in the bucket [500, 503]: its middle.
-		{"p50 of 1..1000: the bucket's middle", ns(1, 1000), 0.5, 501},
+		{name: "p50 of 1..1000", values: ns(1, 1000), q: 0.5, want: 500, hist: 501},
 		// The bucket of 1 ms is [999424, 1007615] ns: its middle.
-		{"p99 of 99 x 1ms and 1s", append(many(time.Millisecond, 99), time.Second), 0.99, 1003519},
-		{"p99.9 of 99 x 1ms and 1s: the max", append(many(time.Millisecond, 99), time.Second), 0.999, time.Second},
-		{"p50 kept within the exact min and max", many(time.Millisecond, 10), 0.5, time.Millisecond},
+		{name: "p99 of 99 x 1ms and 1s", values: append(many(time.Millisecond, 99), time.Second), q: 0.99, want: time.Millisecond, hist: 1003519},
+		{name: "p99.9 of 99 x 1ms and 1s: the max", values: append(many(time.Millisecond, 99), time.Second), q: 0.999, want: time.Second},
+		{name: "p50 kept within the exact min and max", values: many(time.Millisecond, 10), q: 0.5, want: time.Millisecond},
 	} {
+		if got := Percentile(tc.values, tc.q); got != tc.want {
+			t.Errorf("%s: Percentile(%g) = %d ns, want %d ns", tc.name, tc.q, got, tc.want)
+		}
 		var h Histogram
 		for _, v := range tc.values {
 			h.Record(v)
 		}
-		if got := h.Quantile(tc.q); got != tc.want {
-			t.Errorf("%s: Quantile(%g) = %d ns, want %d ns", tc.name, tc.q, got, tc.want)
+		want := tc.want
+		if tc.hist != 0 {
+			want = tc.hist
+		}
+		if got := h.Quantile(tc.q); got != want {
+			t.Errorf("%s: Histogram.Quantile(%g) = %d ns, want %d ns", tc.name, tc.q, got, want)
 		}
 		if h.Count() != uint64(len(tc.values)) {
 			t.Errorf("%s: Count %d, want %d", tc.name, h.Count(), len(tc.values))
 		}
+	}
+	// A negative duration is recorded as 0.
+	var h Histogram
+	h.Record(-5)
+	h.Record(10)
+	if h.Min() != 0 || h.Quantile(0.5) != 0 {
+		t.Errorf("a negative value: min %s, p50 %s", h.Min(), h.Quantile(0.5))
 	}
 }
 
