@@ -4,7 +4,10 @@
 // (`shale admin ...`).
 //
 // The command tree is built with cobra (root.go); each subcommand lives in
-// the file named after it.
+// the file named after it, which wires its flags to the package that does
+// the work wherever that is more than a call or two: internal/bench (bench),
+// internal/kvload (kv load), internal/inspect (admin fence-status, admin
+// tiers), primary, secondary and compactor.
 package main
 
 import (
