@@ -25,8 +25,8 @@ import (
 
 	compactorv1 "github.com/shale-rocks/shale/api/compactor/v1"
 	"github.com/shale-rocks/shale/internal/auth"
-	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/iometrics"
+	"github.com/shale-rocks/shale/internal/node"
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/rocksshim"
 	"github.com/shale-rocks/shale/internal/shalefs"
@@ -76,7 +76,7 @@ type Worker struct {
 	self   *auth.Identity // from the worker's certificate; nil in plaintext
 	conn   *grpc.ClientConn
 	client compactorv1.CompactorClient
-	lock   *os.File
+	cache  *node.Cache // locked: one worker per cache dir
 	mlis   net.Listener
 	msrv   *http.Server
 	io     *iometrics.Metrics
@@ -135,11 +135,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
-		return nil, fmt.Errorf("--cache-dir %s: %w", cfg.CacheDir, err)
-	}
-	if w.lock, err = engine.LockFile(cfg.CacheDir, "SHALE-WORKER.lock"); err != nil {
-		return nil, fmt.Errorf("--cache-dir: %w", err)
+	if w.cache, err = node.LockCache(node.Worker, cfg.CacheDir, ""); err != nil {
+		return nil, err
 	}
 	// A crashed worker's job directories: nothing in them is needed.
 	if entries, err := os.ReadDir(cfg.CacheDir); err == nil {
@@ -151,7 +148,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if w.conn, err = grpc.NewClient(cfg.Scheduler, append(creds,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))...); err != nil {
-		w.lock.Close()
+		w.cache.Close()
 		return nil, fmt.Errorf("--scheduler %s: %w", cfg.Scheduler, err)
 	}
 	w.client = compactorv1.NewCompactorClient(w.conn)
@@ -179,7 +176,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if own != nil && cfg.MetricsListen != "" {
 		if w.mlis, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
 			w.conn.Close()
-			w.lock.Close()
+			w.cache.Close()
 			return nil, fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
 		}
 		w.msrv = serveMetrics(w.mlis, own, make(chan error, 1))
@@ -290,7 +287,7 @@ func (w *Worker) Close() {
 		w.msrv.Shutdown(ctx)
 		cancel()
 	}
-	w.lock.Close()
+	w.cache.Close()
 }
 
 func (w *Worker) leaseLoop(ctx context.Context) {

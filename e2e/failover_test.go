@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/bench"
 )
 
 type failoverKind string
@@ -134,11 +135,10 @@ func (s *suite) printFailovers(t *testing.T) {
 	}
 }
 
+// p50 is the median by the nearest rank (the lower one of an even count):
+// a measured run, never an average of two.
 func p50(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	// The lower median: a measured run, never an average of two.
-	return s[(len(s)-1)/2].Round(time.Millisecond)
+	return bench.Percentile(d, 0.5).Round(time.Millisecond)
 }
 
 func durations(d []time.Duration) string {

@@ -6,13 +6,10 @@ package primary
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +20,7 @@ import (
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/iometrics"
 	"github.com/shale-rocks/shale/internal/kvserver"
-	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/node"
 	"github.com/shale-rocks/shale/internal/shalefs"
 )
 
@@ -42,7 +39,7 @@ type Config struct {
 	Engine   engine.Options
 	// Storage configures the Shale FileSystem: epoch, cache dir, lease,
 	// delete grace, storage classes, timeouts. Store and Logger are set by
-	// Start; an empty CacheDir gets DefaultCacheDir(DB).
+	// Start; an empty CacheDir gets node.DefaultCacheDir.
 	Storage shalefs.Config
 	// CompactionMode is "local" (or "") or "remote": remote submits each
 	// compaction to the scheduler in Compaction.Scheduler (falling back
@@ -57,22 +54,10 @@ type Config struct {
 	ColdDB, ColdEndpoint string
 }
 
-// DefaultCacheDir is where a primary keeps its local cache of db when
-// --cache-dir is not given: under the user's cache directory, one
-// directory per database URL.
-func DefaultCacheDir(db string) string {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	sum := sha256.Sum256([]byte(db))
-	return filepath.Join(base, "shale", "db-"+hex.EncodeToString(sum[:8]))
-}
-
 // Server is a running primary.
 type Server struct {
 	cfg       Config
-	cacheLock *os.File // held while serving: one primary per cache dir
+	node      *node.Node // holds the cache dir while serving: one primary per cache dir
 	fs        *shalefs.FS
 	db        *engine.DB
 	ep        *kvserver.Endpoint
@@ -83,115 +68,46 @@ type Server struct {
 // Start opens the database and starts serving. On error nothing is left
 // running or open.
 func Start(cfg Config) (_ *Server, err error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if err := cfg.Limits.Validate(); err != nil {
-		return nil, err
-	}
-	sec, err := kvserver.Secure(cfg.Security, cfg.Listen, auth.KindPrimary, cfg.Logger)
-	if err != nil {
-		return nil, err
-	}
 	switch cfg.CompactionMode {
 	case "", "local", "remote":
 	default:
 		return nil, fmt.Errorf("--compaction %q: want local or remote", cfg.CompactionMode)
 	}
-	u, err := objstore.ParseURL(cfg.DB)
-	if err != nil {
-		return nil, fmt.Errorf("--db: %w", err)
-	}
-	if sec != nil && sec.Guard.Self.Database != u.String() {
-		// Not fatal for the KV API (clients are granted by the database's
-		// name), but the compactor scheduler takes submissions only for
-		// the URL the certificate names.
-		cfg.Logger.Warn("the TLS certificate names another database URL than --db: remote compactions will be refused and done locally",
-			"certificate", sec.Guard.Self.Database, "db", u.String())
-	}
-	store := cfg.Storage.Store // set by tests that wrap the store
-	if store == nil {
-		if store, err = objstore.Open(u.String()); err != nil {
-			return nil, fmt.Errorf("--db: %w", err)
-		}
-	}
-	if s3, ok := store.(*objstore.S3Store); ok {
-		// A missing bucket or bad credentials: say so before anything else.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := s3.CheckBucket(ctx)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("--db %s: %w", u, err)
-		}
-	}
-	cold := cfg.Storage.Cold // set by tests that wrap the store
-	if cold == nil {
-		if cold, err = shalefs.OpenColdTier(cfg.ColdDB, cfg.ColdEndpoint); err != nil {
-			return nil, err
-		}
-	}
-	if cold != nil {
-		if err := shalefs.CheckTierLocations(u.String(), cold.URL(), cfg.ColdEndpoint == ""); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Engine.ColdAfter > 0 && cold == nil {
+	if cfg.Engine.ColdAfter > 0 && cfg.ColdDB == "" && cfg.Storage.Cold == nil {
 		return nil, errors.New("--cold-after needs --cold-db: the cold tier's location (s3://BUCKET/PREFIX or file:///ABS/PATH)")
 	}
-	s := &Server{cfg: cfg}
-	// Bind before opening so a busy port creates nothing on disk.
-	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
-		return nil, err
-	}
-	if cfg.Pprof {
-		s.ep.EnableProfiling()
-	}
-	defer func() {
-		if err != nil {
-			s.ep.Close()
-		}
-	}()
-	reg := prometheus.NewRegistry()
-	io := iometrics.New(reg)
+	s := &Server{cfg: cfg, durable: kvserver.NewNotifier()}
 	sc := cfg.Storage
-	sc.Store = store
-	sc.Cold = cold
-	sc.Logger = cfg.Logger
-	sc.Observe = io.Observe
-	s.durable = kvserver.NewNotifier()
 	sc.OnDurable = s.durable.Notify
-	if sc.CacheDir == "" {
-		sc.CacheDir = DefaultCacheDir(u.String())
-	}
 	if sc.Owner == "" {
 		host, _ := os.Hostname()
 		sc.Owner = fmt.Sprintf("%s pid %d", host, os.Getpid())
 	}
-	// Take the local cache's lock before fencing anyone: a second primary
-	// on the same machine and cache must fail, not depose the first.
-	if _, statErr := os.Stat(sc.CacheDir); errors.Is(statErr, os.ErrNotExist) {
-		defer func() {
-			if err != nil {
-				os.RemoveAll(sc.CacheDir) // created here: leave nothing behind
-			}
-		}()
-	}
-	if err := os.MkdirAll(sc.CacheDir, 0o755); err != nil {
-		return nil, fmt.Errorf("--cache-dir %s: %w", sc.CacheDir, err)
-	}
-	if s.cacheLock, err = engine.LockFile(sc.CacheDir, "SHALE-OWNER.lock"); err != nil {
-		return nil, fmt.Errorf("--db %s: cache %w", u, err)
+	n, err := node.Start(node.Config{Kind: node.Primary, Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, Pprof: cfg.Pprof,
+		Security: cfg.Security, Limits: cfg.Limits, Storage: sc, Logger: cfg.Logger,
+		Stores: node.StoreConfig{DB: cfg.DB, ColdDB: cfg.ColdDB, ColdEndpoint: cfg.ColdEndpoint, Store: cfg.Storage.Store, Cold: cfg.Storage.Cold}})
+	if err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			s.cacheLock.Close()
+			n.Abandon()
 		}
 	}()
+	s.node, s.ep, s.cfg.Logger = n, n.Endpoint, n.Logger
+	cfg.Logger, sc = n.Logger, n.Storage
+	if sec := n.Secured; sec != nil && sec.Guard.Self.Database != n.URL {
+		// Not fatal for the KV API (clients are granted by the database's
+		// name), but the compactor scheduler takes submissions only for
+		// the URL the certificate names.
+		cfg.Logger.Warn("the TLS certificate names another database URL than --db: remote compactions will be refused and done locally",
+			"certificate", sec.Guard.Self.Database, "db", n.URL)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	s.fs, err = shalefs.Open(ctx, sc)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("--db %s: %w", u, err)
+		return nil, fmt.Errorf("--db %s: %w", n.URL, err)
 	}
 	defer func() {
 		if err != nil {
@@ -202,7 +118,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	eo.FileSystem = s.fs
 	if cfg.CompactionMode == "remote" {
 		cc := cfg.Compaction
-		cc.DB, cc.Logger, cc.Registerer = u.String(), cfg.Logger, reg
+		cc.DB, cc.Logger, cc.Registerer = n.URL, cfg.Logger, n.Registry
 		// The primary is the scheduler's client with its own certificate,
 		// which names the database it may submit compactions for.
 		if cfg.Security.TLS.Enabled() {
@@ -223,7 +139,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		eo.CompactionService = s.compactor
 	}
 	if s.db, err = engine.Open(sc.CacheDir, eo); err != nil {
-		return nil, fmt.Errorf("--db %s: %w", u, err)
+		return nil, fmt.Errorf("--db %s: %w", n.URL, err)
 	}
 	s.fs.Serving()
 	epochGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shale_epoch", Help: "Epoch this primary owns the database with."},
@@ -235,6 +151,7 @@ func Start(cfg Config) (_ *Server, err error) {
 			}
 			return 0
 		})
+	reg := n.Registry
 	reg.MustRegister(epochGauge, fencedGauge)
 	go func() {
 		<-s.fs.Fenced()
@@ -243,9 +160,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	reg.MustRegister(engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, s.db.AgeOutStats)
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: u.String(), Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs)}), reg, cfg.Limits, sec, cfg.Logger)
-	cfg.Logger.Info("primary serving", "db", u.String(), "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(),
-		"transport", kvserver.TransportName(sec), "compaction", s.compactionMode())
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: n.URL, Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs)}), reg, cfg.Limits, n.Secured, cfg.Logger)
+	cfg.Logger.Info("primary serving", "db", n.URL, "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(),
+		"transport", kvserver.TransportName(n.Secured), "compaction", s.compactionMode())
 	return s, nil
 }
 
@@ -292,7 +209,7 @@ func (s *Server) Stop(grace time.Duration) {
 		s.cfg.Logger.Warn("could not record the release; the next owner waits one lease", "err", err)
 	}
 	cancel()
-	s.cacheLock.Close()
+	s.node.Close()
 	s.cfg.Logger.Info("primary stopped", "db", s.cfg.DB)
 }
 

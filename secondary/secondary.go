@@ -8,12 +8,9 @@ package secondary
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -29,7 +26,7 @@ import (
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/iometrics"
 	"github.com/shale-rocks/shale/internal/kvserver"
-	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/node"
 	"github.com/shale-rocks/shale/internal/shalefs"
 )
 
@@ -48,7 +45,7 @@ type Config struct {
 	Engine   engine.Options
 	// Storage configures the reader: cache dir and size, timeouts. Store
 	// and Logger are set by Start; an empty CacheDir gets
-	// DefaultCacheDir(DB, Listen).
+	// node.DefaultCacheDir, one per database and Listen.
 	Storage shalefs.Config
 	// CatchupInterval is how often the secondary looks for new writes when
 	// it has no notification stream from the primary (ten times less often
@@ -67,29 +64,17 @@ type Config struct {
 	ColdDB, ColdEndpoint string
 }
 
-// DefaultCacheDir is where a secondary keeps its cache when --cache-dir
-// is not given: one directory per database and listen address, so two
-// secondaries on one machine never share one.
-func DefaultCacheDir(db, listen string) string {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	sum := sha256.Sum256([]byte(db + "\x00" + listen))
-	return filepath.Join(base, "shale", "secondary-"+hex.EncodeToString(sum[:8]))
-}
-
 // Server is a running secondary.
 type Server struct {
-	cfg       Config
-	cacheLock *os.File
-	fs        *shalefs.FS
-	db        *engine.DB
-	ep        *kvserver.Endpoint
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	kick      chan struct{} // a notification: catch up now
-	watching  atomic.Bool   // the primary's stream is connected
+	cfg      Config
+	node     *node.Node // holds the cache dir while serving
+	fs       *shalefs.FS
+	db       *engine.DB
+	ep       *kvserver.Endpoint
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	kick     chan struct{} // a notification: catch up now
+	watching atomic.Bool   // the primary's stream is connected
 	// hint is what the primary's last notification said it has stored
 	// (nil while its stream is down). Events are cumulative: the last one
 	// says all a catch-up needs to know.
@@ -117,19 +102,21 @@ func (s *Server) lag() (uint64, time.Duration) {
 // Start opens the database read-only and starts serving. On error nothing
 // is left running or open.
 func Start(cfg Config) (_ *Server, err error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	if cfg.CatchupInterval <= 0 {
 		cfg.CatchupInterval = time.Second
 	}
-	if err := cfg.Limits.Validate(); err != nil {
-		return nil, err
-	}
-	sec, err := kvserver.Secure(cfg.Security, cfg.Listen, auth.KindSecondary, cfg.Logger)
+	n, err := node.Start(node.Config{Kind: node.Secondary, Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, Pprof: cfg.Pprof,
+		Security: cfg.Security, Limits: cfg.Limits, Storage: cfg.Storage, Logger: cfg.Logger,
+		Stores: node.StoreConfig{DB: cfg.DB, ColdDB: cfg.ColdDB, ColdEndpoint: cfg.ColdEndpoint, Store: cfg.Storage.Store, Cold: cfg.Storage.Cold}})
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			n.Abandon()
+		}
+	}()
+	cfg.Logger = n.Logger
 	// The Watch client's TLS files are loaded now: unusable ones fail the
 	// start instead of leaving the replica polling without a word.
 	var watchDial []grpc.DialOption
@@ -138,79 +125,24 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("--primary: %w", err)
 		}
 	}
-	u, err := objstore.ParseURL(cfg.DB)
-	if err != nil {
-		return nil, fmt.Errorf("--db: %w", err)
-	}
-	store := cfg.Storage.Store // set by tests that wrap the store
-	if store == nil {
-		if store, err = objstore.Open(u.String()); err != nil {
-			return nil, fmt.Errorf("--db: %w", err)
-		}
-	}
-	if s3, ok := store.(*objstore.S3Store); ok {
-		// A missing bucket or bad credentials: say so before anything else.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := s3.CheckBucket(ctx)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("--db %s: %w", u, err)
-		}
-	}
-	cold := cfg.Storage.Cold // set by tests that wrap the store
-	if cold == nil {
-		if cold, err = shalefs.OpenColdTier(cfg.ColdDB, cfg.ColdEndpoint); err != nil {
-			return nil, err
-		}
-	}
-	s := &Server{cfg: cfg, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
-	if s.ep, err = kvserver.Listen(cfg.Listen, cfg.MetricsListen); err != nil {
-		return nil, err
-	}
-	if cfg.Pprof {
-		s.ep.EnableProfiling()
-	}
-	defer func() {
-		if err != nil {
-			s.ep.Close()
-		}
-	}()
-	reg := prometheus.NewRegistry()
-	io := iometrics.New(reg)
-	sc := cfg.Storage
-	sc.Store, sc.Cold, sc.Logger, sc.Observe = store, cold, cfg.Logger, io.Observe
-	if sc.CacheDir == "" {
-		sc.CacheDir = DefaultCacheDir(u.String(), cfg.Listen)
-	}
-	if _, statErr := os.Stat(sc.CacheDir); errors.Is(statErr, os.ErrNotExist) {
-		defer func() {
-			if err != nil {
-				os.RemoveAll(sc.CacheDir) // created here: leave nothing behind
-			}
-		}()
-	}
-	if err := os.MkdirAll(sc.CacheDir, 0o755); err != nil {
-		return nil, fmt.Errorf("--cache-dir %s: %w", sc.CacheDir, err)
-	}
-	if s.cacheLock, err = engine.LockFile(sc.CacheDir, "SHALE-SECONDARY.lock"); err != nil {
-		return nil, fmt.Errorf("--db %s: cache %w", u, err)
-	}
-	defer func() {
-		if err != nil {
-			s.cacheLock.Close()
-		}
-	}()
+	s := &Server{cfg: cfg, node: n, ep: n.Endpoint, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
+	sc := n.Storage
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	s.fs, err = shalefs.OpenReader(ctx, sc)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("--db %s: %w", u, err)
+		return nil, fmt.Errorf("--db %s: %w", n.URL, err)
 	}
+	defer func() {
+		if err != nil {
+			s.fs.Stop()
+		}
+	}()
 	eo := cfg.Engine
 	eo.FileSystem = s.fs
 	eo.SecondaryDir = filepath.Join(sc.CacheDir, "secondary")
 	if s.db, err = engine.Open(sc.CacheDir, eo); err != nil {
-		return nil, fmt.Errorf("--db %s: open as secondary: %w", u, err)
+		return nil, fmt.Errorf("--db %s: open as secondary: %w", n.URL, err)
 	}
 	s.fs.Serving()
 
@@ -227,18 +159,19 @@ func Start(cfg Config) (_ *Server, err error) {
 		})
 	lagSec := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shale_secondary_lag_seconds", Help: "How long the oldest write the primary announced has waited to be applied here (0: caught up)."},
 		func() float64 { _, l := s.lag(); return l.Seconds() })
+	reg := n.Registry
 	reg.MustRegister(s.catchups, s.failures, s.lastCatchup, lagSeq, lagSec, engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, nil)
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: u.String(), Guard: s.fs, Lag: s.lag}), reg, cfg.Limits, sec, cfg.Logger)
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: n.URL, Guard: s.fs, Lag: s.lag}), reg, cfg.Limits, n.Secured, cfg.Logger)
 	s.wg.Add(1)
 	go s.catchUpLoop()
 	if cfg.Primary != "" {
 		s.wg.Add(1)
 		go s.watchPrimary(watchDial)
 	}
-	cfg.Logger.Info("secondary serving", "db", u.String(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.ep.MetricsAddr(),
-		"transport", kvserver.TransportName(sec))
+	cfg.Logger.Info("secondary serving", "db", n.URL, "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.ep.MetricsAddr(),
+		"transport", kvserver.TransportName(n.Secured))
 	return s, nil
 }
 
@@ -426,7 +359,7 @@ func (s *Server) Stop(grace time.Duration) {
 	s.ep.Stop(grace)
 	s.db.Close()
 	s.fs.Stop()
-	s.cacheLock.Close()
+	s.node.Close()
 	s.cfg.Logger.Info("secondary stopped", "db", s.cfg.DB)
 }
 

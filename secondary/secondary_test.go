@@ -479,3 +479,44 @@ func TestSecondaryIdleRequests(t *testing.T) {
 		s.Stop(time.Second)
 	}
 }
+
+// A secondary whose start fails after its reader opened (here RocksDB
+// cannot open as a secondary: its directory is a file) drops the reader
+// lease the open published: the primary need not keep the files it named
+// until the lease expires.
+func TestSecondaryFailedStartDropsLease(t *testing.T) {
+	dir := t.TempDir()
+	db := "file://" + filepath.Join(dir, "db")
+	p := startPrimary(t, db, 1)
+	defer p.Stop(time.Second)
+	cache := filepath.Join(dir, "secondary")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cache, "secondary"), []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
+		Storage: shalefs.Config{CacheDir: cache, ReaderID: "doomed"}})
+	if err == nil {
+		s.Stop(time.Second)
+		t.Fatal("a secondary whose RocksDB directory is a file started")
+	}
+	if !strings.Contains(err.Error(), "open as secondary") {
+		t.Fatalf("start failed elsewhere than at RocksDB's open: %v", err)
+	}
+	store, err := objstore.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leases []string
+	if err := store.List(context.Background(), "_shale/readers/", func(o objstore.ObjectInfo) error {
+		leases = append(leases, o.Key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(leases) > 0 {
+		t.Errorf("the failed secondary left its reader lease: %v", leases)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -191,6 +192,33 @@ func TestTieringFlagErrors(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A secondary checks its tier locations as a primary does (both start
+// through internal/node): a cold tier that is the database or lies inside
+// or around it is refused, on a database a primary serves, before the
+// secondary creates anything. Before, only the primary checked, and such a
+// secondary started.
+func TestSecondaryTierLocations(t *testing.T) {
+	dir := t.TempDir()
+	db := "file://" + filepath.Join(dir, "db")
+	p := startPrimary(t, db, 1)
+	defer p.Stop(time.Second)
+	for _, cold := range []string{db, db + "/cold", "file://" + dir} {
+		cache := filepath.Join(dir, "secondary-cache")
+		s, err := Start(Config{DB: db, ColdDB: cold, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
+			Storage: shalefs.Config{CacheDir: cache}})
+		if err == nil {
+			s.Stop(time.Second)
+			os.RemoveAll(cache)
+		}
+		if want := "--cold-db " + cold + " overlaps --db " + db; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("secondary with --cold-db %s: %v, want an error containing %q", cold, err, want)
+		} else if _, serr := os.Stat(cache); serr == nil {
+			t.Errorf("the secondary refused --cold-db %s after creating its cache dir", cold)
+			os.RemoveAll(cache)
 		}
 	}
 }

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/shale-rocks/shale/internal/objstore"
-	"github.com/shale-rocks/shale/internal/shalefs"
+	"github.com/shale-rocks/shale/internal/inspect"
 )
 
 func newAdminCmd() *cobra.Command {
@@ -41,32 +38,14 @@ it. It needs no running server. --json is a deprecated spelling of -o json.`,
 		if db == "" {
 			return usageErrorf("admin fence-status: --db is required (s3://BUCKET/PREFIX or file:///ABS/PATH)")
 		}
-		store, err := objstore.Open(db)
+		f, err := inspect.ReadFence(db)
 		if err != nil {
-			return fmt.Errorf("--db: %w", err)
+			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		st, err := shalefs.ReadFenceStatus(ctx, store)
-		if err != nil {
-			return fmt.Errorf("read fence status of %s: %w", store.URL(), err)
-		}
-		w := c.OutOrStdout()
 		if output() == outputJSON {
-			return printJSON(w, st)
+			return printJSON(c.OutOrStdout(), f.Status)
 		}
-		if st.Epoch == 0 {
-			fmt.Fprintf(w, "epoch:     0 (no owner has opened %s yet)\n", store.URL())
-			return nil
-		}
-		fmt.Fprintf(w, "epoch:     %d\n", st.Epoch)
-		fmt.Fprintf(w, "taken at:  %s (%s ago)\n", st.TakenAt.Format(time.RFC3339), time.Since(st.TakenAt).Round(time.Second))
-		fmt.Fprintf(w, "owner:     %s\n", st.Owner)
-		if st.Released {
-			fmt.Fprintln(w, "state:     released (the owner shut down cleanly)")
-		} else {
-			fmt.Fprintln(w, "state:     held (an owner may be serving; a new owner must use a higher epoch)")
-		}
+		f.Print(c.OutOrStdout(), time.Now())
 		return nil
 	}
 	return c

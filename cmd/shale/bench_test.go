@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"compress/flate"
 	"encoding/json"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Bad usage of bench exits 2 naming the flag and the fix, before dialing
@@ -77,79 +73,6 @@ func TestBenchHelp(t *testing.T) {
 	if code, out, _ := shale("__complete", "bench", "--benchmarks", "fillseq,read"); code != 0 ||
 		!strings.Contains(out, "fillseq,readrandom\n") || !strings.Contains(out, "fillseq,readwhilewriting\n") || strings.Contains(out, "scan") {
 		t.Errorf("completion of --benchmarks: %q", out)
-	}
-}
-
-// The histogram's quantiles are within a bucket's width (under 2%) of the
-// exact ones from sorted samples, and min, max and the mean are exact.
-func TestBenchHistogram(t *testing.T) {
-	for i := range histBuckets {
-		lo, hi := histBounds(i)
-		if histIndex(lo) != i || histIndex(hi) != i || (i > 0 && histIndex(lo-1) != i-1) {
-			t.Fatalf("bucket %d [%d, %d]: indexes %d %d", i, lo, hi, histIndex(lo), histIndex(hi))
-		}
-	}
-	if histIndex(1<<63-1) != histBuckets-1 {
-		t.Fatalf("largest value in bucket %d of %d", histIndex(1<<63-1), histBuckets)
-	}
-
-	rng := rand.New(rand.NewPCG(1, 2))
-	var a, b latencyHist
-	var samples []time.Duration
-	var sum time.Duration
-	for i := range 100000 {
-		// log-normal-ish: mostly around 1ms, a tail to seconds
-		d := time.Duration(float64(time.Millisecond) * rng.ExpFloat64() * rng.ExpFloat64() * 3)
-		samples = append(samples, d)
-		sum += d
-		if i%2 == 0 {
-			a.record(d)
-		} else {
-			b.record(d)
-		}
-	}
-	a.merge(&b)
-	slices.Sort(samples)
-	for _, q := range []float64{0.5, 0.9, 0.99, 0.999} {
-		exact := samples[int(q*float64(len(samples)))-1]
-		got := a.quantile(q)
-		if diff := float64(got-exact) / float64(exact); diff < -0.02 || diff > 0.02 {
-			t.Errorf("p%g: %s, exact %s (%.1f%% off)", q*100, got, exact, diff*100)
-		}
-	}
-	if a.min != samples[0] || a.max != samples[len(samples)-1] || a.quantile(1) != a.max || a.mean() != sum/time.Duration(len(samples)) {
-		t.Errorf("min %s max %s mean %s; want %s %s %s", a.min, a.max, a.mean(), samples[0], samples[len(samples)-1], sum/time.Duration(len(samples)))
-	}
-	var empty latencyHist
-	if empty.quantile(0.5) != 0 || empty.mean() != 0 {
-		t.Error("empty histogram")
-	}
-}
-
-// Values compress about as much as --compression-ratio says.
-func TestBenchValueCompressibility(t *testing.T) {
-	size := func(ratio float64) int {
-		p := newValuePool(4000, ratio, 7)
-		rng := rand.New(rand.NewPCG(1, 1))
-		var b bytes.Buffer
-		w, _ := flate.NewWriter(&b, flate.BestSpeed)
-		for range 50 {
-			v := p.get(rng)
-			if len(v) != 4000 {
-				t.Fatalf("value of %d bytes", len(v))
-			}
-			w.Write(v)
-		}
-		w.Close()
-		return b.Len()
-	}
-	// flate also entropy-codes the printable bytes; compare with
-	// incompressible values rather than with the raw size.
-	full := size(1)
-	for _, ratio := range []float64{0.25, 0.5} {
-		if got := float64(size(ratio)) / float64(full); got < ratio-0.1 || got > ratio+0.1 {
-			t.Errorf("--compression-ratio %g: values compress to %.2f of incompressible ones", ratio, got)
-		}
 	}
 }
 

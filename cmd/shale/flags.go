@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shale-rocks/shale/internal/cli"
 )
 
 // Flag value types. A bad value fails the parse with pflag's
@@ -30,11 +30,11 @@ func (s sizeValue[T]) String() string {
 	if s.p == nil {
 		return "0"
 	}
-	return formatSize(uint64(*s.p))
+	return cli.FormatSize(uint64(*s.p))
 }
 
 func (s sizeValue[T]) Set(v string) error {
-	n, err := parseSize(v)
+	n, err := cli.ParseSize(v)
 	if err != nil {
 		return err
 	}
@@ -43,41 +43,6 @@ func (s sizeValue[T]) Set(v string) error {
 }
 
 func (sizeValue[T]) Type() string { return "size" }
-
-// parseSize parses plain bytes or a number with a B, KiB, MiB or GiB suffix.
-func parseSize(v string) (int, error) {
-	mult := 1
-	num := v
-	for _, u := range []struct {
-		suffix string
-		mult   int
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(v, u.suffix) {
-			num, mult = strings.TrimSuffix(v, u.suffix), u.mult
-			break
-		}
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(num))
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("invalid size %q (want bytes, or a number with KiB, MiB or GiB)", v)
-	}
-	if n > math.MaxInt/mult {
-		return 0, fmt.Errorf("size %q is too large", v)
-	}
-	return n * mult, nil
-}
-
-func formatSize(n uint64) string {
-	switch {
-	case n > 0 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dGiB", n>>30)
-	case n > 0 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n > 0 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return strconv.FormatUint(n, 10)
-}
 
 // durationValue is a positive duration. Zero would silently mean the
 // built-in default in the storage layer, and a negative one means nothing.
@@ -92,20 +57,7 @@ func (d durationValue) String() string {
 	if d.p == nil {
 		return "0s"
 	}
-	return formatDuration(*d.p)
-}
-
-// formatDuration is d without zero minutes and seconds after a larger
-// unit: 1h, 5m, 1h30m rather than 1h0m0s, 5m0s, 1h30m0s.
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
+	return cli.FormatDuration(*d.p)
 }
 
 func (d durationValue) Set(v string) error {

@@ -17,6 +17,7 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/kvload"
 	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/internal/miniotest"
 	"github.com/shale-rocks/shale/internal/shalefs"
@@ -86,7 +87,7 @@ func TestKVLoadSurvivesKill9(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("kv load: exit %d: %s", code, errOut)
 	}
-	var sum loadSummary
+	var sum kvload.Summary
 	if err := json.Unmarshal([]byte(out), &sum); err != nil {
 		t.Fatalf("kv load -o json: %v\n%s", err, out)
 	}

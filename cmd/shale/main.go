@@ -4,7 +4,10 @@
 // (`shale admin ...`).
 //
 // The command tree is built with cobra (root.go); each subcommand lives in
-// the file named after it.
+// the file named after it, which wires its flags to the package that does
+// the work wherever that is more than a call or two: internal/bench (bench),
+// internal/kvload (kv load), internal/inspect (admin fence-status, admin
+// tiers), primary, secondary and compactor.
 package main
 
 import (
@@ -12,7 +15,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
+
+	"github.com/shale-rocks/shale/internal/cli"
 )
 
 func main() {
@@ -64,11 +68,11 @@ func runWithStdin(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	}
 	var ue *usageError
 	if !errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "shale: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(stderr, "shale: %s\n", cli.OneLine(err.Error()))
 		return exitError
 	}
 	if ue.full {
-		fmt.Fprintf(stderr, "shale: %s\n\n%s", oneLine(err.Error()), cmd.UsageString())
+		fmt.Fprintf(stderr, "shale: %s\n\n%s", cli.OneLine(err.Error()), cmd.UsageString())
 		return exitUsage
 	}
 	use := cmd.UseLine()
@@ -76,10 +80,6 @@ func runWithStdin(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		use = cmd.CommandPath() + " [command]"
 	}
 	fmt.Fprintf(stderr, "shale: %s\nUsage: %s\nRun '%s --help' for more information.\n",
-		oneLine(err.Error()), use, cmd.CommandPath())
+		cli.OneLine(err.Error()), use, cmd.CommandPath())
 	return exitUsage
-}
-
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
 }

@@ -598,17 +598,9 @@ func TestZombieProcessExits(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int{"65536": 65536, "64KiB": 65536, "32MiB": 32 << 20, "1GiB": 1 << 30, "10B": 10} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v", in, got, err)
-		}
-	}
-	for _, bad := range []string{"", "12MB", "-1", "x", "1.5GiB", "9223372036854775807KiB"} {
-		if _, err := parseSize(bad); err == nil {
-			t.Errorf("parseSize(%q) accepted", bad)
-		}
-	}
+// A bad size flag is bad usage naming the units (internal/cli's
+// TestParseSize has the parser's cases).
+func TestSizeFlag(t *testing.T) {
 	if code, _, e := shale("primary", "--db", "file:///tmp/x", "--max-key-size", "12MB"); code != 2 || !strings.Contains(e, "want bytes, or a number with KiB, MiB or GiB") {
 		t.Errorf("bad size flag: %d %s", code, e)
 	}

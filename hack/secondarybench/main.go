@@ -6,8 +6,9 @@
 //	            notifications (--primary);
 //	lag-poll    the same on a secondary that only polls the store every
 //	            -poll (Shale's default --catchup-interval);
-//	read        readrandom throughput (`shale bench`) of one secondary and
-//	            of the primary on the same data, alternately, and the ratio.
+//	read        readrandom throughput (`shale bench`'s engine,
+//	            internal/bench) of one secondary and of the primary on the
+//	            same data, alternately, and the ratio.
 //
 // Lag is measured per write, from the moment the writer got the primary's
 // acknowledgement to the end of the first catch-up of the secondary that
@@ -15,10 +16,12 @@
 // catch-up that ends before the acknowledgement arrives counts as 0. The
 // store requests the secondary made during the run are counted too, per
 // catch-up and per second. The primary is a `shale primary` process; the
-// secondaries and the writer run in this process, and the read benchmark
-// runs `shale bench` as a child process, all sharing the machine with
-// MinIO. Compare figures from one run: a shared
-// machine's load changes between runs.
+// lag scenarios' secondaries and the writer run in this process. In the
+// read scenario the secondary is a `shale secondary` process too, with the
+// same defaults as the primary, and this process is the client: neither
+// server shares a Go scheduler with it or with the other. All share the
+// machine with MinIO. Compare figures from one run: a shared machine's
+// load changes between runs.
 package main
 
 import (
@@ -44,6 +47,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/bench"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/internal/objstore"
@@ -70,14 +74,14 @@ func main() {
 	var scenarios string
 	flag.StringVar(&c.work, "work", "", "working directory (cache directories); required")
 	flag.StringVar(&c.s3, "s3", "", "s3://BUCKET[/PREFIX] to create the database in (endpoint and credentials from AWS_* variables); required")
-	flag.StringVar(&c.shale, "shale", "bin/shale", "the shale binary, for `shale bench` (read)")
+	flag.StringVar(&c.shale, "shale", "bin/shale", "the shale binary, for the primary and the read scenario's secondary")
 	flag.StringVar(&scenarios, "scenarios", "lag-notify,lag-poll,read", "scenarios to run, comma-separated")
 	flag.Float64Var(&c.rate, "rate", 50, "lag: synced writes per second on the primary")
 	flag.DurationVar(&c.lagFor, "lag-duration", 30*time.Second, "lag: how long the writes go on, per scenario")
 	flag.DurationVar(&c.poll, "poll", time.Second, "lag-poll: the secondary's --catchup-interval (also the fallback of lag-notify)")
 	flag.IntVar(&c.keys, "keys", 200000, "read: keys loaded (fillseq) and read (readrandom)")
 	flag.IntVar(&c.valueSize, "value-size", 100, "read: bytes per value")
-	flag.IntVar(&c.threads, "threads", 16, "read: client threads of shale bench")
+	flag.IntVar(&c.threads, "threads", 16, "read: client threads (shale bench --threads)")
 	flag.DurationVar(&c.readFor, "read-duration", 10*time.Second, "read: each measured readrandom run")
 	flag.IntVar(&c.rounds, "rounds", 2, "read: primary and secondary are measured this many times each, alternately (the median counts)")
 	flag.StringVar(&c.jsonPath, "json", "", "also write the results as one JSON object to this file")
@@ -135,7 +139,7 @@ type readResult struct {
 func run(c config) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	db := strings.TrimSuffix(c.s3, "/") + "/bench-" + time.Now().UTC().Format("20060102T150405")
-	p, err := startPrimary(c, db)
+	p, err := startServer(c, "primary", "--db", db, "--cache-dir", filepath.Join(c.work, "primary"))
 	if err != nil {
 		return err
 	}
@@ -159,7 +163,7 @@ func run(c config) error {
 			}
 			lags = append(lags, r)
 		case "read":
-			r, err := measureReads(c, db, p, pkv, logger)
+			r, err := measureReads(c, db, p, pkv)
 			if err != nil {
 				return fmt.Errorf("read: %w", err)
 			}
@@ -276,8 +280,8 @@ func measureLag(c config, scenario, db, paddr string, pkv kvv1.KVClient, logger 
 		wdur = append(wdur, w.dur)
 	}
 	res.Writes = len(writes)
-	res.WriteP50Ms = ms(pct(wdur, 0.5))
-	res.LagP50Ms, res.LagP99Ms, res.LagMaxMs = ms(pct(lag, 0.5)), ms(pct(lag, 0.99)), ms(pct(lag, 1))
+	res.WriteP50Ms = ms(bench.Percentile(wdur, 0.5))
+	res.LagP50Ms, res.LagP99Ms, res.LagMaxMs = ms(bench.Percentile(lag, 0.5)), ms(bench.Percentile(lag, 0.99)), ms(bench.Percentile(lag, 1))
 	res.CatchUps = len(events)
 	res.Requests = map[string]int{}
 	total := 0
@@ -308,10 +312,13 @@ func loadAverage() float64 {
 	return l
 }
 
-func measureReads(c config, db string, p *primaryProc, pkv kvv1.KVClient, logger *slog.Logger) (readResult, error) {
+func measureReads(c config, db string, p *serverProc, pkv kvv1.KVClient) (readResult, error) {
 	res := readResult{Keys: c.keys, Threads: c.threads}
-	common := []string{"--keys", fmt.Sprint(c.keys), "--value-size", fmt.Sprint(c.valueSize), "--threads", fmt.Sprint(c.threads)}
-	if _, err := shaleBench(c, p.addr, append([]string{"--benchmarks", "fillseq", "--num", fmt.Sprint(c.keys), "--batch", "100"}, common...)...); err != nil {
+	base := bench.DefaultConfig()
+	base.Keys, base.ValueSize, base.Threads = uint64(c.keys), c.valueSize, uint64(c.threads)
+	fill := base
+	fill.Benchmarks, fill.Num, fill.Batch = []string{"fillseq"}, uint64(c.keys), 100
+	if _, err := runBench(p.addr, fill); err != nil {
 		return res, err
 	}
 	if _, err := pkv.Flush(context.Background(), &kvv1.FlushRequest{}); err != nil {
@@ -321,12 +328,14 @@ func measureReads(c config, db string, p *primaryProc, pkv kvv1.KVClient, logger
 	if err != nil {
 		return res, err
 	}
-	s, _, err := startSecondary(c, "read", db, p.addr, true, nil, logger)
+	s, err := startServer(c, "secondary", "--db", db, "--cache-dir", filepath.Join(c.work, "read"), "--primary", p.addr,
+		"--catchup-interval", c.poll.String())
 	if err != nil {
 		return res, err
 	}
-	defer s.Stop(10 * time.Second)
-	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer s.stop()
+	fmt.Fprintf(os.Stderr, "# secondary (shale secondary, pid %d) on %s\n", s.cmd.Process.Pid, s.addr)
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return res, err
 	}
@@ -338,26 +347,30 @@ func measureReads(c config, db string, p *primaryProc, pkv kvv1.KVClient, logger
 	}); err != nil {
 		return res, fmt.Errorf("the secondary did not catch up with the loaded data: %w", err)
 	}
-	read := append([]string{"--benchmarks", "readrandom"}, common...)
-	for _, addr := range []string{p.addr, s.Addr()} { // warm both caches
-		if _, err := shaleBench(c, addr, append(read, "--duration", "3s")...); err != nil {
+	read := base
+	read.Benchmarks = []string{"readrandom"}
+	for _, addr := range []string{p.addr, s.addr} { // warm both caches
+		warm := read
+		warm.Duration = 3 * time.Second
+		if _, err := runBench(addr, warm); err != nil {
 			return res, err
 		}
 	}
+	read.Duration = c.readFor
 	for i := 0; i < c.rounds; i++ {
 		for _, role := range []string{"primary", "secondary"} {
 			addr := p.addr
 			if role == "secondary" {
-				addr = s.Addr()
+				addr = s.addr
 			}
-			r, err := shaleBench(c, addr, append(read, "--duration", c.readFor.String())...)
+			r, err := runBench(addr, read)
 			if err != nil {
 				return res, err
 			}
 			if role == "primary" {
-				res.PrimaryOps, res.PrimaryP99Us = append(res.PrimaryOps, r.ops), append(res.PrimaryP99Us, r.p99)
+				res.PrimaryOps, res.PrimaryP99Us = append(res.PrimaryOps, r.OpsPerSec), append(res.PrimaryP99Us, r.Latency.P99)
 			} else {
-				res.SecondaryOps, res.SecondaryP99Us = append(res.SecondaryOps, r.ops), append(res.SecondaryP99Us, r.p99)
+				res.SecondaryOps, res.SecondaryP99Us = append(res.SecondaryOps, r.OpsPerSec), append(res.SecondaryP99Us, r.Latency.P99)
 			}
 		}
 	}
@@ -365,24 +378,26 @@ func measureReads(c config, db string, p *primaryProc, pkv kvv1.KVClient, logger
 	return res, nil
 }
 
-// primaryProc is the primary, a `shale primary` process of its own, as in
-// production: the secondary measured in this process shares no Go
-// scheduler with it.
-type primaryProc struct {
+// serverProc is a server in a `shale` process of its own, as in
+// production: the primary, and the read scenario's secondary. A server
+// measured in this process shares no Go scheduler with them.
+type serverProc struct {
 	cmd  *exec.Cmd
 	addr string
 	log  bytes.Buffer
 }
 
-func startPrimary(c config, db string) (*primaryProc, error) {
+// startServer runs `shale ROLE ARGS` on a free loopback port and waits
+// until it serves.
+func startServer(c config, role string, args ...string) (*serverProc, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	addr := l.Addr().String()
 	l.Close()
-	p := &primaryProc{addr: addr}
-	p.cmd = exec.Command(c.shale, "primary", "--db", db, "--cache-dir", filepath.Join(c.work, "primary"), "--listen", addr, "--metrics-listen", "")
+	p := &serverProc{addr: addr}
+	p.cmd = exec.Command(c.shale, append([]string{role, "--listen", addr, "--metrics-listen", ""}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
@@ -401,12 +416,12 @@ func startPrimary(c config, db string) (*primaryProc, error) {
 	})
 	if err != nil {
 		p.stop()
-		return nil, fmt.Errorf("shale primary did not start: %w\n%s", err, p.log.String())
+		return nil, fmt.Errorf("shale %s did not start: %w\n%s", role, err, p.log.String())
 	}
 	return p, nil
 }
 
-func (p *primaryProc) stop() {
+func (p *serverProc) stop() {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { p.cmd.Wait(); close(done) }()
@@ -418,30 +433,29 @@ func (p *primaryProc) stop() {
 	}
 }
 
-type benchRun struct{ ops, p99 float64 }
-
-// shaleBench runs `shale bench -o json` against addr and returns the last
-// benchmark's throughput and p99 latency (microseconds).
-func shaleBench(c config, addr string, args ...string) (benchRun, error) {
-	cmd := exec.Command(c.shale, append([]string{"bench", "--addr", addr, "-o", "json", "--progress-interval", "1h"}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return benchRun{}, fmt.Errorf("shale bench %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+// runBench runs cfg with `shale bench`'s engine against the plaintext
+// server at addr and returns the last benchmark's result.
+func runBench(addr string, cfg bench.Config) (*bench.Result, error) {
+	dial := func() (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
-	var report struct {
-		Benchmarks []struct {
-			OpsPerSec float64 `json:"opsPerSec"`
-			Latency   struct {
-				P99 float64 `json:"p99"`
-			} `json:"latencyMicros"`
-		} `json:"benchmarks"`
+	conn, err := dial()
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil || len(report.Benchmarks) == 0 {
-		return benchRun{}, fmt.Errorf("shale bench %s: unreadable report (%v): %s", strings.Join(args, " "), err, stdout.String())
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	st, err := kvv1.NewKVClient(conn).Status(ctx, &kvv1.StatusRequest{})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", addr, err)
 	}
-	b := report.Benchmarks[len(report.Benchmarks)-1]
-	return benchRun{b.OpsPerSec, b.Latency.P99}, nil
+	cfg.Addr = addr
+	r, err := bench.Run(context.Background(), cfg, bench.Target{Status: st, Dial: dial}, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("bench %s against %s: %w", strings.Join(cfg.Benchmarks, ","), addr, err)
+	}
+	return r.Benchmarks[len(r.Benchmarks)-1], nil
 }
 
 func waitUntil(d time.Duration, cond func() bool) error {
@@ -453,16 +467,6 @@ func waitUntil(d time.Duration, cond func() bool) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return nil
-}
-
-func pct(d []time.Duration, q float64) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	if len(s) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
 
 func median(v []float64) float64 {

@@ -32,7 +32,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -42,6 +41,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/bench"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/internal/shalefs"
@@ -146,7 +146,6 @@ type phase struct {
 	Name      string  `json:"name"`
 	Ops       int     `json:"ops"`
 	OpsPerSec float64 `json:"opsPerSec"`
-	P50, P99  float64 `json:"-"`
 	P50ms     float64 `json:"p50ms"`
 	P99ms     float64 `json:"p99ms"`
 	Ratio     float64 `json:"opsRatioToRecent"`
@@ -325,12 +324,8 @@ func run(c config) error {
 		}
 		wg.Wait()
 		el := time.Since(start)
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		ph := phase{Name: name, Ops: len(lat), OpsPerSec: float64(len(lat)) / el.Seconds()}
-		if len(lat) > 0 {
-			ph.P50ms = float64(lat[len(lat)/2]) / 1e6
-			ph.P99ms = float64(lat[len(lat)*99/100]) / 1e6
-		}
+		ph := phase{Name: name, Ops: len(lat), OpsPerSec: float64(len(lat)) / el.Seconds(),
+			P50ms: float64(bench.Percentile(lat, 0.5)) / 1e6, P99ms: float64(bench.Percentile(lat, 0.99)) / 1e6}
 		if f := failed.Load(); f > 0 {
 			fmt.Fprintf(os.Stderr, "%s: %d gets failed\n", name, f)
 		}

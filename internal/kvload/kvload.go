@@ -1,8 +1,9 @@
-// Package kvload reads key-value pairs for bulk loads: JSON lines
+// Package kvload is bulk loading: it reads key-value pairs, JSON lines
 // ({"key": ..., "value": ...}, with keyBase64/valueBase64 for bytes that are
 // not UTF-8, as `shale kv get -o json` prints them) or key<TAB>value lines
-// (as `shale kv scan` prints them). Errors name the line and what to write
-// instead.
+// (as `shale kv scan` prints them), with errors that name the line and what
+// to write instead; it packs them for the Load RPC (the server unpacks them
+// here too); and Load is the client of `shale kv load` (client.go).
 package kvload
 
 import (

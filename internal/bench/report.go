@@ -1,41 +1,42 @@
-package main
+package bench
 
 import (
 	"bufio"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/shale-rocks/shale/internal/cli"
 )
 
-// benchReport is the whole run; -o json prints it as it is.
-type benchReport struct {
-	Addr             string         `json:"addr"`
-	DB               string         `json:"db"`
-	ServerVersion    string         `json:"serverVersion"`
-	RocksDBVersion   string         `json:"rocksdbVersion"`
-	Threads          uint64         `json:"threads"`
-	Conns            uint64         `json:"conns"`
-	Num              uint64         `json:"num"`             // 0 with --duration
-	Duration         float64        `json:"durationSeconds"` // 0 with --num
-	Keys             uint64         `json:"keys"`
-	KeySize          int            `json:"keySize"`
-	ValueSize        int            `json:"valueSize"`
-	CompressionRatio float64        `json:"compressionRatio"`
-	Batch            uint64         `json:"batch"`
-	ScanLength       uint64         `json:"scanLength"`
-	Seed             uint64         `json:"seed"`
-	Benchmarks       []*benchResult `json:"benchmarks"`
+// Report is the whole run; `shale bench -o json` prints it as it is.
+type Report struct {
+	Addr             string    `json:"addr"`
+	DB               string    `json:"db"`
+	ServerVersion    string    `json:"serverVersion"`
+	RocksDBVersion   string    `json:"rocksdbVersion"`
+	Threads          uint64    `json:"threads"`
+	Conns            uint64    `json:"conns"`
+	Num              uint64    `json:"num"`             // 0 with --duration
+	Duration         float64   `json:"durationSeconds"` // 0 with --num
+	Keys             uint64    `json:"keys"`
+	KeySize          int       `json:"keySize"`
+	ValueSize        int       `json:"valueSize"`
+	CompressionRatio float64   `json:"compressionRatio"`
+	Batch            uint64    `json:"batch"`
+	ScanLength       uint64    `json:"scanLength"`
+	Seed             uint64    `json:"seed"`
+	Benchmarks       []*Result `json:"benchmarks"`
 }
 
-// benchResult is one benchmark's measurements. Ops count keys (a Write of
+// Result is one benchmark's measurements. Ops count keys (a Write of
 // 100 puts is 100 ops, a MultiGet of 32 keys 32) or scans; latency is per
 // request.
-type benchResult struct {
+type Result struct {
 	Name      string  `json:"name"`
 	Ops       uint64  `json:"ops"`
 	Requests  uint64  `json:"requests"`
@@ -48,8 +49,8 @@ type benchResult struct {
 	Found   *uint64 `json:"found,omitempty"`
 	Missing *uint64 `json:"missing,omitempty"`
 	// Scans: pairs returned.
-	Pairs   *uint64       `json:"pairs,omitempty"`
-	Latency latencyReport `json:"latencyMicros"`
+	Pairs   *uint64 `json:"pairs,omitempty"`
+	Latency Latency `json:"latencyMicros"`
 	// The bench process's user+system CPU time over the benchmark, and per
 	// op (ops of the readers and the writer).
 	ClientCPUSeconds     float64 `json:"clientCpuSeconds"`
@@ -59,19 +60,20 @@ type benchResult struct {
 	ServerCPUSeconds     *float64 `json:"serverCpuSeconds"`
 	ServerCPUMicrosPerOp *float64 `json:"serverCpuMicrosPerOp"`
 	// readwhilewriting: the writer thread.
-	Writer      *benchWriter `json:"writer,omitempty"`
-	Interrupted bool         `json:"interrupted,omitempty"`
+	Writer      *Writer `json:"writer,omitempty"`
+	Interrupted bool    `json:"interrupted,omitempty"`
 }
 
-type benchWriter struct {
+// Writer is the writer thread of readwhilewriting.
+type Writer struct {
 	Ops       uint64  `json:"ops"`
 	Requests  uint64  `json:"requests"`
 	Errors    uint64  `json:"errors"`
 	OpsPerSec float64 `json:"opsPerSec"`
 }
 
-// latencyReport is in microseconds, of successful requests.
-type latencyReport struct {
+// Latency is in microseconds, of successful requests.
+type Latency struct {
 	Min  float64 `json:"min"`
 	Mean float64 `json:"mean"`
 	P50  float64 `json:"p50"`
@@ -84,14 +86,14 @@ func micros(d time.Duration) float64 {
 	return float64(d.Nanoseconds()/100) / 10 // 0.1 µs is plenty
 }
 
-func newBenchResult(name string, w *benchWorkload, c benchCounts, h *latencyHist, elapsed time.Duration) *benchResult {
-	r := &benchResult{
+func newBenchResult(name string, w *benchWorkload, c benchCounts, h *Histogram, elapsed time.Duration) *Result {
+	r := &Result{
 		Name: name, Ops: c.ops, Requests: c.requests, Errors: c.errors,
 		Seconds: elapsed.Seconds(), OpsPerSec: perSecond(c.ops, elapsed),
 		Bytes: c.bytes, MBPerSec: perSecond(c.bytes, elapsed) / 1e6,
-		Latency: latencyReport{
-			Min: micros(h.min), Mean: micros(h.mean()), P50: micros(h.quantile(0.5)),
-			P99: micros(h.quantile(0.99)), P999: micros(h.quantile(0.999)), Max: micros(h.max),
+		Latency: Latency{
+			Min: micros(h.Min()), Mean: micros(h.Mean()), P50: micros(h.Quantile(0.5)),
+			P99: micros(h.Quantile(0.99)), P999: micros(h.Quantile(0.999)), Max: micros(h.Max()),
 		},
 	}
 	switch w.kind {
@@ -107,11 +109,11 @@ func newBenchResult(name string, w *benchWorkload, c benchCounts, h *latencyHist
 
 const benchRowFormat = "%-17s %9s %8s %9s %7s %8s %8s %8s %8s %8s %8s\n"
 
-func (rep *benchReport) printHeader(w io.Writer) {
+func (rep *Report) printHeader(w io.Writer) {
 	fmt.Fprintf(w, "shale bench: %s, %s (shale %s, RocksDB %s)\n", rep.Addr, rep.DB, rep.ServerVersion, rep.RocksDBVersion)
 	what := fmt.Sprintf("%d ops per benchmark", rep.Num)
 	if rep.Duration > 0 {
-		what = fmt.Sprintf("%s per benchmark", formatDuration(time.Duration(rep.Duration*float64(time.Second))))
+		what = fmt.Sprintf("%s per benchmark", cli.FormatDuration(time.Duration(rep.Duration*float64(time.Second))))
 	}
 	conns := "1 connection"
 	if rep.Conns != 1 {
@@ -122,7 +124,7 @@ func (rep *benchReport) printHeader(w io.Writer) {
 	fmt.Fprintf(w, benchRowFormat, "benchmark", "ops", "seconds", "ops/s", "MB/s", "p50", "p99", "p99.9", "max", "cpu/op", "srv cpu")
 }
 
-func (rep *benchReport) printResult(w io.Writer, r *benchResult) {
+func (rep *Report) printResult(w io.Writer, r *Result) {
 	srv := "-"
 	if r.ServerCPUMicrosPerOp != nil {
 		srv = fmtMicros(*r.ServerCPUMicrosPerOp)
@@ -137,7 +139,7 @@ func (rep *benchReport) printResult(w io.Writer, r *benchResult) {
 		fmtMicros(r.ClientCPUMicrosPerOp), srv)
 }
 
-func (rep *benchReport) printNotes(w io.Writer) {
+func (rep *Report) printNotes(w io.Writer) {
 	var notes []string
 	interrupted, noServer, batched := false, false, false
 	for _, r := range rep.Benchmarks {
@@ -159,7 +161,7 @@ func (rep *benchReport) printNotes(w io.Writer) {
 		}
 		interrupted = interrupted || r.Interrupted
 		noServer = noServer || r.ServerCPUMicrosPerOp == nil
-		batched = batched || (rep.Batch > 1 && benchWorkloads[r.Name].kind != kindRead && benchWorkloads[r.Name].kind != kindScan)
+		batched = batched || (rep.Batch > 1 && workloads[r.Name].kind != kindRead && workloads[r.Name].kind != kindScan)
 	}
 	if batched {
 		notes = append(notes, fmt.Sprintf("ops count keys; latency is per request of --batch %d", rep.Batch))
@@ -192,61 +194,28 @@ func fmtMicros(us float64) string {
 	return fmt.Sprintf("%.2fs", us/1e6)
 }
 
-// startProgress shows how a benchmark is going on stderr: a line redrawn
-// four times a second on a terminal, otherwise a line every
-// --progress-interval. The returned function stops it and clears the line.
+// startProgress shows how a benchmark is going on stderr (cli.Progress):
+// the operations done, the share of --num or --duration, and the rate
+// since the last line. The returned function stops it and clears the line.
 func startProgress(w io.Writer, tty bool, r *benchRun, start time.Time) func() {
-	every := r.cfg.progressEvery
-	if tty {
-		every = 250 * time.Millisecond
-	}
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		lastOps, lastT := uint64(0), start
-		for {
-			select {
-			case <-stop:
-				if tty {
-					fmt.Fprint(w, "\r\033[K")
-				}
-				return
-			case now := <-tick.C:
-				ops := r.done.Load()
-				line := progressLine(r, ops, now.Sub(start), perSecond(ops-lastOps, now.Sub(lastT)))
-				lastOps, lastT = ops, now
-				if tty {
-					fmt.Fprintf(w, "\r\033[K%s", line)
-				} else {
-					fmt.Fprintln(w, line)
-				}
-			}
-		}
-	}()
-	return func() { close(stop); <-stopped }
+	lastOps, lastT := uint64(0), start
+	return cli.Progress(w, tty, r.cfg.ProgressEvery, func(now time.Time) string {
+		ops := r.done.Load()
+		line := progressLine(r, ops, now.Sub(start), perSecond(ops-lastOps, now.Sub(lastT)))
+		lastOps, lastT = ops, now
+		return line
+	})
 }
 
 func progressLine(r *benchRun, ops uint64, elapsed time.Duration, rate float64) string {
 	var pct float64
-	if r.cfg.duration > 0 {
-		pct = 100 * elapsed.Seconds() / r.cfg.duration.Seconds()
+	if r.cfg.Duration > 0 {
+		pct = 100 * elapsed.Seconds() / r.cfg.Duration.Seconds()
 	} else {
-		pct = 100 * float64(ops) / float64(r.cfg.num)
+		pct = 100 * float64(ops) / float64(r.cfg.Num)
 	}
 	return fmt.Sprintf("%s: %3.0f%%  %d ops in %s  %.0f ops/s now  %d errors",
 		r.name, min(pct, 100), ops, elapsed.Round(100*time.Millisecond), rate, r.failed.Load())
-}
-
-// isTerminal tells whether w is a character device such as a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // processCPU is the user and system CPU time this process has used.

@@ -1,18 +1,17 @@
-package main
+package bench
 
 import (
-	"math"
 	"math/bits"
 	"time"
 )
 
-// latencyHist is a histogram of durations in log-linear buckets, in the
+// Histogram is a histogram of durations in log-linear buckets, in the
 // manner of HDR histograms: values below 2*histSub nanoseconds have a
 // bucket each, and every power of two above is split into histSub equal
 // buckets, so a bucket is less than 1/histSub (1.6%) of its values wide.
 // Its memory is fixed (histBuckets counters), however long the run; min,
-// max and the sum are exact.
-type latencyHist struct {
+// max and the sum are exact. The zero value is empty and ready.
+type Histogram struct {
 	counts [histBuckets]uint64
 	n      uint64
 	sum    time.Duration
@@ -47,7 +46,8 @@ func histBounds(i int) (lo, hi uint64) {
 	return top << shift, (top+1)<<shift - 1
 }
 
-func (h *latencyHist) record(d time.Duration) {
+// Record adds d (a negative one as 0).
+func (h *Histogram) Record(d time.Duration) {
 	if d < 0 {
 		d = 0
 	}
@@ -62,7 +62,8 @@ func (h *latencyHist) record(d time.Duration) {
 	h.sum += d
 }
 
-func (h *latencyHist) merge(o *latencyHist) {
+// Merge adds o's values.
+func (h *Histogram) Merge(o *Histogram) {
 	if o.n == 0 {
 		return
 	}
@@ -79,25 +80,24 @@ func (h *latencyHist) merge(o *latencyHist) {
 	h.sum += o.sum
 }
 
-// quantile is the value at or below which a fraction q of the recorded
-// values lie: the middle of the bucket holding the ceil(q*n)-th smallest
-// value, kept within the exact min and max (which the smallest and the
-// largest are).
-func (h *latencyHist) quantile(q float64) time.Duration {
-	if h.n == 0 {
-		return 0
-	}
-	rank := uint64(math.Ceil(q * float64(h.n)))
+// Quantile is the value at or below which a fraction q of the recorded
+// values lie: the middle of the bucket holding the value of the nearest
+// rank (percentile.go), kept within the exact min and max (which the
+// smallest and the largest are). 0 when empty.
+func (h *Histogram) Quantile(q float64) time.Duration {
+	r := rank(q, h.n)
 	switch {
-	case rank <= 1:
+	case r == 0:
+		return 0
+	case r == 1:
 		return h.min
-	case rank >= h.n:
+	case r == h.n:
 		return h.max
 	}
 	var seen uint64
 	for i, c := range h.counts {
 		seen += c
-		if seen >= rank {
+		if seen >= r {
 			lo, hi := histBounds(i)
 			v := time.Duration(lo + (hi-lo)/2)
 			return min(max(v, h.min), h.max)
@@ -106,7 +106,17 @@ func (h *latencyHist) quantile(q float64) time.Duration {
 	return h.max
 }
 
-func (h *latencyHist) mean() time.Duration {
+// Count is how many values were recorded.
+func (h *Histogram) Count() uint64 { return h.n }
+
+// Min is the smallest value recorded (0 when empty).
+func (h *Histogram) Min() time.Duration { return h.min }
+
+// Max is the largest value recorded (0 when empty).
+func (h *Histogram) Max() time.Duration { return h.max }
+
+// Mean is the values' mean (0 when empty).
+func (h *Histogram) Mean() time.Duration {
 	if h.n == 0 {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/cli"
 )
 
 type benchKind int
@@ -34,7 +35,7 @@ type benchWorkload struct {
 	writer bool // one more thread writes while the others read
 }
 
-var benchWorkloads = map[string]*benchWorkload{
+var workloads = map[string]*benchWorkload{
 	"fillrandom":       {kind: kindFill},
 	"fillseq":          {kind: kindFill, seq: true},
 	"fillsync":         {kind: kindFill, sync: true},
@@ -42,11 +43,6 @@ var benchWorkloads = map[string]*benchWorkload{
 	"readwhilewriting": {kind: kindRead, writer: true},
 	"multireadrandom":  {kind: kindMultiRead},
 	"scan":             {kind: kindScan},
-}
-
-// benchNames lists the benchmarks in the order the help gives them.
-func benchNames() []string {
-	return []string{"fillrandom", "fillseq", "fillsync", "readrandom", "readwhilewriting", "multireadrandom", "scan"}
 }
 
 // benchCounts are one thread's tallies.
@@ -76,14 +72,14 @@ type benchThread struct {
 	keys   [][]byte
 	muts   []*kvv1.Mutation
 	puts   []*kvv1.Mutation_Put
-	hist   latencyHist
+	hist   Histogram
 	counts benchCounts
 }
 
 // benchRun is one benchmark in progress.
 type benchRun struct {
 	ctx      context.Context
-	cfg      *benchConfig
+	cfg      *Config
 	name     string
 	w        *benchWorkload
 	values   *valuePool
@@ -95,19 +91,19 @@ type benchRun struct {
 	stopping atomic.Bool // the readers are done: the writer stops
 }
 
-func newBenchThread(cfg *benchConfig, kv kvv1.KVClient, name string, id int) *benchThread {
+func newBenchThread(cfg *Config, kv kvv1.KVClient, name string, id int) *benchThread {
 	h := fnv.New64a()
 	h.Write([]byte(name))
 	// A stream per benchmark and thread: readrandom does not read the keys
 	// fillrandom wrote in the order it wrote them.
-	t := &benchThread{kv: kv, rng: rand.New(rand.NewPCG(cfg.seed, h.Sum64()+uint64(id)))}
-	n := int(cfg.batch)
-	t.keyBuf = make([]byte, n*cfg.keySize)
+	t := &benchThread{kv: kv, rng: rand.New(rand.NewPCG(cfg.Seed, h.Sum64()+uint64(id)))}
+	n := int(cfg.Batch)
+	t.keyBuf = make([]byte, n*cfg.KeySize)
 	t.keys = make([][]byte, n)
 	t.muts = make([]*kvv1.Mutation, n)
 	t.puts = make([]*kvv1.Mutation_Put, n)
 	for i := range n {
-		t.keys[i] = t.keyBuf[i*cfg.keySize : (i+1)*cfg.keySize]
+		t.keys[i] = t.keyBuf[i*cfg.KeySize : (i+1)*cfg.KeySize]
 		t.puts[i] = &kvv1.Mutation_Put{}
 		t.muts[i] = &kvv1.Mutation{Op: &kvv1.Mutation_Put_{Put: t.puts[i]}}
 	}
@@ -128,21 +124,21 @@ func (r *benchRun) claim(n uint64) (first, count uint64, ok bool) {
 	if r.ctx.Err() != nil {
 		return 0, 0, false
 	}
-	if r.cfg.duration > 0 {
+	if r.cfg.Duration > 0 {
 		if !time.Now().Before(r.deadline) {
 			return 0, 0, false
 		}
 		return r.next.Add(n) - n, n, true
 	}
 	first = r.next.Add(n) - n
-	if first >= r.cfg.num {
+	if first >= r.cfg.Num {
 		return 0, 0, false
 	}
-	return first, min(n, r.cfg.num-first), true
+	return first, min(n, r.cfg.Num-first), true
 }
 
 func (r *benchRun) loop(t *benchThread) {
-	batch := r.cfg.batch
+	batch := r.cfg.Batch
 	if r.w.kind == kindRead || r.w.kind == kindScan {
 		batch = 1
 	}
@@ -156,11 +152,11 @@ func (r *benchRun) loop(t *benchThread) {
 			for i := range n {
 				k := first + i
 				if !r.w.seq {
-					k = t.rng.Uint64N(r.cfg.keys)
+					k = t.rng.Uint64N(r.cfg.Keys)
 				}
-				formatKey(t.keys[i], k%r.cfg.keys)
+				formatKey(t.keys[i], k%r.cfg.Keys)
 			}
-			r.fill(t, int(n), r.w.sync, r.cfg.batch > 1, &t.counts, &r.done)
+			r.fill(t, int(n), r.w.sync, r.cfg.Batch > 1, &t.counts, &r.done)
 		case kindRead:
 			r.read(t)
 		case kindMultiRead:
@@ -175,14 +171,14 @@ func (r *benchRun) loop(t *benchThread) {
 func (r *benchRun) writer(t *benchThread) {
 	var ignored atomic.Uint64
 	for !r.stopping.Load() && r.ctx.Err() == nil {
-		formatKey(t.keys[0], t.rng.Uint64N(r.cfg.keys))
+		formatKey(t.keys[0], t.rng.Uint64N(r.cfg.Keys))
 		r.fill(t, 1, false, false, &t.counts, &ignored)
 	}
 }
 
 func (r *benchRun) fill(t *benchThread, n int, sync, batch bool, counts *benchCounts, done *atomic.Uint64) {
 	var size uint64
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.timeout)
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	var err error
@@ -206,8 +202,8 @@ func (r *benchRun) fill(t *benchThread, n int, sync, batch bool, counts *benchCo
 
 func (r *benchRun) read(t *benchThread) {
 	k := t.keys[0]
-	formatKey(k, t.rng.Uint64N(r.cfg.keys))
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.timeout)
+	formatKey(k, t.rng.Uint64N(r.cfg.Keys))
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	resp, err := t.kv.Get(ctx, &kvv1.GetRequest{Key: k})
@@ -229,9 +225,9 @@ func (r *benchRun) read(t *benchThread) {
 
 func (r *benchRun) multiRead(t *benchThread, n int) {
 	for i := range n {
-		formatKey(t.keys[i], t.rng.Uint64N(r.cfg.keys))
+		formatKey(t.keys[i], t.rng.Uint64N(r.cfg.Keys))
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.timeout)
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	resp, err := t.kv.MultiGet(ctx, &kvv1.MultiGetRequest{Keys: t.keys[:n]})
@@ -254,12 +250,12 @@ func (r *benchRun) multiRead(t *benchThread, n int) {
 
 func (r *benchRun) scan(t *benchThread) {
 	k := t.keys[0]
-	formatKey(k, t.rng.Uint64N(r.cfg.keys))
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.timeout)
+	formatKey(k, t.rng.Uint64N(r.cfg.Keys))
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	var pairs, size uint64
-	stream, err := t.kv.Scan(ctx, &kvv1.ScanRequest{Start: k, Limit: r.cfg.scanLength})
+	stream, err := t.kv.Scan(ctx, &kvv1.ScanRequest{Start: k, Limit: r.cfg.ScanLength})
 	for err == nil {
 		var chunk *kvv1.ScanResponse
 		chunk, err = stream.Recv()
@@ -284,7 +280,7 @@ func (r *benchRun) scan(t *benchThread) {
 // succeeded. A request cut short by an interrupt is neither.
 func (r *benchRun) finish(t *benchThread, counts *benchCounts, start time.Time, err error) bool {
 	if err == nil {
-		t.hist.record(time.Since(start))
+		t.hist.Record(time.Since(start))
 		counts.requests++
 		return true
 	}
@@ -294,16 +290,16 @@ func (r *benchRun) finish(t *benchThread, counts *benchCounts, start time.Time, 
 	counts.requests++
 	counts.errors++
 	r.failed.Add(1)
-	r.errs.add(r.name, err, r.cfg.timeout)
+	r.errs.add(r.name, err, r.cfg.Timeout)
 	return false
 }
 
 // runBenchmark runs one benchmark to its end (--num operations, --duration,
 // or an interrupt) and measures it.
-func runBenchmark(ctx context.Context, cfg *benchConfig, name string, conns []kvv1.KVClient, values *valuePool,
-	metrics *serverMetrics, errs *benchErrors, stderr io.Writer, tty bool) *benchResult {
-	r := &benchRun{ctx: ctx, cfg: cfg, name: name, w: benchWorkloads[name], values: values, errs: errs}
-	threads := make([]*benchThread, cfg.threads)
+func runBenchmark(ctx context.Context, cfg *Config, name string, conns []kvv1.KVClient, values *valuePool,
+	metrics *serverMetrics, errs *benchErrors, stderr io.Writer, tty bool) *Result {
+	r := &benchRun{ctx: ctx, cfg: cfg, name: name, w: workloads[name], values: values, errs: errs}
+	threads := make([]*benchThread, cfg.Threads)
 	for i := range threads {
 		threads[i] = newBenchThread(cfg, conns[i%len(conns)], name, i)
 	}
@@ -319,7 +315,7 @@ func runBenchmark(ctx context.Context, cfg *benchConfig, name string, conns []kv
 	}
 	cpuBefore := processCPU()
 	start := time.Now()
-	r.deadline = start.Add(cfg.duration)
+	r.deadline = start.Add(cfg.Duration)
 	stopProgress := startProgress(stderr, tty, r, start)
 
 	var writerDone sync.WaitGroup
@@ -344,17 +340,17 @@ func runBenchmark(ctx context.Context, cfg *benchConfig, name string, conns []kv
 	stopProgress()
 
 	var counts benchCounts
-	var hist latencyHist
+	var hist Histogram
 	for _, t := range threads {
 		counts.add(t.counts)
-		hist.merge(&t.hist)
+		hist.Merge(&t.hist)
 	}
 	res := newBenchResult(name, r.w, counts, &hist, elapsed)
 	res.Interrupted = ctx.Err() != nil
 	allOps := counts.ops
 	if writer != nil {
 		w := writer.counts
-		res.Writer = &benchWriter{Ops: w.ops, Requests: w.requests, Errors: w.errors, OpsPerSec: perSecond(w.ops, elapsed)}
+		res.Writer = &Writer{Ops: w.ops, Requests: w.requests, Errors: w.errors, OpsPerSec: perSecond(w.ops, elapsed)}
 		allOps += w.ops
 	}
 	res.ClientCPUSeconds = cpu.Seconds()
@@ -431,12 +427,12 @@ func (e *benchErrors) firstError() string {
 func describeBenchError(err error, timeout time.Duration) string {
 	st, ok := status.FromError(err)
 	if !ok {
-		return oneLine(err.Error())
+		return cli.OneLine(err.Error())
 	}
 	if st.Code() == codes.DeadlineExceeded {
-		return fmt.Sprintf("no answer within %s (--timeout)", formatDuration(timeout))
+		return fmt.Sprintf("no answer within %s (--timeout)", cli.FormatDuration(timeout))
 	}
-	return oneLine(fmt.Sprintf("%s: %s", st.Code(), st.Message()))
+	return cli.OneLine(fmt.Sprintf("%s: %s", st.Code(), st.Message()))
 }
 
 // valuePool holds the bytes values are cut from: pieces of 100 bytes, each
