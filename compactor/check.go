@@ -12,6 +12,7 @@ import (
 
 	"github.com/shale-rocks/shale/internal/rocksshim"
 	"github.com/shale-rocks/shale/internal/shalefs"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // Judging a remote compaction's result before RocksDB installs it. RocksDB
@@ -83,7 +84,7 @@ func parseJobFacts(input []byte, inputs []rocksshim.CompactionInput) (jobFacts, 
 // this attempt's directory would name other files (another job's outputs,
 // or with a path inside the database, its live tables).
 func checkOutputPath(path, job string, attempt uint32) error {
-	want := "/" + strings.TrimSuffix(shalefs.JobDir(job, attempt), "/")
+	want := "/" + strings.TrimSuffix(layout.JobDir(job, attempt), "/")
 	if !strings.HasSuffix(path, want) {
 		return fmt.Errorf("the result's output path %q is not this attempt's directory (…%s)", path, want)
 	}
@@ -94,7 +95,7 @@ func checkOutputPath(path, job string, attempt uint32) error {
 func checkOutputNames(names []string) error {
 	seen := map[string]bool{}
 	for _, n := range names {
-		if strings.Contains(n, "/") || shalefs.KindOf(n) != shalefs.KindTable {
+		if strings.Contains(n, "/") || layout.KindOf(n) != layout.KindTable {
 			return fmt.Errorf("the result names output %q, not a table name", n)
 		}
 		if seen[n] {

@@ -18,7 +18,7 @@ import (
 	"github.com/shale-rocks/shale/compactor"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/rocksshim"
-	"github.com/shale-rocks/shale/internal/shalefs"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // Issue 22, item 5: a result is checked before RocksDB sees it, whoever
@@ -67,7 +67,7 @@ func forgedResult(t *testing.T, j *compactorv1.Job, code int, message string) []
 	if err != nil {
 		t.Error(err)
 	}
-	dir := "/forged/" + strings.TrimSuffix(shalefs.JobDir(j.JobId, j.Attempt), "/")
+	dir := "/forged/" + strings.TrimSuffix(layout.JobDir(j.JobId, j.Attempt), "/")
 	s := fmt.Sprintf("status={code=%d;subcode=0;severity=0;message=%X;};output_files=;output_level=%s;output_path=%X;"+
 		"num_output_records=0;total_bytes=0;bytes_read=0;bytes_written=0;", code, message, level, dir)
 	res := append([]byte{1, 0, 0, 0}, s...)

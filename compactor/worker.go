@@ -30,6 +30,7 @@ import (
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/rocksshim"
 	"github.com/shale-rocks/shale/internal/shalefs"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // WorkerConfig configures a compactor worker.
@@ -491,10 +492,10 @@ func (w *Worker) execute(ctx context.Context, j *compactorv1.Job, log *slog.Logg
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the database's store: %w", err)
 	}
-	if _, ok := shalefs.JobEpoch(j.JobId); !ok || j.Attempt == 0 {
+	if _, ok := layout.JobEpoch(j.JobId); !ok || j.Attempt == 0 {
 		return nil, nil, fmt.Errorf("Invalid argument: job %q attempt %d is not a Shale job name", j.JobId, j.Attempt)
 	}
-	dirKey := shalefs.JobDir(j.JobId, j.Attempt)
+	dirKey := layout.JobDir(j.JobId, j.Attempt)
 	store := &JobStore{Store: base, Dir: dirKey}
 	local := filepath.Join(w.cfg.CacheDir, fmt.Sprintf("job-%s-%d", j.JobId, j.Attempt))
 	defer os.RemoveAll(local)
@@ -605,7 +606,7 @@ func (w *Worker) dropOutputs(j *compactorv1.Job, outputs []*compactorv1.OutputFi
 	if err != nil {
 		return
 	}
-	store := &JobStore{Store: base, Dir: shalefs.JobDir(j.JobId, j.Attempt)}
+	store := &JobStore{Store: base, Dir: layout.JobDir(j.JobId, j.Attempt)}
 	var keys []string
 	for _, o := range outputs {
 		keys = append(keys, store.Dir+o.Name)

@@ -28,7 +28,7 @@ type dirObservation struct {
 	Newest time.Time
 	// Record is the owner record, nil if there is none; RecordErr is set
 	// when it exists but cannot be read or parsed.
-	Record    *ownerRecord
+	Record    *dirOwnerRecord
 	RecordErr error
 }
 

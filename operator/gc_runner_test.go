@@ -53,7 +53,7 @@ func testGC(h *harness) {
 		}
 		if policy != "" {
 			_, uid, _ := parseDirName(d)
-			if err := putOwnerRecord(h.ctx, hot, ownerRecordKey(ns, d), ownerRecord{Cluster: cluster, Namespace: ns, Name: name, UID: uid, ReclaimPolicy: policy}); err != nil {
+			if err := putOwnerRecord(h.ctx, hot, ownerRecordKey(ns, d), dirOwnerRecord{Cluster: cluster, Namespace: ns, Name: name, UID: uid, ReclaimPolicy: policy}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -130,7 +130,7 @@ func testGC(h *harness) {
 			h.create(newcomer)
 			h.put(hot, dbDirKey(ns, newcomer.DirName())+"000005.sst/00000000000000000001", "newcomer table")
 			if err := putOwnerRecord(ctx, hot, ownerRecordKey(ns, newcomer.DirName()),
-				ownerRecord{Cluster: h.cluster, Namespace: ns, Name: "newcomer", UID: newcomer.UID, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
+				dirOwnerRecord{Cluster: h.cluster, Namespace: ns, Name: "newcomer", UID: newcomer.UID, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
 				t.Error(err)
 			}
 		})

@@ -3,7 +3,6 @@ package operator
 import (
 	"path"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -14,7 +13,9 @@ import (
 //
 //	NAMESPACE/NAME-UID/...              a database (its storage path, minus
 //	                                    the prefix); the layout inside is
-//	                                    the storage layer's (docs/fencing.md)
+//	                                    the storage layer's (package
+//	                                    internal/shalefs/layout, which the
+//	                                    operator reads it with)
 //	NAMESPACE/NAME-UID.owner.json       the operator's owner record of it
 //	                                    (owner_record.go)
 //	.shale-operator/probe-RANDOM        reachability probes, deleted at once
@@ -27,9 +28,6 @@ const (
 	ownerRecordSuffix = ".owner.json"
 	// probeDir holds the reachability probes.
 	probeDir = ".shale-operator/"
-	// epochDir lists the epochs taken in a database (relative to the
-	// database's root; written by the storage layer, docs/fencing.md).
-	epochDir = "_shale/epoch/"
 )
 
 // dbDirKey is the directory of a database relative to the hot prefix:
@@ -72,15 +70,4 @@ func isNamespaceDir(key string) (string, bool) {
 		return "", false
 	}
 	return ns, true
-}
-
-// parseEpochKey returns the epoch of a key under _shale/epoch/ (the last
-// segment, a zero-padded decimal number).
-func parseEpochKey(key string) (uint64, bool) {
-	rest, ok := strings.CutPrefix(key, epochDir)
-	if !ok || rest == "" || strings.Contains(rest, "/") {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(rest, 10, 64)
-	return n, err == nil
 }

@@ -14,16 +14,17 @@ import (
 	"github.com/shale-rocks/shale/internal/objstore"
 )
 
-// ownerRecord is the operator's note beside a database directory
-// (NAMESPACE/NAME-UID.owner.json), written before the first primary is
-// created and rewritten when the reclaim policy changes. The garbage
-// collector deletes a directory only if its record says this cluster
-// created it with reclaimPolicy Delete: a directory without one (created
-// by hand, by an older operator, or by another cluster sharing the prefix)
-// is never deleted, and neither is one whose RocksDB said Retain, even
-// after the RocksDB object is gone (deleted, or its finalizer removed by
-// hand).
-type ownerRecord struct {
+// dirOwnerRecord is the operator's note of which RocksDB owns a database
+// directory (NAMESPACE/NAME-UID.owner.json; not the storage layer's owner
+// record _shale/owner inside it, an OwnerEpochRecord), written before the
+// first primary is created and rewritten when the reclaim policy changes.
+// The garbage collector deletes a directory only if its record says this
+// cluster created it with reclaimPolicy Delete: a directory without one
+// (created by hand, by an older operator, or by another cluster sharing
+// the prefix) is never deleted, and neither is one whose RocksDB said
+// Retain, even after the RocksDB object is gone (deleted, or its finalizer
+// removed by hand).
+type dirOwnerRecord struct {
 	// Cluster is the UID of the kube-system Namespace of the cluster
 	// whose operator wrote the record.
 	Cluster       string                `json:"cluster"`
@@ -37,7 +38,7 @@ type ownerRecord struct {
 // maxOwnerRecord bounds what is read of a record.
 const maxOwnerRecord = 64 << 10
 
-func putOwnerRecord(ctx context.Context, store objstore.Store, key string, rec ownerRecord) error {
+func putOwnerRecord(ctx context.Context, store objstore.Store, key string, rec dirOwnerRecord) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -47,7 +48,7 @@ func putOwnerRecord(ctx context.Context, store objstore.Store, key string, rec o
 }
 
 // readOwnerRecord returns the record at key; nil, nil if there is none.
-func readOwnerRecord(ctx context.Context, store objstore.Store, key string) (*ownerRecord, objstore.ObjectInfo, error) {
+func readOwnerRecord(ctx context.Context, store objstore.Store, key string) (*dirOwnerRecord, objstore.ObjectInfo, error) {
 	r, info, err := store.Get(ctx, key, 0, maxOwnerRecord)
 	if err != nil {
 		if isNotFound(err) {
@@ -60,7 +61,7 @@ func readOwnerRecord(ctx context.Context, store objstore.Store, key string) (*ow
 	if err != nil {
 		return nil, info, err
 	}
-	var rec ownerRecord
+	var rec dirOwnerRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, info, fmt.Errorf("owner record %s: %w", key, err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // The primary's life cycle. status.epoch is the highest epoch handed out;
@@ -512,7 +513,7 @@ func (r *rocksDBReconciler) databaseMarkers(ctx context.Context, db *shalev1.Roc
 	if err != nil {
 		return false, err
 	}
-	for _, key := range []string{"_shale/owner", "CURRENT"} {
+	for _, key := range []string{layout.OwnerKey, layout.CurrentKey} {
 		_, err := st.Stat(ctx, key)
 		if err == nil {
 			return true, nil
@@ -560,7 +561,7 @@ func (r *rocksDBReconciler) writeOwnerRecord(ctx context.Context, db *shalev1.Ro
 			return fmt.Errorf("writing the owner record: %w", err)
 		}
 	}
-	rec := ownerRecord{Cluster: r.clusterID, Namespace: db.Namespace, Name: db.Name, UID: db.UID, ReclaimPolicy: policy, Updated: r.now().UTC()}
+	rec := dirOwnerRecord{Cluster: r.clusterID, Namespace: db.Namespace, Name: db.Name, UID: db.UID, ReclaimPolicy: policy, Updated: r.now().UTC()}
 	if err := putOwnerRecord(ctx, hot, ownerRecordKey(db.Namespace, db.DirName()), rec); err != nil {
 		return fmt.Errorf("writing the owner record: %w", err)
 	}

@@ -430,7 +430,7 @@ func (h *harness) waitGone(ns, name string) {
 	})
 }
 
-func (h *harness) ownerRecord(prefix, ns, dir string) *ownerRecord {
+func (h *harness) ownerRecord(prefix, ns, dir string) *dirOwnerRecord {
 	h.t.Helper()
 	rec, _, err := readOwnerRecord(h.ctx, h.store(prefix), ownerRecordKey(ns, dir))
 	if err != nil {

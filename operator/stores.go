@@ -21,6 +21,7 @@ import (
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // stores opens object-store clients for ObjectStores, with credentials
@@ -231,11 +232,12 @@ func (s *stores) database(ctx context.Context, os *shalev1.ObjectStore, storageP
 
 func isNotFound(err error) bool { return errors.Is(err, objstore.ErrNotFound) }
 
-// highestEpoch lists the epochs taken in a database's directory.
+// highestEpoch lists the epochs taken in a database's directory, read as
+// the storage layer reads its claims.
 func highestEpoch(ctx context.Context, db objstore.Store) (uint64, error) {
 	var highest uint64
-	err := db.List(ctx, epochDir, func(o objstore.ObjectInfo) error {
-		if e, ok := parseEpochKey(o.Key); ok && e > highest {
+	err := db.List(ctx, layout.EpochPrefix, func(o objstore.ObjectInfo) error {
+		if e, ok := layout.ParseEpochKey(o.Key); ok && e > highest {
 			highest = e
 		}
 		return nil

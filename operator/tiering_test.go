@@ -228,7 +228,7 @@ func testGCColdTier(h *harness) {
 	h.put(hot, dbDirKey(ns, ghost)+"CURRENT", "MANIFEST-000005")
 	h.put(cold, dbDirKey(ns, ghost)+"000012.sst.00000000000000000001", "ghost cold table")
 	h.put(cold, dbDirKey(ns, ghost)+"_shale/tier", `{"id":"x"}`)
-	if err := putOwnerRecord(h.ctx, hot, ownerRecordKey(ns, ghost), ownerRecord{Cluster: h.cluster, Namespace: ns, Name: "ghost", UID: uid, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
+	if err := putOwnerRecord(h.ctx, hot, ownerRecordKey(ns, ghost), dirOwnerRecord{Cluster: h.cluster, Namespace: ns, Name: "ghost", UID: uid, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
 		t.Fatal(err)
 	}
 	g := *h.gc

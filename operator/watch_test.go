@@ -139,7 +139,7 @@ func TestWatchNamespaces(t *testing.T) {
 	theirs := otherNS + "/" + odb.DirName()
 	h.put(hot, theirs+"/000005.sst/00000000000000000001", "a live table")
 	if err := putOwnerRecord(h.ctx, hot, ownerRecordKey(otherNS, odb.DirName()),
-		ownerRecord{Cluster: h.cluster, Namespace: otherNS, Name: odb.Name, UID: odb.UID, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
+		dirOwnerRecord{Cluster: h.cluster, Namespace: otherNS, Name: odb.Name, UID: odb.UID, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
 		t.Fatal(err)
 	}
 	ghostDir := "ghost-" + uuid.NewString()
@@ -147,7 +147,7 @@ func TestWatchNamespaces(t *testing.T) {
 	h.put(hot, ghost+"/000005.sst/00000000000000000001", "an orphaned table")
 	_, ghostUID, _ := parseDirName(ghostDir)
 	if err := putOwnerRecord(h.ctx, hot, ownerRecordKey(watchedNS, ghostDir),
-		ownerRecord{Cluster: h.cluster, Namespace: watchedNS, Name: "ghost", UID: ghostUID, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
+		dirOwnerRecord{Cluster: h.cluster, Namespace: watchedNS, Name: "ghost", UID: ghostUID, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
 		t.Fatal(err)
 	}
 	theirKeys := h.keys(hot, otherNS+"/")
@@ -180,7 +180,7 @@ func TestWatchNamespaces(t *testing.T) {
 	_, ghost2UID, _ := parseDirName(ghost2Dir)
 	h.put(hot, watchedNS+"/"+ghost2Dir+"/CURRENT", "MANIFEST-000001\n")
 	if err := putOwnerRecord(h.ctx, hot, ownerRecordKey(watchedNS, ghost2Dir),
-		ownerRecord{Cluster: h.cluster, Namespace: watchedNS, Name: "ghost", UID: ghost2UID, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
+		dirOwnerRecord{Cluster: h.cluster, Namespace: watchedNS, Name: "ghost", UID: ghost2UID, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
 		t.Fatal(err)
 	}
 	g.runOnce(h.ctx)

@@ -15,6 +15,7 @@ import (
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/shalefs"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // Test 7 of the issue: MinIO stops during a background flush and comes
@@ -128,12 +129,12 @@ func TestStorageClassPerFileType(t *testing.T) {
 		}
 		seen := map[string]int{}
 		err = store.List(ctx, "", func(obj objstore.ObjectInfo) error {
-			name := shalefs.FileOfKey(obj.Key)
+			name := layout.FileOfKey(obj.Key)
 			want := "REDUCED_REDUNDANCY"
 			switch {
 			case name == "":
 				return nil
-			case shalefs.KindOf(name) == shalefs.KindTable:
+			case layout.KindOf(name) == layout.KindTable:
 				want = "STANDARD"
 			}
 			if obj.StorageClass != want {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // DefaultRangeBlock is the size of the aligned ranges the range cache
@@ -161,7 +163,7 @@ func copyOut(buf []byte, off, block, size int64, blocks map[int64][]byte) int {
 // concurrent ranged GETs of consecutive blocks, shared with concurrent
 // readers. It returns the bytes read per span.
 func (f *FS) readRanges(c *rangeCache, name string, st *file, spans []span, bufs [][]byte, activity string) ([]int, error) {
-	object := objectKey(name, st.epoch)
+	object := layout.ObjectKey(name, st.epoch)
 	size := st.size
 	if len(spans) > 1 {
 		c.multi.Add(1)
@@ -260,7 +262,7 @@ func (f *FS) fetchRun(c *rangeCache, name string, st *file, run []int64, activit
 	err := pol.do(context.Background(), func(ctx context.Context) error {
 		start := time.Now()
 		c.gets.Add(1)
-		r, _, err := f.tierStore(st.tier).Get(ctx, objectKey(name, st.epoch), off, end-off)
+		r, _, err := f.tierStore(st.tier).Get(ctx, layout.ObjectKey(name, st.epoch), off, end-off)
 		var n int64
 		if err == nil {
 			out = make(map[int64][]byte, len(run))

@@ -17,6 +17,7 @@ import (
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/miniotest"
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 func TestRangeSplitting(t *testing.T) {
@@ -218,7 +219,7 @@ func TestMultiReadAtRanges(t *testing.T) {
 				f.mu.Lock()
 				st := *f.fileLocked(name)
 				f.mu.Unlock()
-				r, _, err := store.Get(context.Background(), objectKey(name, st.epoch), 0, -1)
+				r, _, err := store.Get(context.Background(), layout.ObjectKey(name, st.epoch), 0, -1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -291,11 +292,11 @@ func TestRangeCacheKeysIncludeVersion(t *testing.T) {
 
 	// A later owner's version of the name, as a reader's refresh finds it.
 	newer := bytes.Repeat([]byte("new version "), 2000)
-	if _, err := store.Put(context.Background(), objectKey(name, old.epoch+1), bytes.NewReader(newer), int64(len(newer)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+	if _, err := store.Put(context.Background(), layout.ObjectKey(name, old.epoch+1), bytes.NewReader(newer), int64(len(newer)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
-	f.files[name] = &file{kind: KindTable, epoch: old.epoch + 1, size: int64(len(newer)), tier: old.tier}
+	f.files[name] = &file{kind: layout.KindTable, epoch: old.epoch + 1, size: int64(len(newer)), tier: old.tier}
 	f.mu.Unlock()
 
 	n, err := f.ReadAt(name, 0, buf, "foreground_read")

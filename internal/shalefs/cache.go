@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/rocksshim"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // tableCache accounts for the tables kept in the local cache directory
@@ -208,7 +209,7 @@ func (f *FS) readDirect(name string, st *file, off int64, buf []byte, activity s
 	var n int
 	err := pol.do(context.Background(), func(ctx context.Context) error {
 		start := time.Now()
-		r, _, err := f.tierStore(st.tier).Get(ctx, objectKey(name, st.epoch), off, int64(len(buf)))
+		r, _, err := f.tierStore(st.tier).Get(ctx, layout.ObjectKey(name, st.epoch), off, int64(len(buf)))
 		if err == nil {
 			n, err = io.ReadFull(r, buf)
 			r.Close()
@@ -231,7 +232,7 @@ const cacheVersionsDir = ".shale-versions"
 func (f *FS) noteCachedVersion(name string, epoch uint64) {
 	dir := filepath.Join(f.cfg.CacheDir, cacheVersionsDir)
 	if err := os.MkdirAll(dir, 0o755); err == nil {
-		err = os.WriteFile(filepath.Join(dir, name), []byte(pad(epoch)), 0o644)
+		err = os.WriteFile(filepath.Join(dir, name), []byte(layout.FormatNumber(epoch)), 0o644)
 	}
 }
 
@@ -241,5 +242,5 @@ func (f *FS) cachedVersion(name string) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return parseEpochPart(string(b))
+	return layout.ParseNumber(string(b))
 }

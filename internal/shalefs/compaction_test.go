@@ -16,72 +16,8 @@ import (
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/rocksshim"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
-
-func TestJobNames(t *testing.T) {
-	for _, tc := range []struct {
-		job   string
-		epoch uint64
-		ok    bool
-	}{
-		{pad(3) + "-0123abcd", 3, true},
-		{pad(3), 0, false},            // no nonce
-		{pad(3) + "-", 0, false},      // empty nonce
-		{"3-abc", 0, false},           // epoch not 20 digits
-		{pad(3) + "-a/b", 0, false},   // a path, not a name
-		{pad(3) + "-a.sst", 0, false}, // dots are for tables
-		{"", 0, false},
-	} {
-		e, ok := JobEpoch(tc.job)
-		if e != tc.epoch || ok != tc.ok {
-			t.Errorf("JobEpoch(%q) = %d, %v; want %d, %v", tc.job, e, ok, tc.epoch, tc.ok)
-		}
-	}
-	job := pad(7) + "-feed"
-	for _, tc := range []struct {
-		key     string
-		attempt uint32
-		name    string
-		ok      bool
-	}{
-		{JobOutputKey(job, 2, "000012.sst"), 2, "000012.sst", true},
-		{"_shale/compactions/" + job + "/2/LOG", 0, "", false},        // not a table
-		{"_shale/compactions/" + job + "/0/000012.sst", 0, "", false}, // attempts start at 1
-		{"_shale/compactions/" + job + "/x/000012.sst", 0, "", false},
-		{"_shale/compactions/" + job + "/000012.sst", 0, "", false}, // no attempt
-		{"_shale/compactions/7-feed/2/000012.sst", 0, "", false},    // bad job
-		{"_shale/trash/000012.sst/" + pad(1), 0, "", false},
-		{"000012.sst." + pad(7), 0, "", false},
-	} {
-		j, a, n, ok := parseJobOutput(tc.key)
-		if ok != tc.ok || ok && (j != job || a != tc.attempt || n != tc.name) {
-			t.Errorf("parseJobOutput(%q) = %q %d %q %v", tc.key, j, a, n, ok)
-		}
-	}
-}
-
-// TestSweepJob: which job directories an owner deletes (docs/fencing.md,
-// remote compaction).
-func TestSweepJob(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		job      string
-		own      uint64
-		inflight bool
-		want     bool
-	}{
-		{"older owner's job", pad(4) + "-a", 5, false, true},
-		{"older owner's job its client still waits for", pad(4) + "-a", 5, true, true},
-		{"own job, finished or abandoned", pad(5) + "-a", 5, false, true},
-		{"own job in flight", pad(5) + "-a", 5, true, false},
-		{"newer owner's job: this owner is deposed", pad(6) + "-a", 5, false, false},
-		{"not a job name", "junk", 5, false, false},
-	} {
-		if got := sweepJob(tc.job, tc.own, tc.inflight); got != tc.want {
-			t.Errorf("%s: sweepJob = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
 
 func putObject(t *testing.T, s objstore.Store, key, data string) {
 	t.Helper()
@@ -108,12 +44,12 @@ func TestInstallJobOutput(t *testing.T) {
 	}
 	f := openFS(t, store, 3, filepath.Join(t.TempDir(), "cache"))
 	job := f.NewJobID()
-	if e, ok := JobEpoch(job); !ok || e != 3 {
+	if e, ok := layout.JobEpoch(job); !ok || e != 3 {
 		t.Fatalf("job %q of epoch %d", job, e)
 	}
-	putObject(t, store, JobOutputKey(job, 2, "000012.sst"), "table bytes")
-	putObject(t, store, JobOutputKey(job, 1, "000012.sst"), "a lost attempt's bytes")
-	workerPath := "/var/cache/worker/x/" + JobDir(job, 2)
+	putObject(t, store, layout.JobOutputKey(job, 2, "000012.sst"), "table bytes")
+	putObject(t, store, layout.JobOutputKey(job, 1, "000012.sst"), "a lost attempt's bytes")
+	workerPath := "/var/cache/worker/x/" + layout.JobDir(job, 2)
 
 	// Nothing was accepted yet: refused.
 	err = f.Rename(workerPath+"000012.sst", "000040.sst")
@@ -123,9 +59,9 @@ func TestInstallJobOutput(t *testing.T) {
 	f.ExpectJobOutputs(job, 2, map[string]int64{"000012.sst": int64(len("table bytes"))})
 	// Another attempt of the same job, and paths outside any job: refused.
 	for _, src := range []string{
-		"/w/" + JobDir(job, 1) + "000012.sst",
+		"/w/" + layout.JobDir(job, 1) + "000012.sst",
 		"/elsewhere/000012.sst",
-		"/w/_shale/compactions/" + pad(2) + "-x/1/000012.sst",
+		"/w/_shale/compactions/" + layout.FormatNumber(2) + "-x/1/000012.sst",
 	} {
 		if err := f.Rename(src, "000040.sst"); err == nil {
 			t.Fatalf("installed %s", src)
@@ -134,13 +70,13 @@ func TestInstallJobOutput(t *testing.T) {
 	if err := f.Rename(workerPath+"000012.sst", "000040.sst"); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := getObject(t, store, "000040.sst."+pad(3)); !ok || got != "table bytes" {
+	if got, ok := getObject(t, store, "000040.sst."+layout.FormatNumber(3)); !ok || got != "table bytes" {
 		t.Fatalf("installed table %q %v", got, ok)
 	}
 	if size, ok := f.Stat("000040.sst"); !ok || size != int64(len("table bytes")) {
 		t.Fatalf("Stat after install: %d %v", size, ok)
 	}
-	if _, ok := getObject(t, store, JobOutputKey(job, 2, "000012.sst")); ok {
+	if _, ok := getObject(t, store, layout.JobOutputKey(job, 2, "000012.sst")); ok {
 		t.Fatal("the job's copy was not deleted after the install")
 	}
 	if f.expecting(job) {
@@ -158,13 +94,13 @@ func TestSweepCompactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := openFS(t, store, 3, filepath.Join(t.TempDir(), "cache"))
-	older := pad(2) + "-old"
-	running := pad(3) + "-running"
-	installing := pad(3) + "-installing"
-	leftover := pad(3) + "-leftover"
-	newer := pad(4) + "-newer"
+	older := layout.FormatNumber(2) + "-old"
+	running := layout.FormatNumber(3) + "-running"
+	installing := layout.FormatNumber(3) + "-installing"
+	leftover := layout.FormatNumber(3) + "-leftover"
+	newer := layout.FormatNumber(4) + "-newer"
 	for _, j := range []string{older, running, installing, leftover, newer} {
-		putObject(t, store, JobOutputKey(j, 1, "000010.sst"), "x")
+		putObject(t, store, layout.JobOutputKey(j, 1, "000010.sst"), "x")
 	}
 	f.ExpectJobOutputs(installing, 1, map[string]int64{"000010.sst": 1})
 	n, err := f.SweepCompactions(context.Background(), func(job string) bool { return job == running })
@@ -172,7 +108,7 @@ func TestSweepCompactions(t *testing.T) {
 		t.Fatalf("swept %d, %v; want the older owner's job and the leftover", n, err)
 	}
 	var left bytes.Buffer
-	store.List(context.Background(), compactionsPrefix, func(o objstore.ObjectInfo) error {
+	store.List(context.Background(), layout.CompactionsPrefix, func(o objstore.ObjectInfo) error {
 		left.WriteString(o.Key + "\n")
 		return nil
 	})
@@ -201,11 +137,11 @@ func TestRemoveJob(t *testing.T) {
 		refused := f.NewJobID()
 		other := f.NewJobID()
 		installing := f.NewJobID()
-		older, newer := pad(2)+"-old", pad(4)+"-new"
+		older, newer := layout.FormatNumber(2)+"-old", layout.FormatNumber(4)+"-new"
 		for _, j := range []string{refused, other, installing, older, newer} {
-			putObject(t, store, JobOutputKey(j, 1, "000010.sst"), "x")
+			putObject(t, store, layout.JobOutputKey(j, 1, "000010.sst"), "x")
 		}
-		putObject(t, store, JobOutputKey(refused, 2, "000011.sst"), "y")
+		putObject(t, store, layout.JobOutputKey(refused, 2, "000011.sst"), "y")
 		f.ExpectJobOutputs(installing, 1, map[string]int64{"000010.sst": 1})
 
 		if n, err := f.RemoveJob(context.Background(), refused); err != nil || n != 2 {
@@ -220,13 +156,13 @@ func TestRemoveJob(t *testing.T) {
 			t.Fatalf("RemoveJob again: %d, %v", n, err)
 		}
 		var left []string
-		store.List(context.Background(), compactionsPrefix, func(o objstore.ObjectInfo) error {
+		store.List(context.Background(), layout.CompactionsPrefix, func(o objstore.ObjectInfo) error {
 			left = append(left, o.Key)
 			return nil
 		})
 		want := []string{}
 		for _, j := range []string{other, installing, older, newer} {
-			want = append(want, JobOutputKey(j, 1, "000010.sst"))
+			want = append(want, layout.JobOutputKey(j, 1, "000010.sst"))
 		}
 		sort.Strings(want)
 		sort.Strings(left)
@@ -292,7 +228,7 @@ func TestJobOutputProps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		putObject(t, store, JobOutputKey(job, 1, "000012.sst"), string(data))
+		putObject(t, store, layout.JobOutputKey(job, 1, "000012.sst"), string(data))
 		got, err := f.JobOutputProps(context.Background(), job, 1, "000012.sst", int64(len(data)))
 		if err != nil {
 			t.Fatal(err)
@@ -310,7 +246,7 @@ func TestJobOutputProps(t *testing.T) {
 			"000014.sst": string(data[len(data)/2:]), // the tail of a table: its handles point past the start
 			"000015.sst": "short",
 		} {
-			putObject(t, store, JobOutputKey(job, 1, name), bad)
+			putObject(t, store, layout.JobOutputKey(job, 1, name), bad)
 			if p, err := f.JobOutputProps(context.Background(), job, 1, name, int64(len(bad))); err == nil {
 				t.Errorf("%s: read %+v from %d bytes that are not a table", name, p, len(bad))
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // Regression tests for the fencing holes an adversarial run found (issue
@@ -77,7 +78,7 @@ func TestLateLogOfDeposedOwnerNeverReplayed(t *testing.T) {
 		if !errors.As(err, &unknown) || !a.WriteOutcomeUnknown() {
 			t.Fatalf("sync of a first segment that raced the takeover: %v; want an outcome-unknown error", err)
 		}
-		if _, err := store.Stat(context.Background(), segmentKey(late, 1, 1)); err != nil {
+		if _, err := store.Stat(context.Background(), layout.SegmentKey(late, 1, 1)); err != nil {
 			t.Fatalf("the test needs A's segment in the store: %v", err)
 		}
 		if _, ok := b.Stat(late); ok {
@@ -89,7 +90,7 @@ func TestLateLogOfDeposedOwnerNeverReplayed(t *testing.T) {
 		if _, ok := c.Stat(late); ok {
 			t.Fatalf("C would replay %s of epoch 1, written after epoch 2 took over", late)
 		}
-		if _, err := store.Stat(context.Background(), trashKey(late, 1)); err != nil {
+		if _, err := store.Stat(context.Background(), layout.TrashKey(late, 1)); err != nil {
 			t.Fatalf("C did not trash the ignored log version: %v", err)
 		}
 	})
@@ -142,7 +143,7 @@ func TestLateOwnSegmentIsNotAFence(t *testing.T) {
 			t.Fatalf("sync with every upload failing: %v; want the owner stopped, outcome unknown", err)
 		}
 		// The abandoned request arrives after all.
-		if _, err := raw.Put(context.Background(), segmentKey(name, 1, 2), bytes.NewReader(second), int64(len(second)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		if _, err := raw.Put(context.Background(), layout.SegmentKey(name, 1, 2), bytes.NewReader(second), int64(len(second)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
 			t.Fatal(err)
 		}
 		dropPuts.Store(false)
@@ -271,7 +272,7 @@ func TestDeposedOwnerDoesNotEmptyNewOwnersTrash(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	a.Stop() // no pass of A's loop is still running
-	if _, err := store.Stat(context.Background(), objectKey(table, 1)); err != nil {
+	if _, err := store.Stat(context.Background(), layout.ObjectKey(table, 1)); err != nil {
 		t.Fatalf("the deposed owner deleted a table its successor lists as live: %v", err)
 	}
 }
@@ -295,7 +296,7 @@ func TestCacheKeepsOnlyTheLiveVersion(t *testing.T) {
 	a.Stop()
 	// Another owner's table of the same name and size (an owner that had
 	// not seen epoch 1's).
-	if _, err := store.Put(context.Background(), objectKey(table, 2), strings.NewReader("BBBB"), 4, objstore.PutOptions{}); err != nil {
+	if _, err := store.Put(context.Background(), layout.ObjectKey(table, 2), strings.NewReader("BBBB"), 4, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	b := openWith(t, Config{Store: store, Epoch: 3, CacheDir: cache})
@@ -341,10 +342,10 @@ func TestZombieWriteAfterSealDeletedIsNotAcknowledged(t *testing.T) {
 		}
 		gone := func() bool {
 			objs := 0
-			store.List(context.Background(), segmentPrefix(wal, 1), func(objstore.ObjectInfo) error { objs++; return nil })
+			store.List(context.Background(), layout.LogVersionPrefix(wal, 1), func(objstore.ObjectInfo) error { objs++; return nil })
 			return objs == 0
 		}
-		noMarkers := func() bool { n, _ := count(t, store, trashPrefix); return n == 0 }
+		noMarkers := func() bool { n, _ := count(t, store, layout.TrashPrefix); return n == 0 }
 		for deadline := time.Now().Add(time.Minute); !gone() || !noMarkers(); {
 			if time.Now().After(deadline) {
 				t.Fatal("the deleted WAL, its seal or its trash marker is still in the store a minute later")
@@ -387,7 +388,7 @@ func TestSyncAfterFailedConfirmationConfirmsAgain(t *testing.T) {
 		}
 		var failOwner atomic.Bool
 		hooked := &storetest.Hooked{Store: store, BeforeGet: func(key string) error {
-			if key == ownerKey && failOwner.Load() {
+			if key == layout.OwnerKey && failOwner.Load() {
 				return errors.New("injected: owner record unreadable")
 			}
 			return nil
@@ -404,7 +405,7 @@ func TestSyncAfterFailedConfirmationConfirmsAgain(t *testing.T) {
 		if err := a.Sync(late, size, "wal"); err == nil || definitelyNotStored(err) {
 			t.Fatalf("sync whose confirmation failed: %v; want an error with the outcome unknown", err)
 		}
-		if _, err := store.Stat(context.Background(), segmentKey(late, 1, 1)); err != nil {
+		if _, err := store.Stat(context.Background(), layout.SegmentKey(late, 1, 1)); err != nil {
 			t.Fatalf("the test needs A's segment in the store: %v", err)
 		}
 		failOwner.Store(false)
@@ -449,7 +450,7 @@ func TestReaderDuringTakeoverServesOnlyDurable(t *testing.T) {
 		// B takes over; its opened record is held.
 		held, release := make(chan struct{}), make(chan struct{})
 		hooked := &storetest.Hooked{Store: store, BeforePut: func(key string, _ int64, _ objstore.PutOptions) error {
-			if key == openedKey(2) {
+			if key == layout.OpenedKey(2) {
 				close(held)
 				<-release
 			}
@@ -474,7 +475,7 @@ func TestReaderDuringTakeoverServesOnlyDurable(t *testing.T) {
 		if !errors.As(err, &unknown) {
 			t.Fatalf("A's first segment after B's raise: %v; want outcome unknown", err)
 		}
-		if _, err := store.Stat(ctx, segmentKey(late, 1, 1)); err != nil {
+		if _, err := store.Stat(ctx, layout.SegmentKey(late, 1, 1)); err != nil {
 			t.Fatalf("the test needs A's segment in the store: %v", err)
 		}
 		err = r.Refresh(ctx)
@@ -529,10 +530,10 @@ func TestSuccessorFillsGapBelowEarlierSeal(t *testing.T) {
 		bStore := &storetest.Hooked{Store: store, BeforePut: func(key string, size int64, _ objstore.PutOptions) error {
 			switch {
 			case size != 0:
-			case key == segmentKey(wal, 1, 2):
+			case key == layout.SegmentKey(wal, 1, 2):
 				close(held)
 				<-release
-			case key == segmentKey(wal, 1, 4):
+			case key == layout.SegmentKey(wal, 1, 4):
 				crash()
 				return bctx.Err()
 			}
@@ -556,7 +557,7 @@ func TestSuccessorFillsGapBelowEarlierSeal(t *testing.T) {
 		if err := <-bc; err == nil {
 			t.Fatal("B opened; the test needs it to die before filling slot 4")
 		}
-		if _, err := store.Stat(ctx, segmentKey(wal, 1, 5)); err != nil {
+		if _, err := store.Stat(ctx, layout.SegmentKey(wal, 1, 5)); err != nil {
 			t.Fatalf("the test needs B's seal in slot 5: %v", err)
 		}
 

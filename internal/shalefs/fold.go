@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
 // Folding keeps a log's object count bounded: every synced write group is
@@ -17,16 +19,16 @@ import (
 // the anchor that says the version exists: the trash loop deletes it
 // first, so a version without it reads as deleted).
 //
-// A fold changes no byte of the log and no seal: it holds exactly the
-// bytes of the segments it covers (the owner wrote them from its local
-// file), readers prefer it to those segments (buildLogVersion), and its
+// A fold changes no byte of the log and no seal: it holds exactly the bytes
+// of the segments it covers (the owner wrote them from its local file),
+// readers prefer it to those segments (protocol.BuildLogVersion), and its
 // key sorts right after the last segment it covers, so a listing that
 // misses a segment deleted after the fold was written lists the fold
 // (listings return keys in order). A reader that fetches a segment which
-// was folded and deleted after it listed lists the version again
-// (readLog). A stale owner may fold its own log while a newer owner reads
-// or seals it: that is just as safe, since the fold covers only segments
-// that owner had stored before the seal.
+// was folded and deleted after it listed lists the version again (readLog).
+// A stale owner may fold its own log while a newer owner reads or seals it:
+// that is just as safe, since the fold covers only segments that owner had
+// stored before the seal.
 
 // foldLater schedules a fold of the log's unfolded segments.
 func (f *FS) foldLater(name string, st *file) {
@@ -63,19 +65,19 @@ func (f *FS) foldLog(ctx context.Context, name string, st *file) error {
 	st.mu.Lock()
 	var off int64
 	i := 0
-	for i < len(st.segments) && st.segments[i].fold() {
-		off += st.segments[i].size
+	for i < len(st.segments) && st.segments[i].Fold() {
+		off += st.segments[i].Size
 		i++
 	}
-	tail := append([]segment(nil), st.segments[i:]...)
+	tail := append([]protocol.Segment(nil), st.segments[i:]...)
 	st.mu.Unlock()
 	if len(tail) < 2 {
 		return nil
 	}
-	first, last := tail[0].seq, tail[len(tail)-1].seq
+	first, last := tail[0].Seq, tail[len(tail)-1].Seq
 	var n int64
 	for _, s := range tail {
-		n += s.size
+		n += s.Size
 	}
 	data := make([]byte, n)
 	fh, err := os.Open(f.localPath(name))
@@ -87,7 +89,7 @@ func (f *FS) foldLog(ctx context.Context, name string, st *file) error {
 	if err != nil {
 		return fmt.Errorf("read local bytes %d-%d: %w", off, off+n, err)
 	}
-	key := foldKey(name, f.epoch, first, last)
+	key := layout.FoldKey(name, f.epoch, first, last)
 	err = f.background().do(ctx, func(ctx context.Context) error {
 		_, err := f.put(ctx, key, name, "fold", data, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -105,13 +107,13 @@ func (f *FS) foldLog(ctx context.Context, name string, st *file) error {
 	}
 	st.mu.Lock()
 	// Sync may have appended meanwhile; the tail's objects are still at i.
-	st.segments = append(append(st.segments[:i:i], segment{seq: first, last: last, size: n}), st.segments[i+len(tail):]...)
+	st.segments = append(append(st.segments[:i:i], protocol.Segment{Seq: first, Last: last, Size: n}), st.segments[i+len(tail):]...)
 	st.unfolded -= len(tail)
 	st.mu.Unlock()
 	var keys []string
 	for _, s := range tail {
-		if s.seq != 1 {
-			keys = append(keys, segmentKey(name, f.epoch, s.seq))
+		if s.Seq != 1 {
+			keys = append(keys, layout.SegmentKey(name, f.epoch, s.Seq))
 		}
 	}
 	return f.background().do(ctx, func(ctx context.Context) error { return f.delMany(ctx, keys, "fold") })

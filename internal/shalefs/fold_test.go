@@ -14,14 +14,15 @@ import (
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // versionObjects counts one log version's objects: data segments, folds
 // and seals.
 func versionObjects(t *testing.T, store objstore.Store, name string, epoch uint64) (data, folds, seals int) {
 	t.Helper()
-	err := store.List(context.Background(), segmentPrefix(name, epoch), func(o objstore.ObjectInfo) error {
-		_, _, first, last, ok := parseSegmentKey(o.Key)
+	err := store.List(context.Background(), layout.LogVersionPrefix(name, epoch), func(o objstore.ObjectInfo) error {
+		_, _, first, last, ok := layout.ParseSegmentKey(o.Key)
 		switch {
 		case !ok:
 		case last > first:
@@ -112,12 +113,12 @@ func TestReadLogAfterConcurrentFold(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		put(epochKey(1), []byte(`{"epoch":1}`))
+		put(layout.EpochKey(1), []byte(`{"epoch":1}`))
 		const wal, n = "000007.log", 40
 		var all []byte
 		for s := uint64(1); s <= n; s++ {
 			b := []byte(fmt.Sprintf("segment %d;", s))
-			put(segmentKey(wal, 1, s), b)
+			put(layout.SegmentKey(wal, 1, s), b)
 			all = append(all, b...)
 		}
 		c := filepath.Join(t.TempDir(), "c")
@@ -129,10 +130,10 @@ func TestReadLogAfterConcurrentFold(t *testing.T) {
 			t.Fatalf("the new owner listed %d segments, want %d", got, n)
 		}
 		// The stale owner folds 1..n and deletes 2..n.
-		put(foldKey(wal, 1, 1, n), all)
+		put(layout.FoldKey(wal, 1, 1, n), all)
 		var keys []string
 		for s := uint64(2); s <= n; s++ {
-			keys = append(keys, segmentKey(wal, 1, s))
+			keys = append(keys, layout.SegmentKey(wal, 1, s))
 		}
 		if err := store.DeleteMany(ctx, keys); err != nil {
 			t.Fatal(err)
@@ -145,7 +146,7 @@ func TestReadLogAfterConcurrentFold(t *testing.T) {
 			t.Fatalf("log read after a concurrent fold: %q %v, want %q", got, err, all)
 		}
 		// Now the fold is lost too: the read must fail, not come back short.
-		if err := store.Delete(ctx, foldKey(wal, 1, 1, n)); err != nil {
+		if err := store.Delete(ctx, layout.FoldKey(wal, 1, 1, n)); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Fetch(wal, "open"); err == nil {
@@ -176,7 +177,7 @@ func TestTakeoverListingsDoNotGrowWithTables(t *testing.T) {
 		f1.Stop()
 		objects := 0 // tables in the store, live or trashed (compactions ran)
 		store.ListDir(context.Background(), "", func(o objstore.ObjectInfo) error {
-			if name, _, ok := parseObjectKey(o.Key); ok && KindOf(name) == KindTable {
+			if name, _, ok := layout.ParseObjectKey(o.Key); ok && layout.KindOf(name) == layout.KindTable {
 				objects++
 			}
 			return nil
@@ -197,7 +198,7 @@ func TestTakeoverListingsDoNotGrowWithTables(t *testing.T) {
 		f2.Stop()
 		logNames := 0
 		store.ListDir(context.Background(), "", func(o objstore.ObjectInfo) error {
-			if name, dir := strings.CutSuffix(o.Key, "/"); dir && KindOf(name) == KindLog {
+			if name, dir := strings.CutSuffix(o.Key, "/"); dir && layout.KindOf(name) == layout.KindLog {
 				logNames++
 			}
 			return nil
@@ -304,7 +305,7 @@ func TestSealInSlotAFoldFreed(t *testing.T) {
 		held, release := make(chan struct{}), make(chan struct{})
 		var once atomic.Bool
 		hooked := &storetest.Hooked{Store: store, BeforePut: func(key string, size int64, _ objstore.PutOptions) error {
-			if size == 0 && strings.HasPrefix(key, segmentPrefix(wal, 1)) && once.CompareAndSwap(false, true) {
+			if size == 0 && strings.HasPrefix(key, layout.LogVersionPrefix(wal, 1)) && once.CompareAndSwap(false, true) {
 				close(held)
 				<-release
 			}
@@ -328,8 +329,8 @@ func TestSealInSlotAFoldFreed(t *testing.T) {
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			_, ferr := store.Stat(ctx, foldKey(wal, 1, 1, fold))
-			_, serr := store.Stat(ctx, segmentKey(wal, 1, fold))
+			_, ferr := store.Stat(ctx, layout.FoldKey(wal, 1, 1, fold))
+			_, serr := store.Stat(ctx, layout.SegmentKey(wal, 1, fold))
 			if ferr == nil && errors.Is(serr, objstore.ErrNotFound) {
 				break
 			}
@@ -350,7 +351,7 @@ func TestSealInSlotAFoldFreed(t *testing.T) {
 			t.Fatal(b.err)
 		}
 		t.Cleanup(b.f.Stop)
-		if _, err := store.Stat(ctx, segmentKey(wal, 1, fold)); err != nil {
+		if _, err := store.Stat(ctx, layout.SegmentKey(wal, 1, fold)); err != nil {
 			t.Fatalf("the test needs B's seal in slot %d: %v", fold, err)
 		}
 		if err := b.f.Fetch(wal, "open"); err != nil {
@@ -396,7 +397,7 @@ func TestFillStoppedByVoidSealLeavesNoGap(t *testing.T) {
 		// A's segments, and released before B's seal in slot 9.
 		foldHeld, foldRelease := make(chan struct{}), make(chan struct{})
 		aStore := &storetest.Hooked{Store: store, BeforePut: func(key string, _ int64, _ objstore.PutOptions) error {
-			if key == foldKey(wal, 1, 1, fold) {
+			if key == layout.FoldKey(wal, 1, 1, fold) {
 				close(foldHeld)
 				<-foldRelease
 			}
@@ -418,10 +419,10 @@ func TestFillStoppedByVoidSealLeavesNoGap(t *testing.T) {
 		bStore := &storetest.Hooked{Store: store, BeforePut: func(key string, size int64, _ objstore.PutOptions) error {
 			switch {
 			case size != 0:
-			case key == segmentKey(wal, 1, 2):
+			case key == layout.SegmentKey(wal, 1, 2):
 				close(held2)
 				<-release2
-			case key == segmentKey(wal, 1, 9):
+			case key == layout.SegmentKey(wal, 1, 9):
 				close(held9)
 				<-release9
 			}
@@ -448,7 +449,7 @@ func TestFillStoppedByVoidSealLeavesNoGap(t *testing.T) {
 		close(foldRelease) // the fold lands and frees slots 2..6
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			if _, err := store.Stat(ctx, segmentKey(wal, 1, fold)); errors.Is(err, objstore.ErrNotFound) {
+			if _, err := store.Stat(ctx, layout.SegmentKey(wal, 1, fold)); errors.Is(err, objstore.ErrNotFound) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -462,7 +463,7 @@ func TestFillStoppedByVoidSealLeavesNoGap(t *testing.T) {
 			t.Fatal(b.err)
 		}
 		t.Cleanup(b.f.Stop)
-		if _, err := store.Stat(ctx, segmentKey(wal, 1, fold)); err != nil {
+		if _, err := store.Stat(ctx, layout.SegmentKey(wal, 1, fold)); err != nil {
 			t.Fatalf("the test needs B's seal in slot %d: %v", fold, err)
 		}
 

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
 // Config configures a FileSystem.
@@ -229,13 +231,13 @@ func (f *FS) Serving() { f.serving.Store(true) }
 // file is the state of one managed file.
 type file struct {
 	mu    sync.Mutex // serializes uploads of one log
-	kind  Kind
+	kind  layout.Kind
 	epoch uint64 // version (the writer's epoch)
 	size  int64  // bytes in the store (logs: before the seal)
 	tier  Tier   // tables: the store holding this version (tier.go)
 
 	// logs only
-	segments []segment
+	segments []protocol.Segment
 	nextSeq  uint64
 	ownLog   bool // created by this owner: appendable
 
@@ -321,7 +323,7 @@ func (f *FS) ReadAllowed() error {
 }
 
 func (f *FS) leaseFresh() bool {
-	return f.leaseNow()-f.lastConfirm.Load() < int64(f.cfg.Lease)
+	return protocol.LeaseFresh(time.Duration(f.leaseNow()), time.Duration(f.lastConfirm.Load()), f.cfg.Lease)
 }
 
 func (f *FS) observe(op, name, activity string, n int64, start time.Time, err error) {
@@ -412,19 +414,19 @@ func (f *FS) delMany(ctx context.Context, keys []string, activity string) error 
 	}
 	start := time.Now()
 	err := f.store.DeleteMany(ctx, keys)
-	f.observe("delete", FileOfKey(keys[0]), activity, 0, start, err)
+	f.observe("delete", layout.FileOfKey(keys[0]), activity, 0, start, err)
 	return err
 }
 
 // epochs lists the epochs taken in storage.
 func (f *FS) epochs(ctx context.Context, activity string) ([]uint64, error) {
-	objs, err := f.list(ctx, epochPrefix, activity)
+	objs, err := f.list(ctx, layout.EpochPrefix, activity)
 	if err != nil {
 		return nil, err
 	}
 	var es []uint64
 	for _, o := range objs {
-		if e, ok := parseEpochKey(o.Key); ok {
+		if e, ok := layout.ParseEpochKey(o.Key); ok {
 			es = append(es, e)
 		}
 	}
@@ -482,8 +484,8 @@ func (f *FS) Create(name string) error {
 	if err := f.FenceError(); err != nil {
 		return err
 	}
-	k := KindOf(name)
-	if k == KindLocal || k == KindCurrent {
+	k := layout.KindOf(name)
+	if k == layout.KindLocal || k == layout.KindCurrent {
 		return nil
 	}
 	if f.readOnly {
@@ -491,7 +493,7 @@ func (f *FS) Create(name string) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.files[name] = &file{kind: k, epoch: f.epoch, nextSeq: 1, ownLog: k == KindLog}
+	f.files[name] = &file{kind: k, epoch: f.epoch, nextSeq: 1, ownLog: k == layout.KindLog}
 	return nil
 }
 
@@ -499,7 +501,7 @@ func (f *FS) Create(name string) error {
 // not yet uploaded become the log's next segment, created with
 // If-None-Match so that a seal written by a newer owner stops this one.
 func (f *FS) Sync(name string, size int64, activity string) error {
-	if KindOf(name) != KindLog {
+	if layout.KindOf(name) != layout.KindLog {
 		return nil // tables and objects are uploaded on close/rename
 	}
 	if f.readOnly {
@@ -606,7 +608,7 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 			return err
 		}
 		storedSome = true
-		if seq == 1 || f.leaseNow()-f.lastConfirm.Load() >= int64(f.cfg.AckFresh) {
+		if protocol.ConfirmBeforeAck(seq, time.Duration(f.leaseNow()), time.Duration(f.lastConfirm.Load()), f.cfg.AckFresh) {
 			// A new log: created after the new owner's listing, no seal
 			// protects it. An old confirmation: the seal that would have
 			// stopped this segment may have been deleted (docs/fencing.md).
@@ -620,7 +622,7 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 			// acknowledge a write after the fence is known.
 			return &ErrOutcomeUnknown{Fence: fe.(*ErrFenced)}
 		}
-		st.segments = append(st.segments, segment{seq: seq, size: stored})
+		st.segments = append(st.segments, protocol.Segment{Seq: seq, Size: stored})
 		st.nextSeq++
 		st.size += stored
 		st.unfolded++
@@ -638,7 +640,7 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 // up: then the slot holds a prefix of data (the log only grows), and the
 // rest goes to the next slot.
 func (f *FS) putSegment(name string, seq uint64, data []byte, activity string) (int64, error) {
-	key := segmentKey(name, f.epoch, seq)
+	key := layout.SegmentKey(name, f.epoch, seq)
 	stored := int64(len(data))
 	pol := policy{Attempt: f.walAttempt(len(data)), Total: f.cfg.RetryFor}
 	err := pol.do(context.Background(), func(ctx context.Context) error {
@@ -700,7 +702,7 @@ func (f *FS) confirmBeforeAck(name, activity string) error {
 func (f *FS) fenceFromStore(ctx context.Context) error {
 	var by uint64
 	if es, err := f.epochs(ctx, "background"); err == nil {
-		by = higherEpoch(es, f.epoch)
+		by = protocol.HigherEpoch(es, f.epoch)
 	}
 	return f.setFenced(by)
 }
@@ -708,10 +710,10 @@ func (f *FS) fenceFromStore(ctx context.Context) error {
 // Close finishes a managed file RocksDB wrote: a log's remaining bytes
 // become a segment; a table is uploaded whole.
 func (f *FS) Close(name string, size int64, activity string) error {
-	switch KindOf(name) {
-	case KindLog:
+	switch layout.KindOf(name) {
+	case layout.KindLog:
 		return f.Sync(name, size, activity)
-	case KindTable, KindObject:
+	case layout.KindTable, layout.KindObject:
 		if err := f.FenceError(); err != nil {
 			return err
 		}
@@ -726,14 +728,14 @@ func (f *FS) Close(name string, size int64, activity string) error {
 // upload stores a finished local file as name's version of this epoch.
 func (f *FS) upload(name, path, activity string) error {
 	class := f.cfg.TableStorageClass
-	if KindOf(name) != KindTable {
+	if layout.KindOf(name) != layout.KindTable {
 		class = f.cfg.LogStorageClass
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return err
 	}
-	key := objectKey(name, f.epoch)
+	key := layout.ObjectKey(name, f.epoch)
 	tier := f.tierOf(name) // chosen when RocksDB created it
 	err = f.background().do(context.Background(), func(ctx context.Context) error {
 		err := f.putFileIn(ctx, tier, key, name, activity, path, objstore.PutOptions{StorageClass: class})
@@ -743,9 +745,9 @@ func (f *FS) upload(name, path, activity string) error {
 		return fmt.Errorf("upload %s: %w", name, err)
 	}
 	f.mu.Lock()
-	f.files[name] = &file{kind: KindOf(name), epoch: f.epoch, size: fi.Size(), tier: tier}
+	f.files[name] = &file{kind: layout.KindOf(name), epoch: f.epoch, size: fi.Size(), tier: tier}
 	f.mu.Unlock()
-	if KindOf(name) == KindTable && path == f.localPath(name) && readsRemotely(tier) {
+	if layout.KindOf(name) == layout.KindTable && path == f.localPath(name) && readsRemotely(tier) {
 		// Cold tables stay out of the local cache (tier.go).
 		f.cache.mu.Lock()
 		evict := f.cache.evict
@@ -754,7 +756,7 @@ func (f *FS) upload(name, path, activity string) error {
 			evict(name)
 		}
 		os.Remove(path)
-	} else if KindOf(name) == KindTable && path == f.localPath(name) {
+	} else if layout.KindOf(name) == layout.KindTable && path == f.localPath(name) {
 		f.noteCachedVersion(name, f.epoch)
 		// The new table stays cached; older ones make room for it.
 		f.cache.add(name, fi.Size())
@@ -781,19 +783,19 @@ func (f *FS) Rename(src, dst string) error {
 	if strings.Contains(src, "/") {
 		return f.installJobOutput(src, dst) // a remote compaction's output
 	}
-	if f.readOnly && KindOf(dst) != KindLocal {
+	if f.readOnly && layout.KindOf(dst) != layout.KindLocal {
 		return fmt.Errorf("rename %s to %s: %w", src, dst, ErrReadOnly)
 	}
-	switch KindOf(dst) {
-	case KindCurrent:
+	switch layout.KindOf(dst) {
+	case layout.KindCurrent:
 		return f.replaceCurrent(f.localPath(src))
-	case KindObject:
+	case layout.KindObject:
 		if err := f.upload(dst, f.localPath(src), "flush"); err != nil {
 			return err
 		}
 		f.dropLocalOnly(src)
 		return nil
-	case KindTable, KindLog:
+	case layout.KindTable, layout.KindLog:
 		return fmt.Errorf("rename %s to %s: renaming tables or logs is not supported by the Shale FileSystem", src, dst)
 	}
 	return nil
@@ -806,19 +808,9 @@ func (f *FS) dropLocalOnly(name string) {
 }
 
 // currentObject is what the store holds for CURRENT: RocksDB's content
-// ("MANIFEST-000005\n") and a trailer line unique to this write. S3 etags
-// are content hashes, so without the trailer a rewrite of the same
-// content would keep its etag, and a stale owner's If-Match would pass.
+// and a trailer line unique to this write (layout.CurrentObject).
 func (f *FS) currentObject(content []byte) []byte {
-	return fmt.Appendf(append([]byte{}, content...), "shale epoch=%d write=%s\n", f.epoch, newNonce())
-}
-
-// currentContent strips the trailer: RocksDB's CURRENT is the first line.
-func currentContent(obj []byte) []byte {
-	if i := bytes.IndexByte(obj, '\n'); i >= 0 {
-		return obj[:i+1]
-	}
-	return obj
+	return layout.CurrentObject(content, f.epoch, newNonce())
 }
 
 // replaceCurrent writes CURRENT from a local file, conditional on the etag
@@ -839,7 +831,7 @@ func (f *FS) replaceCurrent(path string) error {
 		if f.currentETag == "" {
 			opts = objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass}
 		}
-		info, err := f.put(ctx, "CURRENT", "CURRENT", "flush", data, opts)
+		info, err := f.put(ctx, layout.CurrentKey, "CURRENT", "flush", data, opts)
 		if err == nil {
 			f.currentETag = info.ETag
 			return nil
@@ -847,11 +839,11 @@ func (f *FS) replaceCurrent(path string) error {
 		if !errors.Is(err, objstore.ErrPreconditionFailed) {
 			return err
 		}
-		got, ginfo, gerr := f.get(ctx, "CURRENT", "CURRENT", "flush")
+		got, ginfo, gerr := f.get(ctx, layout.CurrentKey, "CURRENT", "flush")
 		if gerr != nil {
 			return retryLater(fmt.Errorf("CURRENT changed and cannot be read back: %w", gerr))
 		}
-		switch e := currentEpoch(got); {
+		switch e := layout.CurrentEpoch(got); {
 		case bytes.Equal(got, data):
 			f.currentETag = ginfo.ETag // our attempt landed; its reply was lost
 			return nil
@@ -866,7 +858,7 @@ func (f *FS) replaceCurrent(path string) error {
 		if err := f.confirm(ctx, "flush"); err != nil {
 			return err
 		}
-		return retryLater(fmt.Errorf("CURRENT was changed by epoch %d, below ours, and no newer owner exists", currentEpoch(got)))
+		return retryLater(fmt.Errorf("CURRENT was changed by epoch %d, below ours, and no newer owner exists", layout.CurrentEpoch(got)))
 	})
 	if err != nil {
 		if f.FenceError() == nil {
@@ -877,7 +869,7 @@ func (f *FS) replaceCurrent(path string) error {
 		return err
 	}
 	f.mu.Lock()
-	f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(content))}
+	f.files["CURRENT"] = &file{kind: layout.KindCurrent, size: int64(len(content))}
 	f.mu.Unlock()
 	f.storedCurrent.Store(manifestOf(content))
 	if f.cfg.OnDurable != nil {
@@ -890,11 +882,11 @@ func (f *FS) replaceCurrent(path string) error {
 // physical deletion after the grace period (secondaries and slow readers
 // may still read it).
 func (f *FS) Delete(name string) error {
-	k := KindOf(name)
-	if k == KindLocal {
+	k := layout.KindOf(name)
+	if k == layout.KindLocal {
 		return nil
 	}
-	if k == KindCurrent {
+	if k == layout.KindCurrent {
 		return fmt.Errorf("delete CURRENT: refused")
 	}
 	if f.readOnly {
@@ -918,11 +910,6 @@ func (f *FS) Delete(name string) error {
 	return f.trash(context.Background(), name, st.epoch)
 }
 
-type trashMarker struct {
-	DeletedAt time.Time `json:"deletedAt"`
-	Epoch     uint64    `json:"deletedByEpoch"`
-}
-
 // Fetch materializes a managed file in the local cache (RocksDB is about
 // to open it): a table or object is downloaded, a log is reassembled from
 // its segments up to its seal.
@@ -944,11 +931,11 @@ func (f *FS) Fetch(name, activity string) error {
 	err := pol.do(context.Background(), func(ctx context.Context) error {
 		var err error
 		switch st.kind {
-		case KindLog:
+		case layout.KindLog:
 			data, err = f.readLog(ctx, name, st, activity)
-		case KindCurrent:
-			data, _, err = f.get(ctx, "CURRENT", name, activity)
-			data = currentContent(data)
+		case layout.KindCurrent:
+			data, _, err = f.get(ctx, layout.CurrentKey, name, activity)
+			data = layout.CurrentContent(data)
 		default:
 			data, err = f.getObject(ctx, name, st, activity)
 		}
@@ -960,7 +947,7 @@ func (f *FS) Fetch(name, activity string) error {
 	if err := writeFileAtomic(f.localPath(name), data); err != nil {
 		return err
 	}
-	if st.kind == KindTable {
+	if st.kind == layout.KindTable {
 		f.noteCachedVersion(name, st.epoch)
 	}
 	return nil
@@ -974,7 +961,7 @@ func (f *FS) Fetch(name, activity string) error {
 // bytes.
 func (f *FS) readLog(ctx context.Context, name string, st *file, activity string) ([]byte, error) {
 	st.mu.Lock()
-	segs := append([]segment(nil), st.segments...)
+	segs := append([]protocol.Segment(nil), st.segments...)
 	epoch, size := st.epoch, st.size
 	st.mu.Unlock()
 	data, err := f.readSegments(ctx, name, epoch, segs, size, activity)
@@ -985,39 +972,39 @@ func (f *FS) readLog(ctx context.Context, name string, st *file, activity string
 	if lerr != nil {
 		return nil, lerr
 	}
-	if v.size < size || !v.contiguous() {
-		return nil, fmt.Errorf("log %s (epoch %d) lost segments while being read (%d of %d bytes left): %w", name, epoch, v.size, size, err)
+	if v.Size < size || !v.Contiguous() {
+		return nil, fmt.Errorf("log %s (epoch %d) lost segments while being read (%d of %d bytes left): %w", name, epoch, v.Size, size, err)
 	}
 	st.mu.Lock()
-	st.segments = trimSegments(v.segments, size)
+	st.segments = trimSegments(v.Segments, size)
 	st.mu.Unlock()
-	return f.readSegments(ctx, name, epoch, trimSegments(v.segments, size), size, activity)
+	return f.readSegments(ctx, name, epoch, trimSegments(v.Segments, size), size, activity)
 }
 
 // trimSegments keeps the objects that hold the first size bytes of a log.
-func trimSegments(segs []segment, size int64) []segment {
+func trimSegments(segs []protocol.Segment, size int64) []protocol.Segment {
 	var n int64
 	for i, s := range segs {
 		if n >= size {
 			return segs[:i]
 		}
-		n += s.size
+		n += s.Size
 	}
 	return segs
 }
 
 // readSegments fetches the objects of one log version and joins them.
-func (f *FS) readSegments(ctx context.Context, name string, epoch uint64, segs []segment, size int64, activity string) ([]byte, error) {
+func (f *FS) readSegments(ctx context.Context, name string, epoch uint64, segs []protocol.Segment, size int64, activity string) ([]byte, error) {
 	parts := make([][]byte, len(segs))
 	err := parallel(ctx, len(segs), 16, func(ctx context.Context, i int) error {
 		s := segs[i]
-		key := segmentKey(name, epoch, s.seq)
-		if s.fold() {
-			key = foldKey(name, epoch, s.seq, s.last)
+		key := layout.SegmentKey(name, epoch, s.Seq)
+		if s.Fold() {
+			key = layout.FoldKey(name, epoch, s.Seq, s.Last)
 		}
 		b, _, err := f.get(ctx, key, name, activity)
-		if err == nil && int64(len(b)) != s.size {
-			err = fmt.Errorf("object %s of %s is %d bytes, expected %d", key, name, len(b), s.size)
+		if err == nil && int64(len(b)) != s.Size {
+			err = fmt.Errorf("object %s of %s is %d bytes, expected %d", key, name, len(b), s.Size)
 		}
 		parts[i] = b
 		return err
@@ -1068,7 +1055,7 @@ func (f *FS) Stat(name string) (int64, bool) {
 	if st == nil {
 		return 0, false
 	}
-	if st.kind == KindLog && st.ownLog {
+	if st.kind == layout.KindLog && st.ownLog {
 		// A log this owner is writing: RocksDB wants its local size.
 		if fi, err := os.Stat(f.localPath(name)); err == nil {
 			return fi.Size(), true
@@ -1117,7 +1104,7 @@ func (f *FS) Release(ctx context.Context) error {
 	if f.FenceError() != nil {
 		return nil
 	}
-	_, err := f.put(ctx, releasedKey(f.epoch), "", "background", []byte(time.Now().UTC().Format(time.RFC3339Nano)), objstore.PutOptions{})
+	_, err := f.put(ctx, layout.ReleasedKey(f.epoch), "", "background", layout.FormatReleased(time.Now()), objstore.PutOptions{})
 	return err
 }
 
@@ -1135,7 +1122,7 @@ func (f *FS) fileLocked(name string) *file {
 }
 
 // Managed implements rocksshim.FileSystemHooks.
-func (f *FS) Managed(name string) bool { return KindOf(name) != KindLocal }
+func (f *FS) Managed(name string) bool { return layout.KindOf(name) != layout.KindLocal }
 
 // Fenced marks the fence error for the C++ side (IOStatus "fenced").
 func (e *ErrFenced) Fenced() bool { return true }

@@ -14,6 +14,7 @@ import (
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 func openFS(t *testing.T, store objstore.Store, epoch uint64, cache string) *FS {
@@ -137,14 +138,14 @@ func TestDeferredDelete(t *testing.T) {
 		return
 	}
 	var trashed []string
-	store.List(ctx, trashPrefix, func(o objstore.ObjectInfo) error { trashed = append(trashed, o.Key); return nil })
+	store.List(ctx, layout.TrashPrefix, func(o objstore.ObjectInfo) error { trashed = append(trashed, o.Key); return nil })
 	if len(trashed) == 0 {
 		t.Fatal("recovery deleted nothing; the test needs an obsolete WAL")
 	}
 	var walPrefix string
 	for _, k := range trashed {
-		if name, e, _ := parseTrashKey(k); KindOf(name) == KindLog && e == 1 && FileType(name) == "wal" {
-			walPrefix = segmentPrefix(name, e)
+		if name, e, _ := layout.ParseTrashKey(k); layout.KindOf(name) == layout.KindLog && e == 1 && FileType(name) == "wal" {
+			walPrefix = layout.LogVersionPrefix(name, e)
 		}
 	}
 	// A condition, not a time: the grace is 300ms, but a loaded 2-core
@@ -179,7 +180,7 @@ func dirTableBytes(t *testing.T, dir string) (n int64) {
 	t.Helper()
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if KindOf(e.Name()) == KindTable {
+		if layout.KindOf(e.Name()) == layout.KindTable {
 			fi, err := e.Info()
 			if err == nil {
 				n += fi.Size()
@@ -274,13 +275,13 @@ func TestSealRacesFastWriter(t *testing.T) {
 			return err
 		}
 		// Epoch 1 owns a database whose WAL already has many segments.
-		if err := put(epochKey(1), []byte(`{"epoch":1}`)); err != nil {
+		if err := put(layout.EpochKey(1), []byte(`{"epoch":1}`)); err != nil {
 			t.Fatal(err)
 		}
 		const wal = "000009.log"
 		seq := uint64(0)
 		for ; seq < 300; seq++ {
-			if err := put(segmentKey(wal, 1, seq+1), []byte(fmt.Sprint(seq+1))); err != nil {
+			if err := put(layout.SegmentKey(wal, 1, seq+1), []byte(fmt.Sprint(seq+1))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -289,7 +290,7 @@ func TestSealRacesFastWriter(t *testing.T) {
 		stopped := make(chan error, 1)
 		go func() {
 			for s := seq + 1; ; s++ {
-				if err := put(segmentKey(wal, 1, s), []byte(fmt.Sprint(s))); err != nil {
+				if err := put(layout.SegmentKey(wal, 1, s), []byte(fmt.Sprint(s))); err != nil {
 					stopped <- err
 					return
 				}

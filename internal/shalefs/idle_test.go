@@ -10,6 +10,7 @@ import (
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // An idle owner (RocksDB open, no reads, no writes) costs one GET of the
@@ -53,7 +54,7 @@ func TestIdleOwnerRequests(t *testing.T) {
 		reqs := store.Requests(from)
 		allowed := int(window/idle) + 1
 		for _, r := range reqs {
-			if r != "get "+ownerKey {
+			if r != "get "+layout.OwnerKey {
 				t.Errorf("idle owner sent %q", r)
 			}
 		}
@@ -73,11 +74,11 @@ func TestIdleOwnerRequests(t *testing.T) {
 		// One GET of its own (the idle loop's may coincide with it).
 		reqs = store.Requests(from)
 		if len(reqs) == 0 || len(reqs) > 2 {
-			t.Fatalf("a read after the lease expired sent %v, want one GET of %s", reqs, ownerKey)
+			t.Fatalf("a read after the lease expired sent %v, want one GET of %s", reqs, layout.OwnerKey)
 		}
 		for _, r := range reqs {
-			if r != "get "+ownerKey {
-				t.Fatalf("a read after the lease expired sent %v, want one GET of %s", reqs, ownerKey)
+			if r != "get "+layout.OwnerKey {
+				t.Fatalf("a read after the lease expired sent %v, want one GET of %s", reqs, layout.OwnerKey)
 			}
 		}
 	})

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
 // The checks an owner makes before it claims an epoch (Open, step 0). They
@@ -34,7 +36,7 @@ func checkExisting(url string, existing, current bool, epochs []uint64) error {
 	case !current && len(epochs) == 0:
 		what = "holds no database"
 	case !current:
-		what = fmt.Sprintf("has epoch claims (up to %d) but no CURRENT: no primary ever created the database there", higherEpoch(epochs, 0))
+		what = fmt.Sprintf("has epoch claims (up to %d) but no CURRENT: no primary ever created the database there", protocol.HigherEpoch(epochs, 0))
 	case len(epochs) == 0:
 		what = "has a CURRENT but no epoch claim: it is not a Shale database"
 	default:
@@ -48,7 +50,7 @@ func checkExisting(url string, existing, current bool, epochs []uint64) error {
 
 // preClaim is what the checks before the claim found, for afterClaim.
 type preClaim struct {
-	tiers  tierAction
+	tiers  protocol.TierAction
 	paired bool
 	tiered bool
 }
@@ -59,7 +61,7 @@ type preClaim struct {
 func (f *FS) beforeClaim(ctx context.Context, top []objstore.ObjectInfo, epochs []uint64) (preClaim, error) {
 	current := false
 	for _, o := range top {
-		current = current || o.Key == "CURRENT"
+		current = current || o.Key == layout.CurrentKey
 	}
 	if err := checkExisting(f.store.URL(), f.cfg.Existing, current, epochs); err != nil {
 		return preClaim{}, err
@@ -68,7 +70,7 @@ func (f *FS) beforeClaim(ctx context.Context, top []objstore.ObjectInfo, epochs 
 	if err != nil {
 		return preClaim{}, err
 	}
-	action, err := decideTiers(st.rec, st.mark, f.cfg.Cold != nil, st.coldEmpty, st.paired, true)
+	action, err := protocol.DecideTiers(st.rec, st.mark, f.cfg.Cold != nil, st.coldEmpty, st.paired, true)
 	if err != nil {
 		return preClaim{}, err
 	}
@@ -79,7 +81,7 @@ func (f *FS) beforeClaim(ctx context.Context, top []objstore.ObjectInfo, epochs 
 // cold tier's records), checking them again, and puts the cold store in
 // use. With nothing to write it costs no request.
 func (f *FS) afterClaim(ctx context.Context, pre preClaim) error {
-	if pre.tiers == tiersOK && (!pre.tiered || pre.paired) {
+	if pre.tiers == protocol.TiersOK && (!pre.tiered || pre.paired) {
 		f.useCold()
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // A primary told the database exists (Config.Existing, the operator's
@@ -170,13 +171,13 @@ func TestOpenWritesNothingBeforeItsClaim(t *testing.T) {
 	mu.Lock()
 	first := puts
 	mu.Unlock()
-	if len(first) == 0 || !strings.HasPrefix(first[0], "hot:"+epochPrefix) {
+	if len(first) == 0 || !strings.HasPrefix(first[0], "hot:"+layout.EpochPrefix) {
 		t.Fatalf("puts of a new tiered database's open: %v; want its epoch claim first", first)
 	}
 
 	// Interrupted pairing: the record, no marker, no pairing note.
 	ctx := context.Background()
-	for _, k := range []string{coldMarkerKey, tiersPairedKey} {
+	for _, k := range []string{layout.ColdMarkerKey, layout.TiersPairedKey} {
 		for _, s := range []objstore.Store{hotRaw, coldRaw} {
 			if err := s.Delete(ctx, k); err != nil && !errors.Is(err, objstore.ErrNotFound) {
 				t.Fatal(err)
@@ -191,7 +192,7 @@ func TestOpenWritesNothingBeforeItsClaim(t *testing.T) {
 	mu.Lock()
 	second := puts
 	mu.Unlock()
-	if len(second) == 0 || !strings.HasPrefix(second[0], "hot:"+epochPrefix) {
+	if len(second) == 0 || !strings.HasPrefix(second[0], "hot:"+layout.EpochPrefix) {
 		t.Errorf("puts of the open that finished the pairing: %v; want its epoch claim first", second)
 	}
 	if m, err := readColdMarker(ctx, coldRaw); err != nil || m == nil {

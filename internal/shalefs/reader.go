@@ -3,7 +3,6 @@ package shalefs
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
 // A reader is a read-only FS on a database that another process owns: what
@@ -61,11 +62,11 @@ var errManifestGone = errors.New("CURRENT names a MANIFEST that is gone from the
 
 // readerState is what a reader keeps between refreshes (under refreshMu).
 type readerState struct {
-	full       bool          // the next refresh lists everything
-	opened     *openedRecord // the last completed takeover's record (nil: none)
-	ownerEpoch uint64        // _shale/owner when opened was read
-	currentTag string        // etag of the CURRENT last read
-	trashed    map[versionRef]bool
+	full       bool                 // the next refresh lists everything
+	opened     *layout.OpenedRecord // the last completed takeover's record (nil: none)
+	ownerEpoch uint64               // _shale/owner when opened was read
+	currentTag string               // etag of the CURRENT last read
+	trashed    map[layout.VersionRef]bool
 	trashAt    time.Time // when the last trash listing began
 	fullAt     time.Time // when the last full refresh began
 	// trashSoon: the MANIFEST grew lately, so files were probably
@@ -237,7 +238,7 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 	if !full {
 		var names []string
 		for name, of := range old {
-			if of.kind == KindLog && !trashed[versionRef{name, of.epoch}] {
+			if of.kind == layout.KindLog && !trashed[layout.VersionRef{Name: name, Epoch: of.epoch}] {
 				names = append(names, name)
 			}
 		}
@@ -272,7 +273,7 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 		return err
 	}
 	for _, o := range top {
-		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && KindOf(name) == KindLog {
+		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && layout.KindOf(name) == layout.KindLog {
 			if f.cfg.SkipWALs && FileType(name) == "wal" {
 				continue // RocksDB opens without them (a compaction worker)
 			}
@@ -280,7 +281,7 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 			if _, ok := logs[name]; !ok && (full || !trashedNames[name]) {
 				newLogs = append(newLogs, name)
 			}
-		} else if o.Key == "CURRENT" {
+		} else if o.Key == layout.CurrentKey {
 			currentTag, currentListed = o.ETag, true
 		}
 	}
@@ -312,7 +313,7 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 		var b []byte
 		var info objstore.ObjectInfo
 		err := f.background().do(ctx, func(ctx context.Context) (err error) {
-			b, info, err = f.get(ctx, "CURRENT", "CURRENT", activity)
+			b, info, err = f.get(ctx, layout.CurrentKey, "CURRENT", activity)
 			return err
 		})
 		switch {
@@ -320,7 +321,7 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 		case err != nil:
 			return fmt.Errorf("read CURRENT: %w", err)
 		default:
-			current, tag = currentContent(b), info.ETag
+			current, tag = layout.CurrentContent(b), info.ETag
 		}
 	}
 	if m := manifestOf(current); m != "" && logs[m] == nil {
@@ -348,12 +349,12 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 		files[name] = st
 	}
 	for _, o := range top {
-		name, e, ok := parseObjectKey(o.Key)
-		if !ok || trashed[versionRef{name, e}] {
+		name, e, ok := layout.ParseObjectKey(o.Key)
+		if !ok || trashed[layout.VersionRef{Name: name, Epoch: e}] {
 			continue
 		}
 		if st := files[name]; st == nil || e > st.epoch {
-			files[name] = &file{kind: KindOf(name), epoch: e, size: o.Size}
+			files[name] = &file{kind: layout.KindOf(name), epoch: e, size: o.Size}
 		}
 	}
 	// Cold tables too, also listed after every MANIFEST listing.
@@ -361,7 +362,7 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 		return err
 	}
 	if current != nil {
-		files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(current))}
+		files["CURRENT"] = &file{kind: layout.KindCurrent, size: int64(len(current))}
 	}
 
 	// The closing read: the view is durable only if no newer owner had
@@ -375,7 +376,7 @@ func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error 
 		rs.ownerEpoch, err = f.ownerEpoch(ctx, activity)
 		return err
 	}); err != nil {
-		return fmt.Errorf("read %s: %w", ownerKey, err)
+		return fmt.Errorf("read %s: %w", layout.OwnerKey, err)
 	}
 	if rs.ownerEpoch != last.Epoch {
 		if !readOpened {
@@ -417,7 +418,7 @@ func (f *FS) install(ctx context.Context, old, files map[string]*file, fresh map
 			manifestGrew = true
 		}
 		switch {
-		case of == nil && nf.kind == KindLog:
+		case of == nil && nf.kind == layout.KindLog:
 			if b, ok := fresh[name]; ok {
 				if err := writeFileAtomic(f.localPath(name), b); err != nil {
 					return err
@@ -426,18 +427,18 @@ func (f *FS) install(ctx context.Context, old, files map[string]*file, fresh map
 				os.Remove(f.localPath(name)) // a stale copy: fetched again
 			}
 		case of == nil:
-		case nf.kind == KindLog && of.epoch == nf.epoch:
+		case nf.kind == layout.KindLog && of.epoch == nf.epoch:
 			if nf != of {
 				if err := f.extendLog(ctx, name, of, nf, activity); err != nil {
 					return err
 				}
 			}
 			files[name] = of
-		case nf.kind == KindLog:
+		case nf.kind == layout.KindLog:
 			// Another epoch's version of the name (rare: a log a deposed
 			// owner created): the local copy is of the wrong one.
 			os.Remove(f.localPath(name))
-		case nf.kind == KindTable && of.epoch == nf.epoch:
+		case nf.kind == layout.KindTable && of.epoch == nf.epoch:
 			files[name] = of
 		}
 	}
@@ -448,7 +449,7 @@ func (f *FS) install(ctx context.Context, old, files map[string]*file, fresh map
 		f.retired = map[string]retiredFile{}
 	}
 	for name, of := range old {
-		if _, ok := files[name]; !ok && of.kind == KindTable {
+		if _, ok := files[name]; !ok && of.kind == layout.KindTable {
 			f.retired[name] = retiredFile{file: of, since: now}
 		}
 	}
@@ -460,7 +461,7 @@ func (f *FS) install(ctx context.Context, old, files map[string]*file, fresh map
 	f.files = files
 	f.mu.Unlock()
 	for name, of := range old {
-		if of.kind == KindLog && files[name] == nil {
+		if of.kind == layout.KindLog && files[name] == nil {
 			// Gone from the store's view (flushed, trashed): RocksDB may
 			// still hold it open, which unlinking does not disturb.
 			os.Remove(f.localPath(name))
@@ -505,14 +506,14 @@ func (f *FS) listTrashIfDue(ctx context.Context, full bool, activity string) err
 	}
 	rs.trashSoon = max(rs.trashSoon-1, 0)
 	start := time.Now()
-	markers, err := f.readerList(ctx, trashPrefix, false, activity)
+	markers, err := f.readerList(ctx, layout.TrashPrefix, false, activity)
 	if err != nil {
 		return err
 	}
-	trashed := map[versionRef]bool{}
+	trashed := map[layout.VersionRef]bool{}
 	for _, m := range markers {
-		if name, e, ok := parseTrashKey(m.Key); ok {
-			trashed[versionRef{name, e}] = true
+		if name, e, ok := layout.ParseTrashKey(m.Key); ok {
+			trashed[layout.VersionRef{Name: name, Epoch: e}] = true
 		}
 	}
 	rs.trashed, rs.trashAt = trashed, start
@@ -523,42 +524,42 @@ func (f *FS) listTrashIfDue(ctx context.Context, full bool, activity string) err
 // whether it changed since the last refresh. The owner record (one GET)
 // says when there may be a new one: an owner raises it before it writes
 // its record.
-func (f *FS) readerOpened(ctx context.Context, activity string) (*openedRecord, bool, error) {
+func (f *FS) readerOpened(ctx context.Context, activity string) (*layout.OpenedRecord, bool, error) {
 	rs := &f.rs
 	var owner uint64
 	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
 		owner, err = f.ownerEpoch(ctx, activity)
 		return err
 	}); err != nil {
-		return nil, false, fmt.Errorf("read %s: %w", ownerKey, err)
+		return nil, false, fmt.Errorf("read %s: %w", layout.OwnerKey, err)
 	}
 	if rs.opened != nil && owner == rs.ownerEpoch && rs.opened.Epoch == owner {
 		return rs.opened, false, nil
 	}
-	objs, err := f.readerList(ctx, openedPrefix, false, activity)
+	objs, err := f.readerList(ctx, layout.OpenedPrefix, false, activity)
 	if err != nil {
 		return nil, false, err
 	}
 	var highest uint64
 	for _, o := range objs {
-		if e, ok := parseEpochPart(strings.TrimPrefix(o.Key, openedPrefix)); ok {
+		if e, ok := layout.ParseOpenedKey(o.Key); ok {
 			highest = max(highest, e)
 		}
 	}
-	var rec *openedRecord
+	var rec *layout.OpenedRecord
 	switch {
 	case highest == 0:
 	case rs.opened != nil && rs.opened.Epoch == highest:
 		rec = rs.opened
 	default:
-		var r openedRecord
+		var r layout.OpenedRecord
 		err := f.background().do(ctx, func(ctx context.Context) error {
-			b, _, err := f.get(ctx, openedKey(highest), "", activity)
+			b, _, err := f.get(ctx, layout.OpenedKey(highest), "", activity)
 			if err != nil {
 				return err
 			}
-			if err := json.Unmarshal(b, &r); err != nil || r.Epoch != highest {
-				return fmt.Errorf("%s is unreadable (%v)", openedKey(highest), err)
+			if r, err = layout.ParseOpenedRecord(b); err != nil || r.Epoch != highest {
+				return fmt.Errorf("%s is unreadable (%v)", layout.OpenedKey(highest), err)
 			}
 			return nil
 		})
@@ -591,14 +592,14 @@ func (f *FS) readerList(ctx context.Context, prefix string, dir bool, activity s
 // last segment it covers, so every object that extends the log is there.
 func (f *FS) listTail(ctx context.Context, name string, of *file, activity string) (*file, error) {
 	of.mu.Lock()
-	known := append([]segment(nil), of.segments...)
+	known := append([]protocol.Segment(nil), of.segments...)
 	size := of.size
 	of.mu.Unlock()
 	after := ""
 	if len(known) > 0 {
 		after = segmentObjectKey(name, of.epoch, known[len(known)-1])
 	}
-	objs, err := f.readerList(ctx, segmentPrefix(name, of.epoch), false, activity)
+	objs, err := f.readerList(ctx, layout.LogVersionPrefix(name, of.epoch), false, activity)
 	if err != nil {
 		return nil, err
 	}
@@ -607,26 +608,26 @@ func (f *FS) listTail(ctx context.Context, name string, of *file, activity strin
 		if o.Key <= after {
 			continue
 		}
-		if _, _, first, last, ok := parseSegmentKey(o.Key); ok {
-			segs = append(segs, segment{seq: first, last: last, size: o.Size})
+		if _, _, first, last, ok := layout.ParseSegmentKey(o.Key); ok {
+			segs = append(segs, protocol.Segment{Seq: first, Last: last, Size: o.Size})
 		}
 	}
 	if len(segs) == len(known) {
 		return of, nil
 	}
-	v := buildLogVersion(of.epoch, segs)
-	if v.size <= size {
+	v := protocol.BuildLogVersion(of.epoch, segs)
+	if v.Size <= size {
 		return of, nil // nothing new it can reach (a seal, or a gap not filled yet)
 	}
-	return &file{kind: KindLog, epoch: of.epoch, size: v.size, segments: v.segments, nextSeq: v.lastSeq + 1}, nil
+	return &file{kind: layout.KindLog, epoch: of.epoch, size: v.Size, segments: v.Segments, nextSeq: v.LastSeq + 1}, nil
 }
 
 // segmentObjectKey is the key of one object of a log version.
-func segmentObjectKey(name string, epoch uint64, s segment) string {
-	if s.fold() {
-		return foldKey(name, epoch, s.seq, s.last)
+func segmentObjectKey(name string, epoch uint64, s protocol.Segment) string {
+	if s.Fold() {
+		return layout.FoldKey(name, epoch, s.Seq, s.Last)
 	}
-	return segmentKey(name, epoch, s.seq)
+	return layout.SegmentKey(name, epoch, s.Seq)
 }
 
 // listLog finds the live version of a log name new to the view (nil if
@@ -635,20 +636,19 @@ func segmentObjectKey(name string, epoch uint64, s segment) string {
 // the name's epochs first and skips trashed versions unlisted (a full
 // refresh meets every deleted log still in its grace); otherwise one
 // listing reads every version.
-func (f *FS) listLog(ctx context.Context, name string, trashed map[versionRef]bool, last *openedRecord, byEpoch bool, activity string) (*file, error) {
+func (f *FS) listLog(ctx context.Context, name string, trashed map[layout.VersionRef]bool, last *layout.OpenedRecord, byEpoch bool, activity string) (*file, error) {
 	var objs []objstore.ObjectInfo
 	if byEpoch {
-		dirs, err := f.readerList(ctx, name+"/", true, activity)
+		dirs, err := f.readerList(ctx, layout.LogPrefix(name), true, activity)
 		if err != nil {
 			return nil, err
 		}
 		for _, d := range dirs {
-			es, _ := strings.CutSuffix(strings.TrimPrefix(d.Key, name+"/"), "/")
-			e, ok := parseEpochPart(es)
-			if !ok || trashed[versionRef{name, e}] || !admitLogVersion(name, e, last) {
+			e, ok := layout.ParseLogVersionPrefix(name, d.Key)
+			if !ok || trashed[layout.VersionRef{Name: name, Epoch: e}] || !protocol.AdmitLogVersion(name, e, last) {
 				continue
 			}
-			more, err := f.readerList(ctx, segmentPrefix(name, e), false, activity)
+			more, err := f.readerList(ctx, layout.LogVersionPrefix(name, e), false, activity)
 			if err != nil {
 				return nil, err
 			}
@@ -656,30 +656,30 @@ func (f *FS) listLog(ctx context.Context, name string, trashed map[versionRef]bo
 		}
 	} else {
 		var err error
-		if objs, err = f.readerList(ctx, name+"/", false, activity); err != nil {
+		if objs, err = f.readerList(ctx, layout.LogPrefix(name), false, activity); err != nil {
 			return nil, err
 		}
 	}
-	versions := map[uint64][]segment{}
+	versions := map[uint64][]protocol.Segment{}
 	for _, o := range objs {
-		if n, e, first, lastSeq, ok := parseSegmentKey(o.Key); ok && n == name {
-			versions[e] = append(versions[e], segment{seq: first, last: lastSeq, size: o.Size})
+		if n, e, first, lastSeq, ok := layout.ParseSegmentKey(o.Key); ok && n == name {
+			versions[e] = append(versions[e], protocol.Segment{Seq: first, Last: lastSeq, Size: o.Size})
 		}
 	}
-	var vs []logVersion
+	var vs []protocol.LogVersion
 	for e, segs := range versions {
-		if trashed[versionRef{name, e}] || !admitLogVersion(name, e, last) {
+		if trashed[layout.VersionRef{Name: name, Epoch: e}] || !protocol.AdmitLogVersion(name, e, last) {
 			continue
 		}
-		if v := buildLogVersion(e, segs); !v.headDeleted() {
+		if v := protocol.BuildLogVersion(e, segs); !v.HeadDeleted() {
 			vs = append(vs, v)
 		}
 	}
-	v, ok := chooseLogVersion(vs)
+	v, ok := protocol.ChooseLogVersion(vs)
 	if !ok {
 		return nil, nil
 	}
-	return &file{kind: KindLog, epoch: v.epoch, size: v.size, segments: v.segments, nextSeq: v.lastSeq + 1}, nil
+	return &file{kind: layout.KindLog, epoch: v.Epoch, size: v.Size, segments: v.Segments, nextSeq: v.LastSeq + 1}, nil
 }
 
 func isManifest(name string) bool { return strings.HasPrefix(name, "MANIFEST-") }
@@ -701,7 +701,7 @@ func (f *FS) bringLogsLocal(ctx context.Context, activity string) error {
 	f.mu.Lock()
 	var names []string
 	for name, st := range f.files {
-		if st.kind == KindLog && (name == m || !isManifest(name)) {
+		if st.kind == layout.KindLog && (name == m || !isManifest(name)) {
 			if _, err := os.Stat(f.localPath(name)); errors.Is(err, os.ErrNotExist) {
 				names = append(names, name)
 			}
@@ -742,15 +742,15 @@ func (f *FS) extendLog(ctx context.Context, name string, of, nf *file, activity 
 	}
 	// The objects of the new listing that hold bytes past of.size.
 	var start, off int64
-	var pieces []segment
+	var pieces []protocol.Segment
 	for _, s := range nf.segments {
-		if off+s.size > of.size {
+		if off+s.Size > of.size {
 			if pieces == nil {
 				start = off
 			}
 			pieces = append(pieces, s)
 		}
-		off += s.size
+		off += s.Size
 	}
 	data, err := f.readSegments(ctx, name, nf.epoch, pieces, nf.size-start, activity)
 	if errors.Is(err, objstore.ErrNotFound) {
@@ -760,19 +760,19 @@ func (f *FS) extendLog(ctx context.Context, name string, of, nf *file, activity 
 		if lerr != nil {
 			return lerr
 		}
-		if v.size < nf.size || !v.contiguous() {
-			return fmt.Errorf("log %s (epoch %d) lost segments while being read (%d of %d bytes left): %w", name, nf.epoch, v.size, nf.size, err)
+		if v.Size < nf.size || !v.Contiguous() {
+			return fmt.Errorf("log %s (epoch %d) lost segments while being read (%d of %d bytes left): %w", name, nf.epoch, v.Size, nf.size, err)
 		}
-		segs := trimSegments(v.segments, nf.size)
+		segs := trimSegments(v.Segments, nf.size)
 		start, off, pieces = 0, 0, nil
 		for _, s := range segs {
-			if off+s.size > of.size {
+			if off+s.Size > of.size {
 				if pieces == nil {
 					start = off
 				}
 				pieces = append(pieces, s)
 			}
-			off += s.size
+			off += s.Size
 		}
 		nf = &file{segments: segs, size: nf.size, epoch: nf.epoch}
 		data, err = f.readSegments(ctx, name, nf.epoch, pieces, nf.size-start, activity)

@@ -12,6 +12,7 @@ import (
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 func openSecondary(t *testing.T, r *FS, cache string) *engine.DB {
@@ -163,7 +164,7 @@ func testReaderLeaseProtectsFiles(t *testing.T, loc storetest.Location) {
 	}
 	old := map[string]bool{}
 	for _, n := range f1.List() {
-		if KindOf(n) == KindTable {
+		if layout.KindOf(n) == layout.KindTable {
 			old[n] = true
 		}
 	}
@@ -198,7 +199,7 @@ func testReaderLeaseProtectsFiles(t *testing.T, loc storetest.Location) {
 		}
 	}
 	for n := range old {
-		if _, err := store.Stat(ctx, objectKey(n, 1)); err != nil {
+		if _, err := store.Stat(ctx, layout.ObjectKey(n, 1)); err != nil {
 			t.Fatalf("%s was deleted while the secondary's lease named it: %v", n, err)
 		}
 	}
@@ -215,7 +216,7 @@ func testReaderLeaseProtectsFiles(t *testing.T, loc storetest.Location) {
 	for {
 		left := 0
 		for n := range old {
-			if _, err := store.Stat(ctx, objectKey(n, 1)); err == nil {
+			if _, err := store.Stat(ctx, layout.ObjectKey(n, 1)); err == nil {
 				left++
 			}
 		}
@@ -257,7 +258,7 @@ func testReaderLeaseProtectsFiles(t *testing.T, loc storetest.Location) {
 	catchUp(t, r, d2, want)
 	old = map[string]bool{}
 	for _, n := range f1.List() {
-		if KindOf(n) == KindTable {
+		if layout.KindOf(n) == layout.KindTable {
 			old[n] = true
 		}
 	}
@@ -268,7 +269,7 @@ func testReaderLeaseProtectsFiles(t *testing.T, loc storetest.Location) {
 	for left := len(old); left > 0; {
 		left = 0
 		for n := range old {
-			if _, err := store.Stat(ctx, objectKey(n, 1)); err == nil {
+			if _, err := store.Stat(ctx, layout.ObjectKey(n, 1)); err == nil {
 				left++
 			}
 		}

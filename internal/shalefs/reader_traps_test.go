@@ -14,6 +14,7 @@ import (
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // The traps of RocksDB 7.8.3's secondary instance that issue 10 names, on a
@@ -145,7 +146,7 @@ func (p *trapPrimary) manifest() string {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	return strings.TrimSpace(string(currentContent(b)))
+	return strings.TrimSpace(string(layout.CurrentContent(b)))
 }
 
 // checkSecondary fails unless the secondary holds every acknowledged write
@@ -384,8 +385,8 @@ func TestReaderWALDeletedMidCatchUp(t *testing.T) {
 		var victim string
 		var once sync.Once
 		store.set(nil, func(key string) {
-			name := FileOfKey(key)
-			if KindOf(name) != KindLog || !strings.HasSuffix(name, ".log") || known[name] {
+			name := layout.FileOfKey(key)
+			if layout.KindOf(name) != layout.KindLog || !strings.HasSuffix(name, ".log") || known[name] {
 				return
 			}
 			once.Do(func() {
@@ -394,7 +395,7 @@ func TestReaderWALDeletedMidCatchUp(t *testing.T) {
 				ctx := context.Background()
 				// The flush trashes the WAL in the background.
 				for deadline := time.Now().Add(30 * time.Second); ; {
-					if n, err := count(t, base, trashPrefix+name+"/"); err == nil && n > 0 {
+					if n, err := count(t, base, layout.TrashPrefix+name+"/"); err == nil && n > 0 {
 						break
 					}
 					if time.Now().After(deadline) {
@@ -431,7 +432,7 @@ func TestReaderWALDeletedMidCatchUp(t *testing.T) {
 		var mu sync.Mutex
 		var read []string
 		store.set(nil, func(key string) {
-			if KindOf(FileOfKey(key)) == KindLog {
+			if layout.KindOf(layout.FileOfKey(key)) == layout.KindLog {
 				mu.Lock()
 				read = append(read, key)
 				mu.Unlock()

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
 // Reader leases (docs/rfcs/0007-reader-leases.md; paper §7.1's first open
@@ -25,24 +27,14 @@ import (
 // catches up again: what it reads might have been deleted, and it says so
 // instead of failing silently.
 
-const readersPrefix = "_shale/readers/"
-
-// readerLease is the content of _shale/readers/<id>.
-type readerLease struct {
-	ID      string        `json:"id"`
-	TTL     time.Duration `json:"ttlNanos"`
-	Renewal string        `json:"renewal"` // changes at every renewal
-	Files   []versionRef  `json:"files"`
-}
-
 // leaseFiles is the reader's view: every file version RocksDB may read.
-func (f *FS) leaseFiles() []versionRef {
+func (f *FS) leaseFiles() []layout.VersionRef {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var refs []versionRef
+	var refs []layout.VersionRef
 	add := func(name string, st *file) {
-		if st.kind == KindLog || st.kind == KindTable || st.kind == KindObject {
-			refs = append(refs, versionRef{Name: name, Epoch: st.epoch})
+		if st.kind == layout.KindLog || st.kind == layout.KindTable || st.kind == layout.KindObject {
+			refs = append(refs, layout.VersionRef{Name: name, Epoch: st.epoch})
 		}
 	}
 	for name, st := range f.files {
@@ -68,12 +60,12 @@ func (f *FS) publishLease(ctx context.Context) error {
 	}
 	files := f.leaseFiles()
 	sum, _ := json.Marshal(files)
-	if string(sum) == f.leaseSum && time.Duration(f.leaseNow()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL/3 {
+	if !protocol.RenewReaderLease(string(sum) != f.leaseSum, time.Duration(f.leaseNow()), time.Duration(f.leaseRenewed.Load()), f.cfg.ReaderTTL) {
 		return nil
 	}
 	start := f.leaseNow()
-	b, _ := json.Marshal(readerLease{ID: f.cfg.ReaderID, TTL: f.cfg.ReaderTTL, Renewal: newNonce(), Files: files})
-	if _, err := f.put(ctx, readersPrefix+f.cfg.ReaderID, "", "lease", b, objstore.PutOptions{}); err != nil {
+	b := layout.ReaderLease{ID: f.cfg.ReaderID, TTL: f.cfg.ReaderTTL, Renewal: newNonce(), Files: files}.Format()
+	if _, err := f.put(ctx, layout.ReaderLeaseKey(f.cfg.ReaderID), "", "lease", b, objstore.PutOptions{}); err != nil {
 		return fmt.Errorf("renew reader lease: %w", err)
 	}
 	f.leaseSum = string(sum)
@@ -84,7 +76,7 @@ func (f *FS) publishLease(ctx context.Context) error {
 // readerLeaseFresh: the reader renewed its lease within its TTL, so the
 // owner has deleted nothing its view uses.
 func (f *FS) readerLeaseFresh() bool {
-	return time.Duration(f.leaseNow()-f.leaseRenewed.Load()) < f.cfg.ReaderTTL
+	return protocol.ReaderLeaseFresh(time.Duration(f.leaseNow()), time.Duration(f.leaseRenewed.Load()), f.cfg.ReaderTTL)
 }
 
 // readerMayServe: the lease is fresh, and if it had lapsed RocksDB has
@@ -115,7 +107,7 @@ func (f *FS) ReaderTTL() time.Duration { return f.cfg.ReaderTTL }
 // dropLease removes the reader's lease when it stops for good.
 func (f *FS) dropLease(ctx context.Context) {
 	if f.readOnly && f.cfg.ReaderID != "" && !f.cfg.NoReaderLease {
-		f.store.Delete(ctx, readersPrefix+f.cfg.ReaderID)
+		f.store.Delete(ctx, layout.ReaderLeaseKey(f.cfg.ReaderID))
 	}
 }
 
@@ -123,19 +115,19 @@ func (f *FS) dropLease(ctx context.Context) {
 type seenLease struct {
 	etag    string
 	changed time.Duration // when this owner saw it change (its clock's wait reading)
-	lease   readerLease
+	lease   layout.ReaderLease
 }
 
 // protectedVersions returns the file versions that live reader leases name,
 // listing the leases and reading those that changed since the last call.
-func (f *FS) protectedVersions(ctx context.Context) (map[versionRef]bool, error) {
-	objs, err := f.list(ctx, readersPrefix, "trash")
+func (f *FS) protectedVersions(ctx context.Context) (map[layout.VersionRef]bool, error) {
+	objs, err := f.list(ctx, layout.ReadersPrefix, "trash")
 	if err != nil {
 		return nil, err
 	}
 	now := f.waitNow()
 	listed := map[string]bool{}
-	protected := map[versionRef]bool{}
+	protected := map[layout.VersionRef]bool{}
 	for _, o := range objs {
 		listed[o.Key] = true
 		s := f.readerLeases[o.Key]
@@ -147,14 +139,14 @@ func (f *FS) protectedVersions(ctx context.Context) (map[versionRef]bool, error)
 			if err != nil {
 				return nil, err
 			}
-			var l readerLease
-			if json.Unmarshal(b, &l) != nil || l.TTL <= 0 {
+			l, err := layout.ParseReaderLease(b)
+			if err != nil || l.TTL <= 0 {
 				return nil, fmt.Errorf("reader lease %s is unreadable; refusing to delete anything until it is fixed or removed", o.Key)
 			}
 			s = &seenLease{etag: info.ETag, changed: now, lease: l}
 			f.readerLeases[o.Key] = s
 		}
-		if now-s.changed < s.lease.TTL {
+		if protocol.LeaseProtects(now, s.changed, s.lease.TTL) {
 			for _, r := range s.lease.Files {
 				protected[r] = true
 			}

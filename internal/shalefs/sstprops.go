@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // Reading a table's properties block from the store, so that `shale admin
@@ -226,7 +227,7 @@ func parseTableProps(props map[string][]byte) (TableProps, error) {
 // attempt (size bytes) from the store: a block-based table whose footer,
 // metaindex and properties parse, or an error naming what is wrong.
 func (f *FS) JobOutputProps(ctx context.Context, job string, attempt uint32, name string, size int64) (TableProps, error) {
-	key := JobOutputKey(job, attempt, name)
+	key := layout.JobOutputKey(job, attempt, name)
 	var props map[string][]byte
 	err := f.background().do(ctx, func(ctx context.Context) error {
 		start := time.Now()

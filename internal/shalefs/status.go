@@ -2,12 +2,12 @@ package shalefs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // FenceStatus is who owns a database, as recorded in its store.
@@ -22,8 +22,8 @@ type FenceStatus struct {
 // ReadFenceStatus reads the highest epoch claim of the database in store.
 func ReadFenceStatus(ctx context.Context, store objstore.Store) (FenceStatus, error) {
 	var st FenceStatus
-	err := store.List(ctx, epochPrefix, func(o objstore.ObjectInfo) error {
-		if e, ok := parseEpochKey(o.Key); ok {
+	err := store.List(ctx, layout.EpochPrefix, func(o objstore.ObjectInfo) error {
+		if e, ok := layout.ParseEpochKey(o.Key); ok {
 			st.Epochs++
 			st.Epoch = max(st.Epoch, e)
 		}
@@ -32,7 +32,7 @@ func ReadFenceStatus(ctx context.Context, store objstore.Store) (FenceStatus, er
 	if err != nil || st.Epoch == 0 {
 		return st, err
 	}
-	r, _, err := store.Get(ctx, epochKey(st.Epoch), 0, -1)
+	r, _, err := store.Get(ctx, layout.EpochKey(st.Epoch), 0, -1)
 	if err != nil {
 		return st, err
 	}
@@ -41,11 +41,10 @@ func ReadFenceStatus(ctx context.Context, store objstore.Store) (FenceStatus, er
 	if err != nil {
 		return st, err
 	}
-	var c epochClaim
-	if json.Unmarshal(b, &c) == nil {
+	if c, err := layout.ParseEpochClaim(b); err == nil {
 		st.TakenAt, st.Owner = c.TakenAt, c.Owner
 	}
-	_, err = store.Stat(ctx, releasedKey(st.Epoch))
+	_, err = store.Stat(ctx, layout.ReleasedKey(st.Epoch))
 	switch {
 	case err == nil:
 		st.Released = true

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // Leases on a clock that stops (issue 22, item 3): Go's monotonic clock
@@ -24,9 +25,9 @@ import (
 func waitOwnerRecord(t *testing.T, store objstore.Store, epoch uint64) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; {
-		var rec ownerRecord
+		var rec layout.OwnerEpochRecord
 		var b []byte
-		r, _, err := store.Get(context.Background(), ownerKey, 0, -1)
+		r, _, err := store.Get(context.Background(), layout.OwnerKey, 0, -1)
 		if err == nil {
 			b, err = io.ReadAll(r)
 			r.Close()
@@ -125,8 +126,8 @@ func TestSuspendedOwnerConfirmsBeforeAck(t *testing.T) {
 		clockB.suspend(4 * time.Hour) // B's clock counts the 4 hours
 		gone := func() bool {
 			objs := 0
-			store.List(context.Background(), segmentPrefix(wal, 1), func(objstore.ObjectInfo) error { objs++; return nil })
-			n, _ := count(t, store, trashPrefix)
+			store.List(context.Background(), layout.LogVersionPrefix(wal, 1), func(objstore.ObjectInfo) error { objs++; return nil })
+			n, _ := count(t, store, layout.TrashPrefix)
 			return objs == 0 && n == 0
 		}
 		for deadline := time.Now().Add(time.Minute); !gone(); {

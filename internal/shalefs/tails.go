@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
 // Hints for readers. An owner announces, with each notification (KV.Watch),
@@ -46,7 +48,7 @@ func (f *FS) Tails() ([]LogTail, string) {
 	}
 	var logs []own
 	for name, st := range f.files {
-		if st.kind == KindLog && st.ownLog {
+		if st.kind == layout.KindLog && st.ownLog {
 			logs = append(logs, own{name, st})
 		}
 	}
@@ -66,7 +68,7 @@ func (f *FS) Tails() ([]LogTail, string) {
 	}
 	// Not replaced since the takeover: the local copy is the store's.
 	cur, _ := os.ReadFile(f.localPath("CURRENT"))
-	return tails, manifestOf(currentContent(cur))
+	return tails, manifestOf(layout.CurrentContent(cur))
 }
 
 // errHintShort: the hint cannot bring the view up to date by itself; the
@@ -100,7 +102,7 @@ func (f *FS) refreshHinted(ctx context.Context, h *Hint) error {
 	f.mu.Unlock()
 	files := map[string]*file{}
 	for name, st := range old {
-		if !trashed[versionRef{name, st.epoch}] || st.kind == KindCurrent {
+		if !trashed[layout.VersionRef{Name: name, Epoch: st.epoch}] || st.kind == layout.KindCurrent {
 			files[name] = st
 		}
 	}
@@ -111,7 +113,7 @@ func (f *FS) refreshHinted(ctx context.Context, h *Hint) error {
 	}
 	var jobs []job
 	for _, t := range h.Logs {
-		if KindOf(t.Name) != KindLog || trashed[versionRef{t.Name, t.Epoch}] {
+		if layout.KindOf(t.Name) != layout.KindLog || trashed[layout.VersionRef{Name: t.Name, Epoch: t.Epoch}] {
 			continue
 		}
 		switch of := files[t.Name]; {
@@ -149,12 +151,12 @@ func (f *FS) refreshHinted(ctx context.Context, h *Hint) error {
 		var b []byte
 		var info objstore.ObjectInfo
 		if err := f.background().do(ctx, func(ctx context.Context) (err error) {
-			b, info, err = f.get(ctx, "CURRENT", "CURRENT", activity)
+			b, info, err = f.get(ctx, layout.CurrentKey, "CURRENT", activity)
 			return err
 		}); err != nil {
 			return fmt.Errorf("read CURRENT: %w", err)
 		}
-		current, tag = currentContent(b), info.ETag
+		current, tag = layout.CurrentContent(b), info.ETag
 		manifestGrew = true
 	}
 	if m := manifestOf(current); m == "" || files[m] == nil {
@@ -167,24 +169,24 @@ func (f *FS) refreshHinted(ctx context.Context, h *Hint) error {
 			return err
 		}
 		for name, st := range files {
-			if st.kind == KindTable || st.kind == KindObject {
+			if st.kind == layout.KindTable || st.kind == layout.KindObject {
 				delete(files, name)
 			}
 		}
 		for _, o := range top {
-			name, e, ok := parseObjectKey(o.Key)
-			if !ok || trashed[versionRef{name, e}] {
+			name, e, ok := layout.ParseObjectKey(o.Key)
+			if !ok || trashed[layout.VersionRef{Name: name, Epoch: e}] {
 				continue
 			}
 			if st := files[name]; st == nil || e > st.epoch {
-				files[name] = &file{kind: KindOf(name), epoch: e, size: o.Size}
+				files[name] = &file{kind: layout.KindOf(name), epoch: e, size: o.Size}
 			}
 		}
 		if err := f.listColdTables(ctx, files, trashed); err != nil {
 			return err
 		}
 	}
-	files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(current))}
+	files["CURRENT"] = &file{kind: layout.KindCurrent, size: int64(len(current))}
 	return f.install(ctx, old, files, fresh, current, tag, false, start, manifestGrew, activity, true)
 }
 
@@ -193,7 +195,7 @@ func lastSlot(st *file) uint64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if n := len(st.segments); n > 0 {
-		return st.segments[n-1].end()
+		return st.segments[n-1].End()
 	}
 	return 0
 }
@@ -211,7 +213,7 @@ func (f *FS) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, a
 	parts := make([][]byte, n)
 	err := parallel(ctx, int(n), 16, func(ctx context.Context, i int) error {
 		return f.foreground().do(ctx, func(ctx context.Context) (err error) {
-			parts[i], _, err = f.get(ctx, segmentKey(t.Name, t.Epoch, from+uint64(i)), t.Name, activity)
+			parts[i], _, err = f.get(ctx, layout.SegmentKey(t.Name, t.Epoch, from+uint64(i)), t.Name, activity)
 			return err
 		})
 	})
@@ -221,24 +223,24 @@ func (f *FS) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, a
 	if err != nil {
 		return nil, nil, err
 	}
-	var segs []segment
+	var segs []protocol.Segment
 	var data []byte
 	for _, p := range parts {
 		if len(p) == 0 {
 			// A seal: a takeover is under way. It may also be void (in a
-			// slot the owner folded away: buildLogVersion), which only a
+			// slot the owner folded away: protocol.BuildLogVersion), which only a
 			// listing can tell.
 			return nil, nil, errHintShort
 		}
 		seq := from + uint64(len(segs))
-		segs = append(segs, segment{seq: seq, last: seq, size: int64(len(p))})
+		segs = append(segs, protocol.Segment{Seq: seq, Last: seq, Size: int64(len(p))})
 		data = append(data, p...)
 	}
 	if of == nil {
 		if len(segs) == 0 || int64(len(data)) != t.Bytes {
 			return nil, nil, errHintShort
 		}
-		return &file{kind: KindLog, epoch: t.Epoch, size: int64(len(data)), segments: segs, nextSeq: segs[len(segs)-1].seq + 1}, data, nil
+		return &file{kind: layout.KindLog, epoch: t.Epoch, size: int64(len(data)), segments: segs, nextSeq: segs[len(segs)-1].Seq + 1}, data, nil
 	}
 	of.mu.Lock()
 	defer of.mu.Unlock()
@@ -265,8 +267,8 @@ func (f *FS) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, a
 			return nil, nil, fmt.Errorf("extend the local copy of %s: %w", t.Name, err)
 		}
 	}
-	of.segments = append(append([]segment(nil), of.segments...), segs...)
+	of.segments = append(append([]protocol.Segment(nil), of.segments...), segs...)
 	of.size += int64(len(data))
-	of.nextSeq = segs[len(segs)-1].seq + 1
+	of.nextSeq = segs[len(segs)-1].Seq + 1
 	return of, nil, nil
 }

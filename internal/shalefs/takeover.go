@@ -3,7 +3,6 @@ package shalefs
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,24 +12,13 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
 // ErrNotShale: the store location holds objects that are not a Shale
 // database.
 var ErrNotShale = errors.New("the location holds objects but no Shale database")
-
-type epochClaim struct {
-	Epoch   uint64    `json:"epoch"`
-	TakenAt time.Time `json:"takenAt"`
-	Owner   string    `json:"owner,omitempty"`
-	Nonce   string    `json:"nonce"` // tells our claim from another's
-	// The read lease this owner serves under: its successor waits it out.
-	Lease       time.Duration `json:"leaseNanos"`
-	LeaseMargin time.Duration `json:"leaseMarginNanos"`
-	// How stale this owner's confirmation may be when it acknowledges a
-	// synced write: its logs' seals may go 3×AckFresh after their trash.
-	AckFresh time.Duration `json:"ackFreshNanos,omitempty"`
-}
 
 // Open takes ownership of the database in cfg.Store and prepares the local
 // cache directory for RocksDB (docs/fencing.md, steps 1-4):
@@ -77,17 +65,17 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	epoch, err := chooseEpoch(existing, cfg.Epoch)
+	epoch, err := protocol.ChooseEpoch(existing, cfg.Epoch)
 	if err != nil {
 		return nil, err
 	}
 	f.epoch = epoch
-	claim, _ := json.Marshal(epochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce(), Lease: cfg.Lease, LeaseMargin: cfg.LeaseMargin, AckFresh: cfg.AckFresh})
+	claim := layout.EpochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce(), Lease: cfg.Lease, LeaseMargin: cfg.LeaseMargin, AckFresh: cfg.AckFresh}.Format()
 	err = pol.do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, epochKey(epoch), "", "open", claim, objstore.PutOptions{IfNoneMatch: true})
+		_, err := f.put(ctx, layout.EpochKey(epoch), "", "open", claim, objstore.PutOptions{IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
 			// A retry after our own claim landed finds it taken: by us?
-			if got, _, gerr := f.get(ctx, epochKey(epoch), "", "open"); gerr == nil && bytes.Equal(got, claim) {
+			if got, _, gerr := f.get(ctx, layout.EpochKey(epoch), "", "open"); gerr == nil && bytes.Equal(got, claim) {
 				return nil
 			}
 		}
@@ -133,7 +121,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	// is suspended: a new owner suspended (or its VM paused) during its
 	// wait only waits longer, which is safe. The old owner's lease is what
 	// must count a suspension, and does (clock.go).
-	if wait := time.Until(f.takenAt.Add(leaseWait(cfg.Lease, cfg.LeaseMargin, prev))); wait > 0 {
+	if wait := time.Until(f.takenAt.Add(protocol.LeaseWait(cfg.Lease, cfg.LeaseMargin, prev))); wait > 0 {
 		f.leaseWaited = wait
 		cfg.Logger.Info("waiting out the previous owner's read lease", "wait", wait.Round(time.Millisecond))
 		select {
@@ -170,12 +158,12 @@ func recognize(top []objstore.ObjectInfo) error {
 		return nil
 	}
 	for _, o := range top {
-		if o.Key == "CURRENT" || o.Key == metaPrefix {
+		if o.Key == layout.CurrentKey || o.Key == layout.MetaPrefix {
 			return nil
 		}
 	}
 	for _, o := range top {
-		if k := KindOf(o.Key); k == KindLog || k == KindTable {
+		if k := layout.KindOf(o.Key); k == layout.KindLog || k == layout.KindTable {
 			return fmt.Errorf("%w: %q looks like a plain RocksDB directory, not Shale's layout; choose an empty location", ErrNotShale, o.Key)
 		}
 	}
@@ -184,16 +172,16 @@ func recognize(top []objstore.ObjectInfo) error {
 
 // sealAndList seals every log version and fills f.files with the live
 // files: per name, the highest epoch's version, minus trashed versions and
-// log versions the last opener did not keep (admitLogVersion; those are
-// trashed). Logs are sealed before the tables are listed: until the
-// MANIFEST is sealed, a still-running old owner can upload a table and a
-// MANIFEST edit naming it, and a table listing taken before that would
+// log versions the last opener did not keep (protocol.AdmitLogVersion;
+// those are trashed). Logs are sealed before the tables are listed: until
+// the MANIFEST is sealed, a still-running old owner can upload a table and
+// a MANIFEST edit naming it, and a table listing taken before that would
 // miss a file the sealed MANIFEST names. Logs are listed level by level
 // (names, then versions, then the segments of versions not trashed), many
 // at a time, and tables in one listing of the top level, so the cost
 // follows the live files, not everything the store still holds for the
 // delete grace period.
-func (f *FS) sealAndList(ctx context.Context, last *openedRecord) error {
+func (f *FS) sealAndList(ctx context.Context, last *layout.OpenedRecord) error {
 	files, err := f.listStore(ctx, last, true)
 	for name, st := range files {
 		f.files[name] = st
@@ -206,16 +194,16 @@ func (f *FS) sealAndList(ctx context.Context, last *openedRecord) error {
 // opener did not keep. With seal (a takeover), it seals every log version
 // first, trashes the versions it drops, and notes the trash markers for
 // the trash loop; without (a reader), it changes nothing in the store.
-func (f *FS) listStore(ctx context.Context, last *openedRecord, seal bool) (map[string]*file, error) {
+func (f *FS) listStore(ctx context.Context, last *layout.OpenedRecord, seal bool) (map[string]*file, error) {
 	files := map[string]*file{}
-	markers, err := f.listRetry(ctx, trashPrefix, false)
+	markers, err := f.listRetry(ctx, layout.TrashPrefix, false)
 	if err != nil {
 		return nil, err
 	}
-	trashed := map[versionRef]bool{}
+	trashed := map[layout.VersionRef]bool{}
 	for _, m := range markers {
-		if name, e, ok := parseTrashKey(m.Key); ok {
-			trashed[versionRef{name, e}] = true
+		if name, e, ok := layout.ParseTrashKey(m.Key); ok {
+			trashed[layout.VersionRef{Name: name, Epoch: e}] = true
 			if seal {
 				f.noteTrash(m.Key)
 			}
@@ -233,7 +221,7 @@ func (f *FS) listStore(ctx context.Context, last *openedRecord, seal bool) (map[
 	}
 	var logNames []string
 	for _, o := range top {
-		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && KindOf(name) == KindLog {
+		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && layout.KindOf(name) == layout.KindLog {
 			logNames = append(logNames, name)
 		}
 	}
@@ -260,16 +248,16 @@ func (f *FS) listStore(ctx context.Context, last *openedRecord, seal bool) (map[
 		}
 	}
 	for _, o := range top {
-		if o.Key == "CURRENT" {
-			files["CURRENT"] = &file{kind: KindCurrent, size: o.Size}
+		if o.Key == layout.CurrentKey {
+			files["CURRENT"] = &file{kind: layout.KindCurrent, size: o.Size}
 			continue
 		}
-		name, e, ok := parseObjectKey(o.Key)
-		if !ok || trashed[versionRef{name, e}] {
+		name, e, ok := layout.ParseObjectKey(o.Key)
+		if !ok || trashed[layout.VersionRef{Name: name, Epoch: e}] {
 			continue
 		}
 		if st := files[name]; st == nil || e > st.epoch {
-			files[name] = &file{kind: KindOf(name), epoch: e, size: o.Size}
+			files[name] = &file{kind: layout.KindOf(name), epoch: e, size: o.Size}
 		}
 	}
 	if err := f.listColdTables(ctx, files, trashed); err != nil {
@@ -286,7 +274,7 @@ func (f *FS) listStore(ctx context.Context, last *openedRecord, seal bool) (map[
 // listing of it finds objects.
 func (f *FS) refuseLegacyDirs(ctx context.Context, top []objstore.ObjectInfo, activity string) error {
 	for _, o := range top {
-		if !legacyTableDir(o.Key) {
+		if !layout.IsLegacyTableDir(o.Key) {
 			continue
 		}
 		var objs []objstore.ObjectInfo
@@ -309,21 +297,20 @@ const openParallelism = 16
 // sealLog seals every version of one log name and returns the live one
 // (nil if none): the highest epoch's version with data, minus trashed
 // versions and versions the last opener did not keep (those are trashed).
-func (f *FS) sealLog(ctx context.Context, name string, trashed map[versionRef]bool, last *openedRecord, seal bool) (*file, error) {
-	epochDirs, err := f.listRetry(ctx, name+"/", true)
+func (f *FS) sealLog(ctx context.Context, name string, trashed map[layout.VersionRef]bool, last *layout.OpenedRecord, seal bool) (*file, error) {
+	epochDirs, err := f.listRetry(ctx, layout.LogPrefix(name), true)
 	if err != nil {
 		return nil, err
 	}
-	var versions []logVersion
+	var versions []protocol.LogVersion
 	for _, d := range epochDirs {
-		es, _ := strings.CutSuffix(strings.TrimPrefix(d.Key, name+"/"), "/")
-		e, ok := parseEpochPart(es)
+		e, ok := layout.ParseLogVersionPrefix(name, d.Key)
 		// A trashed version was deleted by an owner that had sealed it
 		// (or had written and closed it): no seal, no listing needed.
-		if !ok || trashed[versionRef{name, e}] {
+		if !ok || trashed[layout.VersionRef{Name: name, Epoch: e}] {
 			continue
 		}
-		if !admitLogVersion(name, e, last) {
+		if !protocol.AdmitLogVersion(name, e, last) {
 			// Created after the last opener listed the store, by an
 			// owner it had deposed: never acknowledged, never replayed.
 			if !seal {
@@ -335,7 +322,7 @@ func (f *FS) sealLog(ctx context.Context, name string, trashed map[versionRef]bo
 			}
 			continue
 		}
-		var v logVersion
+		var v protocol.LogVersion
 		if seal {
 			v, err = f.sealVersion(ctx, name, e)
 		} else {
@@ -344,10 +331,10 @@ func (f *FS) sealLog(ctx context.Context, name string, trashed map[versionRef]bo
 		if err != nil {
 			return nil, err
 		}
-		if v.headDeleted() && !seal {
+		if v.HeadDeleted() && !seal {
 			continue
 		}
-		if v.headDeleted() {
+		if v.HeadDeleted() {
 			// Its owner emptied it after its grace (from the first
 			// segment up); a stale owner's late retry may have put a
 			// segment back. Not a log any more.
@@ -356,16 +343,16 @@ func (f *FS) sealLog(ctx context.Context, name string, trashed map[versionRef]bo
 			}
 			continue
 		}
-		if !v.contiguous() && seal {
+		if !v.Contiguous() && seal {
 			return nil, fmt.Errorf("log %s (epoch %d) has a missing segment; the store lost data, refusing to open", name, e)
 		}
 		versions = append(versions, v)
 	}
-	v, ok := chooseLogVersion(versions)
+	v, ok := protocol.ChooseLogVersion(versions)
 	if !ok {
 		return nil, nil
 	}
-	return &file{kind: KindLog, epoch: v.epoch, size: v.size, segments: v.segments, nextSeq: v.lastSeq + 1}, nil
+	return &file{kind: layout.KindLog, epoch: v.Epoch, size: v.Size, segments: v.Segments, nextSeq: v.LastSeq + 1}, nil
 }
 
 // listRetry lists prefix (one level of it with dir) for a takeover,
@@ -385,12 +372,12 @@ func (f *FS) listRetry(ctx context.Context, prefix string, dir bool) (out []objs
 // lastOpened reads the record of the highest epoch that completed a
 // takeover (nil if none did: a new database, or one written before
 // records existed).
-func (f *FS) lastOpened(ctx context.Context, below uint64) (*openedRecord, error) {
+func (f *FS) lastOpened(ctx context.Context, below uint64) (*layout.OpenedRecord, error) {
 	var highest uint64
 	err := f.background().do(ctx, func(ctx context.Context) error {
-		objs, err := f.list(ctx, openedPrefix, "open")
+		objs, err := f.list(ctx, layout.OpenedPrefix, "open")
 		for _, o := range objs {
-			if e, ok := parseEpochPart(strings.TrimPrefix(o.Key, openedPrefix)); ok && e < below {
+			if e, ok := layout.ParseOpenedKey(o.Key); ok && e < below {
 				highest = max(highest, e)
 			}
 		}
@@ -399,14 +386,14 @@ func (f *FS) lastOpened(ctx context.Context, below uint64) (*openedRecord, error
 	if err != nil || highest == 0 {
 		return nil, err
 	}
-	var rec openedRecord
+	var rec layout.OpenedRecord
 	err = f.background().do(ctx, func(ctx context.Context) error {
-		b, _, err := f.get(ctx, openedKey(highest), "", "open")
+		b, _, err := f.get(ctx, layout.OpenedKey(highest), "", "open")
 		if err != nil {
 			return err
 		}
-		if err := json.Unmarshal(b, &rec); err != nil || rec.Epoch != highest {
-			return fmt.Errorf("%s is unreadable (%v); refusing to open", openedKey(highest), err)
+		if rec, err = layout.ParseOpenedRecord(b); err != nil || rec.Epoch != highest {
+			return fmt.Errorf("%s is unreadable (%v); refusing to open", layout.OpenedKey(highest), err)
 		}
 		return nil
 	})
@@ -420,19 +407,19 @@ func (f *FS) lastOpened(ctx context.Context, below uint64) (*openedRecord, error
 // this owner's database is made of. It is written before RocksDB opens, so
 // before this owner creates any log of its own.
 func (f *FS) recordOpened(ctx context.Context) error {
-	rec := openedRecord{Epoch: f.epoch, Logs: []versionRef{}}
+	rec := layout.OpenedRecord{Epoch: f.epoch, Logs: []layout.VersionRef{}}
 	for name, st := range f.files {
-		if st.kind == KindLog {
-			rec.Logs = append(rec.Logs, versionRef{Name: name, Epoch: st.epoch})
+		if st.kind == layout.KindLog {
+			rec.Logs = append(rec.Logs, layout.VersionRef{Name: name, Epoch: st.epoch})
 		}
 	}
 	sort.Slice(rec.Logs, func(i, j int) bool { return rec.Logs[i].Name < rec.Logs[j].Name })
-	b, _ := json.Marshal(rec)
+	b := rec.Format()
 	err := f.background().do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, openedKey(f.epoch), "", "open", b, objstore.PutOptions{IfNoneMatch: true})
+		_, err := f.put(ctx, layout.OpenedKey(f.epoch), "", "open", b, objstore.PutOptions{IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
 			// Only this owner writes its record: a retry after a lost reply.
-			if got, _, gerr := f.get(ctx, openedKey(f.epoch), "", "open"); gerr == nil && bytes.Equal(got, b) {
+			if got, _, gerr := f.get(ctx, layout.OpenedKey(f.epoch), "", "open"); gerr == nil && bytes.Equal(got, b) {
 				return nil
 			}
 		}
@@ -448,15 +435,15 @@ func (f *FS) recordOpened(ctx context.Context) error {
 // reads: every epoch from the last completed takeover on (that opener
 // waited out everyone before it), or none if the highest one released the
 // database when it stopped.
-func (f *FS) predecessors(ctx context.Context, existing []uint64, last *openedRecord) ([]epochClaim, error) {
-	prev := higherEpoch(existing, 0)
+func (f *FS) predecessors(ctx context.Context, existing []uint64, last *layout.OpenedRecord) ([]layout.EpochClaim, error) {
+	prev := protocol.HigherEpoch(existing, 0)
 	if prev == 0 {
 		return nil, nil
 	}
-	var claims []epochClaim
+	var claims []layout.EpochClaim
 	err := f.background().do(ctx, func(ctx context.Context) error {
 		claims = nil
-		if _, err := f.store.Stat(ctx, releasedKey(prev)); err == nil {
+		if _, err := f.store.Stat(ctx, layout.ReleasedKey(prev)); err == nil {
 			return nil
 		} else if !errors.Is(err, objstore.ErrNotFound) {
 			return err
@@ -465,12 +452,11 @@ func (f *FS) predecessors(ctx context.Context, existing []uint64, last *openedRe
 			if last != nil && e < last.Epoch {
 				continue
 			}
-			b, _, err := f.get(ctx, epochKey(e), "", "open")
+			b, _, err := f.get(ctx, layout.EpochKey(e), "", "open")
 			if err != nil {
 				return err
 			}
-			var c epochClaim
-			json.Unmarshal(b, &c) // unreadable or older: no lease recorded, ours applies
+			c, _ := layout.ParseEpochClaim(b) // unreadable or older: no lease recorded, ours applies
 			claims = append(claims, c)
 		}
 		return nil
@@ -481,13 +467,13 @@ func (f *FS) predecessors(ctx context.Context, existing []uint64, last *openedRe
 // trash marks one version of a file deleted; the trash loop removes it
 // after the grace period.
 func (f *FS) trash(ctx context.Context, name string, epoch uint64) error {
-	marker, _ := json.Marshal(trashMarker{DeletedAt: time.Now().UTC(), Epoch: f.epoch})
+	marker := layout.TrashMarker{DeletedAt: time.Now().UTC(), Epoch: f.epoch}.Format()
 	err := f.background().do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, trashKey(name, epoch), name, "trash", marker, objstore.PutOptions{})
+		_, err := f.put(ctx, layout.TrashKey(name, epoch), name, "trash", marker, objstore.PutOptions{})
 		return err
 	})
 	if err == nil {
-		f.noteTrash(trashKey(name, epoch))
+		f.noteTrash(layout.TrashKey(name, epoch))
 	}
 	return err
 }
@@ -504,20 +490,21 @@ func (f *FS) trash(ctx context.Context, name string, epoch uint64) error {
 // the log.
 //
 // A won slot is not always unused: the writer may have used it and folded
-// it away since the listing (fold.go frees the slots a fold covers). Such
-// a seal is void (buildLogVersion ignores it: the writer went on past it),
-// so if the listing after a round shows no valid seal, the next round
-// starts after everything it lists. The fold that voids a seal was stored
-// before the slot was freed, so that listing sees it.
+// it away since the listing (fold.go frees the slots a fold covers). Such a
+// seal is void (protocol.BuildLogVersion ignores it: the writer went on
+// past it), so if the listing after a round shows no valid seal, the next
+// round starts after everything it lists. The fold that voids a seal was
+// stored before the slot was freed, so that listing sees it.
 //
 // And a valid seal is the log's end only if the log reaches it. A sealer
 // that stops between its stride's seal and the fill below it (it crashed,
 // or was deposed, or its fill won a void seal and stopped there) leaves
 // empty slots under the seal, which the writer may still fill and
-// acknowledge; so whenever the listing shows such a gap (sealGap), those
-// slots are taken in order too, whoever sealed the log. The sealer is done
-// when a listing shows a valid seal the log reaches.
-func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVersion, error) {
+// acknowledge; so whenever the listing shows such a gap
+// (LogVersion.SealGap), those slots are taken in order too, whoever sealed
+// the log. The sealer is done when a listing shows a valid seal the log
+// reaches.
+func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (protocol.LogVersion, error) {
 	v, err := f.listVersion(ctx, name, epoch)
 	if err != nil || epoch >= f.epoch {
 		return v, err
@@ -525,7 +512,7 @@ func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVer
 	pol := f.background()
 	seal := func(slot uint64) (bool, error) {
 		err := pol.do(ctx, func(ctx context.Context) error {
-			_, err := f.put(ctx, segmentKey(name, epoch, slot), name, "open", nil, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
+			_, err := f.put(ctx, layout.SegmentKey(name, epoch, slot), name, "open", nil, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
 			return err
 		})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -537,18 +524,18 @@ func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVer
 		return true, nil
 	}
 	for round := 0; ; round++ {
-		from, to, gap := v.sealGap()
+		from, to, gap := v.SealGap()
 		switch {
-		case !v.sealed:
+		case !v.Sealed:
 			if round > 0 {
-				f.cfg.Logger.Warn("a seal landed in a slot the log's writer had folded away; sealing after it", "log", name, "epoch", epoch, "last_slot", v.lastSeq)
+				f.cfg.Logger.Warn("a seal landed in a slot the log's writer had folded away; sealing after it", "log", name, "epoch", epoch, "last_slot", v.LastSeq)
 			}
-			taken := v.lastSeq // every slot up to here is used
+			taken := v.LastSeq // every slot up to here is used
 			slot, stride := taken+1, uint64(1)
 			for {
 				won, err := seal(slot)
 				if err != nil {
-					return logVersion{}, err
+					return protocol.LogVersion{}, err
 				}
 				if won {
 					break
@@ -559,7 +546,7 @@ func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVer
 			for s := taken + 1; s < slot; s++ {
 				won, err := seal(s)
 				if err != nil {
-					return logVersion{}, err
+					return protocol.LogVersion{}, err
 				}
 				if won {
 					break // the log ends at its first seal, unless a fold voids it
@@ -574,7 +561,7 @@ func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVer
 			for s := from; s <= to; s++ {
 				won, err := seal(s)
 				if err != nil {
-					return logVersion{}, err
+					return protocol.LogVersion{}, err
 				}
 				if won {
 					break
@@ -584,27 +571,27 @@ func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (logVer
 			return v, nil
 		}
 		if v, err = f.listVersion(ctx, name, epoch); err != nil {
-			return logVersion{}, err
+			return protocol.LogVersion{}, err
 		}
 	}
 }
 
 // listVersion reads one log version's segments.
-func (f *FS) listVersion(ctx context.Context, name string, epoch uint64) (logVersion, error) {
+func (f *FS) listVersion(ctx context.Context, name string, epoch uint64) (protocol.LogVersion, error) {
 	var objs []objstore.ObjectInfo
 	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
-		objs, err = f.list(ctx, segmentPrefix(name, epoch), "open")
+		objs, err = f.list(ctx, layout.LogVersionPrefix(name, epoch), "open")
 		return err
 	}); err != nil {
-		return logVersion{}, err
+		return protocol.LogVersion{}, err
 	}
-	var segs []segment
+	var segs []protocol.Segment
 	for _, o := range objs {
-		if _, _, first, last, ok := parseSegmentKey(o.Key); ok {
-			segs = append(segs, segment{seq: first, last: last, size: o.Size})
+		if _, _, first, last, ok := layout.ParseSegmentKey(o.Key); ok {
+			segs = append(segs, protocol.Segment{Seq: first, Last: last, Size: o.Size})
 		}
 	}
-	return buildLogVersion(epoch, segs), nil
+	return protocol.BuildLogVersion(epoch, segs), nil
 }
 
 // takeCurrent re-writes CURRENT with its own content under If-Match, so
@@ -615,7 +602,7 @@ func (f *FS) takeCurrent(ctx context.Context) error {
 		var data []byte
 		var info objstore.ObjectInfo
 		err := pol.do(ctx, func(ctx context.Context) (err error) {
-			data, info, err = f.get(ctx, "CURRENT", "CURRENT", "open")
+			data, info, err = f.get(ctx, layout.CurrentKey, "CURRENT", "open")
 			return err
 		})
 		if errors.Is(err, objstore.ErrNotFound) {
@@ -625,14 +612,14 @@ func (f *FS) takeCurrent(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("read CURRENT: %w", err)
 		}
-		content := currentContent(data)
+		content := layout.CurrentContent(data)
 		mine := f.currentObject(content)
 		err = pol.do(ctx, func(ctx context.Context) error {
 			var err error
-			info, err = f.put(ctx, "CURRENT", "CURRENT", "open", mine, objstore.PutOptions{IfMatch: info.ETag, StorageClass: f.cfg.LogStorageClass})
+			info, err = f.put(ctx, layout.CurrentKey, "CURRENT", "open", mine, objstore.PutOptions{IfMatch: info.ETag, StorageClass: f.cfg.LogStorageClass})
 			if errors.Is(err, objstore.ErrPreconditionFailed) {
 				// Our own write whose reply was lost, or a stale owner's.
-				if got, ginfo, gerr := f.get(ctx, "CURRENT", "CURRENT", "open"); gerr == nil && bytes.Equal(got, mine) {
+				if got, ginfo, gerr := f.get(ctx, layout.CurrentKey, "CURRENT", "open"); gerr == nil && bytes.Equal(got, mine) {
 					info = ginfo
 					return nil
 				}
@@ -646,7 +633,7 @@ func (f *FS) takeCurrent(ctx context.Context) error {
 			return fmt.Errorf("rewrite CURRENT: %w", err)
 		}
 		f.currentETag = info.ETag
-		f.files["CURRENT"] = &file{kind: KindCurrent, size: int64(len(content))}
+		f.files["CURRENT"] = &file{kind: layout.KindCurrent, size: int64(len(content))}
 		manifest := strings.TrimSpace(string(content))
 		if _, ok := f.files[manifest]; !ok {
 			return fmt.Errorf("CURRENT names %s, which is not in the store; refusing to open", manifest)
@@ -671,8 +658,8 @@ func (f *FS) prepareCache() error {
 	for _, e := range entries {
 		name := e.Name()
 		keep := false
-		switch KindOf(name) {
-		case KindLocal:
+		switch layout.KindOf(name) {
+		case layout.KindLocal:
 			keep = !strings.HasSuffix(name, ".dbtmp") && !strings.Contains(name, fetchTempMark)
 			if name == cacheVersionsDir {
 				keep = true
@@ -685,7 +672,7 @@ func (f *FS) prepareCache() error {
 					}
 				}
 			}
-		case KindTable:
+		case layout.KindTable:
 			if st := f.files[name]; st != nil {
 				v, known := f.cachedVersion(name)
 				if fi, err := e.Info(); err == nil && fi.Size() == st.size && known && v == st.epoch {
@@ -777,8 +764,7 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 	var due []objstore.ObjectInfo
 	f.trashMu.Lock()
 	for k, e := range f.trashSeen {
-		age := now - e.first
-		if age >= f.cfg.DeleteGrace && !(e.dataGone && (e.sealsAfter < 0 || age < e.sealsAfter)) {
+		if protocol.TrashDue(now-e.first, f.cfg.DeleteGrace, e.dataGone, e.sealsAfter) {
 			due = append(due, objstore.ObjectInfo{Key: k})
 		}
 	}
@@ -825,12 +811,12 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 		if f.FenceError() != nil || !f.leaseFresh() {
 			break
 		}
-		name, epoch, ok := parseTrashKey(m.Key)
-		if !ok || protected[versionRef{name, epoch}] {
+		name, epoch, ok := layout.ParseTrashKey(m.Key)
+		if !ok || protected[layout.VersionRef{Name: name, Epoch: epoch}] {
 			continue // a live reader's view uses it: a later pass retries
 		}
-		if KindOf(name) != KindLog {
-			keys = append(keys, objectKey(name, epoch))
+		if layout.KindOf(name) != layout.KindLog {
+			keys = append(keys, layout.ObjectKey(name, epoch))
 			done = append(done, m.Key)
 			continue
 		}
@@ -849,7 +835,7 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 			e.sealsAfter = after
 			f.trashMu.Unlock()
 		}
-		seals := e.sealsAfter >= 0 && now-e.first >= e.sealsAfter
+		seals := protocol.SealsDue(now-e.first, e.sealsAfter)
 		if err := f.deleteLog(ctx, name, epoch, seals); err != nil {
 			return err
 		}
@@ -881,24 +867,22 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 }
 
 // sealsAfter is how long after its trash marker a log version of epoch may
-// lose its seals: 3×AckFresh of that epoch's owner (which acknowledges no
-// write unless it confirmed its ownership within AckFresh), and never less
-// than the delete grace; negative (never) when its claim does not say.
+// lose its seals (protocol.SealsAfter), from the AckFresh in that epoch's
+// claim.
 func (f *FS) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error) {
 	f.trashMu.Lock()
 	ack, ok := f.ackFresh[epoch]
 	f.trashMu.Unlock()
 	if !ok {
 		err := f.background().do(ctx, func(ctx context.Context) error {
-			b, _, err := f.get(ctx, epochKey(epoch), "", "trash")
+			b, _, err := f.get(ctx, layout.EpochKey(epoch), "", "trash")
 			if errors.Is(err, objstore.ErrNotFound) {
 				return nil
 			}
 			if err != nil {
 				return err
 			}
-			var c epochClaim
-			if json.Unmarshal(b, &c) == nil {
+			if c, err := layout.ParseEpochClaim(b); err == nil {
 				ack = c.AckFresh
 			}
 			return nil
@@ -910,10 +894,7 @@ func (f *FS) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error
 		f.ackFresh[epoch] = ack
 		f.trashMu.Unlock()
 	}
-	if ack <= 0 {
-		return -1, nil
-	}
-	return max(f.cfg.DeleteGrace, 3*ack), nil
+	return protocol.SealsAfter(f.cfg.DeleteGrace, ack), nil
 }
 
 // deleteLog physically deletes one version of a log: its first segment
@@ -921,13 +902,13 @@ func (f *FS) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error
 // hole), then its folds and other data segments, and with seals its seals
 // too (deleting one reopens its slot: see sealsAfter).
 func (f *FS) deleteLog(ctx context.Context, name string, epoch uint64, seals bool) error {
-	objs, err := f.list(ctx, segmentPrefix(name, epoch), "trash")
+	objs, err := f.list(ctx, layout.LogVersionPrefix(name, epoch), "trash")
 	if err != nil {
 		return err
 	}
 	var rest []string
 	for _, o := range objs {
-		_, _, first, last, ok := parseSegmentKey(o.Key)
+		_, _, first, last, ok := layout.ParseSegmentKey(o.Key)
 		switch {
 		case !ok:
 		case o.Size == 0 && first == last:

@@ -3,7 +3,6 @@ package shalefs
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/rocksshim"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
 // Tiered SST placement (docs/rfcs/0009-tiers.md, docs/tiering.md). A
@@ -62,81 +63,16 @@ var Tiers = []Tier{TierHot, TierCold}
 // the cold tier when there is one; anything else is hot (logs, CURRENT,
 // small objects, and tables when there is no cold tier).
 func TierFor(name string, t rocksshim.Temperature, haveCold bool) Tier {
-	if haveCold && KindOf(name) == KindTable && t == rocksshim.TemperatureCold {
+	if haveCold && layout.KindOf(name) == layout.KindTable && t == rocksshim.TemperatureCold {
 		return TierCold
 	}
 	return TierHot
 }
 
-const (
-	tiersKey       = "_shale/tiers"        // hot store: the cold tier of this database
-	coldMarkerKey  = "_shale/tier"         // cold store: whose cold tier this is
-	tiersPairedKey = "_shale/tiers-paired" // hot store: the marker was written
-)
-
-// tierRecord is _shale/tiers.
-type tierRecord struct {
-	ID        string    `json:"id"`
-	Cold      string    `json:"cold"` // the cold store's URL when recorded (a hint)
-	CreatedAt time.Time `json:"createdAt"`
-}
-
-// coldMarker is _shale/tier in the cold store.
-type coldMarker struct {
-	ID        string    `json:"id"`
-	Hot       string    `json:"hot"` // the hot store's URL when recorded (a hint)
-	CreatedAt time.Time `json:"createdAt"`
-}
-
-// tierAction is what checkTiers must do next.
-type tierAction int
-
-const (
-	tiersOK         tierAction = iota
-	tiersCreate                // write _shale/tiers, then the cold marker
-	tiersCreateMark            // write the cold marker of an existing record
-	tiersIgnoreCold            // readers: the database has no cold tier yet
-)
-
-// decideTiers checks the records of a database against the cold store this
-// process was given. rec and mark are nil when missing; coldEmpty says the
-// cold location holds no object at all; paired says _shale/tiers-paired
-// exists (read by owners only); owner is false for readers, which write
-// nothing. An error names the problem and the flag that fixes it.
-func decideTiers(rec *tierRecord, mark *coldMarker, haveCold, coldEmpty, paired, owner bool) (tierAction, error) {
-	switch {
-	case rec == nil && !haveCold:
-		return tiersOK, nil
-	case rec != nil && !haveCold:
-		return 0, fmt.Errorf("the database keeps cold tables in %s: pass --cold-db %s (and --cold-endpoint if that store has its own endpoint)", rec.Cold, rec.Cold)
-	case mark != nil && (rec == nil || mark.ID != rec.ID):
-		return 0, fmt.Errorf("--cold-db: the cold location is the cold tier of another database (whose hot tier is %s); give each database a cold location of its own", mark.Hot)
-	case rec == nil && !owner:
-		return tiersIgnoreCold, nil
-	case rec == nil && !coldEmpty:
-		return 0, errors.New("--cold-db: the cold location holds objects but no Shale cold tier; choose an empty location")
-	case rec == nil:
-		return tiersCreate, nil
-	case mark == nil && !owner:
-		return 0, fmt.Errorf("--cold-db: the cold location is not this database's cold tier (it has no marker; the database records %s)", rec.Cold)
-	case mark == nil && paired:
-		// Not a pairing interrupted between its writes: the marker was
-		// there. Taking this location would hide every cold table.
-		return 0, fmt.Errorf("--cold-db: the cold location has no marker of this database's cold tier, which was paired before (at %s): the cold tier was moved or emptied; pass --cold-db (and --cold-endpoint) of the location that holds it", rec.Cold)
-	case mark == nil && !coldEmpty:
-		return 0, fmt.Errorf("--cold-db: the cold location holds objects but is not this database's cold tier (the database records %s)", rec.Cold)
-	case mark == nil:
-		// The record was written but not the marker (a crash between the
-		// two), or the cold tier moved to a new, empty location.
-		return tiersCreateMark, nil
-	}
-	return tiersOK, nil
-}
-
 // tierState is what the tier records of a database say (readTiers).
 type tierState struct {
-	rec       *tierRecord
-	mark      *coldMarker
+	rec       *layout.TierRecord
+	mark      *layout.ColdMarker
 	coldEmpty bool
 	// paired: _shale/tiers-paired exists (read for owners of a tiered
 	// database only).
@@ -155,19 +91,20 @@ func (f *FS) readTiers(ctx context.Context, owner bool) (st tierState, err error
 				return err
 			}
 		}
-		b, _, err := f.get(ctx, tiersKey, "", "open")
+		b, _, err := f.get(ctx, layout.TiersKey, "", "open")
 		switch {
 		case errors.Is(err, objstore.ErrNotFound):
 		case err != nil:
 			return err
 		default:
-			st.rec = &tierRecord{}
-			if err := json.Unmarshal(b, st.rec); err != nil || st.rec.ID == "" {
-				return fmt.Errorf("%s is unreadable (%v); refusing to open", tiersKey, err)
+			rec, err := layout.ParseTierRecord(b)
+			st.rec = &rec
+			if err != nil || rec.ID == "" {
+				return fmt.Errorf("%s is unreadable (%v); refusing to open", layout.TiersKey, err)
 			}
 		}
 		if owner && st.rec != nil {
-			switch _, err := f.store.Stat(ctx, tiersPairedKey); {
+			switch _, err := f.store.Stat(ctx, layout.TiersPairedKey); {
 			case err == nil:
 				st.paired = true
 			case !errors.Is(err, objstore.ErrNotFound):
@@ -183,13 +120,14 @@ func (f *FS) readTiers(ctx context.Context, owner bool) (st tierState, err error
 	return st, err
 }
 
-// checkTiers runs decideTiers against the stores, writing the records it
-// asks for (owners only), and puts the configured cold store (f.cfg.Cold)
-// in use once they agree. An owner runs it after claiming its epoch, and
-// before that preflightTiers, which writes nothing, so a misconfigured
-// primary deposes nobody (preclaim.go). A reader given a cold store for a
-// database that has not recorded one yet leaves it pending: Refresh checks
-// again (adoptPendingCold), since the primary may record it later.
+// checkTiers runs protocol.DecideTiers against the stores, writing the
+// records it asks for (owners only), and puts the configured cold store
+// (f.cfg.Cold) in use once they agree. An owner runs it after claiming its
+// epoch, and before that preflightTiers, which writes nothing, so a
+// misconfigured primary deposes nobody (preclaim.go). A reader given a cold
+// store for a database that has not recorded one yet leaves it pending:
+// Refresh checks again (adoptPendingCold), since the primary may record it
+// later.
 func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 	pol := f.background()
 	for attempt := 0; attempt < 5; attempt++ {
@@ -198,12 +136,12 @@ func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 			return err
 		}
 		rec := st.rec
-		action, err := decideTiers(rec, st.mark, f.cfg.Cold != nil, st.coldEmpty, st.paired, owner)
+		action, err := protocol.DecideTiers(rec, st.mark, f.cfg.Cold != nil, st.coldEmpty, st.paired, owner)
 		if err != nil {
 			return err
 		}
 		switch action {
-		case tiersOK:
+		case protocol.TiersOK:
 			if owner && rec != nil && !st.paired {
 				// A database paired before the note existed.
 				if err := f.notePaired(ctx); err != nil {
@@ -212,19 +150,19 @@ func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 			}
 			f.useCold()
 			return nil
-		case tiersIgnoreCold:
+		case protocol.TiersIgnoreCold:
 			if !f.coldPending.Load() {
 				f.cfg.Logger.Info("--cold-db not used yet: the database has no cold tier yet (its primary records it when it starts with --cold-db)")
 			}
 			f.coldPending.Store(true)
 			return nil
-		case tiersCreate:
-			rec = &tierRecord{ID: newNonce() + newNonce(), Cold: f.cfg.Cold.URL(), CreatedAt: time.Now().UTC()}
-			b, _ := json.Marshal(rec)
+		case protocol.TiersCreate:
+			rec = &layout.TierRecord{ID: newNonce() + newNonce(), Cold: f.cfg.Cold.URL(), CreatedAt: time.Now().UTC()}
+			b := rec.Format()
 			err = pol.do(ctx, func(ctx context.Context) error {
-				_, err := f.put(ctx, tiersKey, "", "open", b, objstore.PutOptions{IfNoneMatch: true})
+				_, err := f.put(ctx, layout.TiersKey, "", "open", b, objstore.PutOptions{IfNoneMatch: true})
 				if errors.Is(err, objstore.ErrPreconditionFailed) {
-					if got, _, gerr := f.get(ctx, tiersKey, "", "open"); gerr == nil && bytes.Equal(got, b) {
+					if got, _, gerr := f.get(ctx, layout.TiersKey, "", "open"); gerr == nil && bytes.Equal(got, b) {
 						return nil // our own write, whose reply was lost
 					}
 				}
@@ -237,11 +175,11 @@ func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 				return fmt.Errorf("record the cold tier: %w", err)
 			}
 			fallthrough
-		case tiersCreateMark:
-			m := coldMarker{ID: rec.ID, Hot: f.store.URL(), CreatedAt: time.Now().UTC()}
-			b, _ := json.Marshal(m)
+		case protocol.TiersCreateMark:
+			m := layout.ColdMarker{ID: rec.ID, Hot: f.store.URL(), CreatedAt: time.Now().UTC()}
+			b := m.Format()
 			err = pol.do(ctx, func(ctx context.Context) error {
-				_, err := f.cfg.Cold.Put(ctx, coldMarkerKey, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{IfNoneMatch: true})
+				_, err := f.cfg.Cold.Put(ctx, layout.ColdMarkerKey, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{IfNoneMatch: true})
 				if errors.Is(err, objstore.ErrPreconditionFailed) {
 					if got, gerr := readColdMarker(ctx, f.cfg.Cold); gerr == nil && got != nil && got.ID == m.ID {
 						return nil
@@ -269,11 +207,9 @@ func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 // notePaired writes _shale/tiers-paired (once; its content is only a
 // time): from then on a cold location without the marker is refused.
 func (f *FS) notePaired(ctx context.Context) error {
-	b, _ := json.Marshal(struct {
-		PairedAt time.Time `json:"pairedAt"`
-	}{time.Now().UTC()})
+	b := layout.TiersPaired{PairedAt: time.Now().UTC()}.Format()
 	err := f.background().do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, tiersPairedKey, "", "open", b, objstore.PutOptions{IfNoneMatch: true})
+		_, err := f.put(ctx, layout.TiersPairedKey, "", "open", b, objstore.PutOptions{IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
 			return nil // written already (by us, a lost reply, or an earlier owner)
 		}
@@ -285,8 +221,8 @@ func (f *FS) notePaired(ctx context.Context) error {
 	return nil
 }
 
-func readColdMarker(ctx context.Context, cold objstore.Store) (*coldMarker, error) {
-	r, _, err := cold.Get(ctx, coldMarkerKey, 0, -1)
+func readColdMarker(ctx context.Context, cold objstore.Store) (*layout.ColdMarker, error) {
+	r, _, err := cold.Get(ctx, layout.ColdMarkerKey, 0, -1)
 	if errors.Is(err, objstore.ErrNotFound) {
 		return nil, nil
 	}
@@ -298,9 +234,9 @@ func readColdMarker(ctx context.Context, cold objstore.Store) (*coldMarker, erro
 	if err != nil {
 		return nil, err
 	}
-	var m coldMarker
-	if err := json.Unmarshal(b, &m); err != nil || m.ID == "" {
-		return nil, fmt.Errorf("%s in the cold store is unreadable (%v)", coldMarkerKey, err)
+	m, err := layout.ParseColdMarker(b)
+	if err != nil || m.ID == "" {
+		return nil, fmt.Errorf("%s in the cold store is unreadable (%v)", layout.ColdMarkerKey, err)
 	}
 	return &m, nil
 }
@@ -384,7 +320,7 @@ func (f *FS) observeTier(t Tier, op, name, activity string, n int64, start time.
 		return
 	}
 	r := Request{Op: op, FileType: FileType(name), Activity: activity, Bytes: n, Duration: time.Since(start), Err: err}
-	if KindOf(name) == KindTable || t == TierCold {
+	if layout.KindOf(name) == layout.KindTable || t == TierCold {
 		r.Tier = t.String()
 	}
 	f.cfg.Observe(r)
@@ -404,7 +340,7 @@ func (f *FS) putFileIn(ctx context.Context, t Tier, key, name, activity, path st
 // getObject reads a whole table or object of st from its tier.
 func (f *FS) getObject(ctx context.Context, name string, st *file, activity string) ([]byte, error) {
 	start := time.Now()
-	r, _, err := f.tierStore(st.tier).Get(ctx, objectKey(name, st.epoch), 0, -1)
+	r, _, err := f.tierStore(st.tier).Get(ctx, layout.ObjectKey(name, st.epoch), 0, -1)
 	var b []byte
 	if err == nil {
 		b, err = io.ReadAll(r)
@@ -423,7 +359,7 @@ func readsRemotely(t Tier) bool { return t == TierCold }
 // the hot store): per name the highest epoch's version, minus trashed
 // ones. A version in both stores (never written so; an interrupted move
 // could leave one) is read from the hot store.
-func (f *FS) listColdTables(ctx context.Context, files map[string]*file, trashed map[versionRef]bool) error {
+func (f *FS) listColdTables(ctx context.Context, files map[string]*file, trashed map[layout.VersionRef]bool) error {
 	cold := f.coldStore()
 	if cold == nil {
 		return nil
@@ -447,14 +383,14 @@ func (f *FS) listColdTables(ctx context.Context, files map[string]*file, trashed
 }
 
 // mergeColdTables is listColdTables' decision, on listings.
-func mergeColdTables(files map[string]*file, cold []objstore.ObjectInfo, trashed map[versionRef]bool) {
+func mergeColdTables(files map[string]*file, cold []objstore.ObjectInfo, trashed map[layout.VersionRef]bool) {
 	for _, o := range cold {
-		name, e, ok := parseObjectKey(o.Key)
-		if !ok || KindOf(name) != KindTable || trashed[versionRef{name, e}] {
+		name, e, ok := layout.ParseObjectKey(o.Key)
+		if !ok || layout.KindOf(name) != layout.KindTable || trashed[layout.VersionRef{Name: name, Epoch: e}] {
 			continue
 		}
 		if st := files[name]; st == nil || e > st.epoch {
-			files[name] = &file{kind: KindTable, epoch: e, size: o.Size, tier: TierCold}
+			files[name] = &file{kind: layout.KindTable, epoch: e, size: o.Size, tier: TierCold}
 		}
 	}
 }
@@ -469,7 +405,7 @@ func (f *FS) deleteCold(ctx context.Context, keys []string) error {
 	}
 	var tables []string
 	for _, k := range keys {
-		if name, _, ok := parseObjectKey(k); ok && KindOf(name) == KindTable {
+		if name, _, ok := layout.ParseObjectKey(k); ok && layout.KindOf(name) == layout.KindTable {
 			tables = append(tables, k)
 		}
 	}
@@ -478,7 +414,7 @@ func (f *FS) deleteCold(ctx context.Context, keys []string) error {
 	}
 	start := time.Now()
 	err := cold.DeleteMany(ctx, tables)
-	f.observeTier(TierCold, "delete", FileOfKey(tables[0]), "trash", 0, start, err)
+	f.observeTier(TierCold, "delete", layout.FileOfKey(tables[0]), "trash", 0, start, err)
 	return err
 }
 
@@ -496,7 +432,7 @@ func (f *FS) TierUsage() []TierUsage {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, st := range f.files {
-		if st.kind != KindTable || st.size == 0 {
+		if st.kind != layout.KindTable || st.size == 0 {
 			continue // not a table, or one still being written
 		}
 		out[st.tier].Files++
@@ -602,7 +538,7 @@ type TierReport struct {
 // RecordedColdTier returns the cold location a database recorded ("" if it
 // has no cold tier): a hint, written when the tier was created.
 func RecordedColdTier(ctx context.Context, hot objstore.Store) (string, error) {
-	r, _, err := hot.Get(ctx, tiersKey, 0, -1)
+	r, _, err := hot.Get(ctx, layout.TiersKey, 0, -1)
 	if errors.Is(err, objstore.ErrNotFound) {
 		return "", nil
 	}
@@ -614,9 +550,9 @@ func RecordedColdTier(ctx context.Context, hot objstore.Store) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var rec tierRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return "", fmt.Errorf("%s is unreadable: %w", tiersKey, err)
+	rec, err := layout.ParseTierRecord(b)
+	if err != nil {
+		return "", fmt.Errorf("%s is unreadable: %w", layout.TiersKey, err)
 	}
 	return rec.Cold, nil
 }
@@ -644,7 +580,7 @@ func ReadTierStatus(ctx context.Context, hot, cold objstore.Store) (TierStatus, 
 	}
 	var hotNames []string
 	for name, fl := range files {
-		if fl.kind != KindTable {
+		if fl.kind != layout.KindTable {
 			continue
 		}
 		st.Tiers[fl.tier].Files++
@@ -659,7 +595,7 @@ func ReadTierStatus(ctx context.Context, hot, cold objstore.Store) (TierStatus, 
 	times := make([]time.Time, len(hotNames))
 	err = parallel(ctx, len(hotNames), openParallelism, func(ctx context.Context, i int) error {
 		fl := files[hotNames[i]]
-		props, err := tableProperties(ctx, hot, objectKey(hotNames[i], fl.epoch), fl.size)
+		props, err := tableProperties(ctx, hot, layout.ObjectKey(hotNames[i], fl.epoch), fl.size)
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil // deleted since the listing
 		}
@@ -693,7 +629,7 @@ func (f *FS) InstallTable(ctx context.Context, srcKey, name string) (Tier, error
 	if f.readOnly {
 		return TierHot, fmt.Errorf("install %s: %w", name, ErrReadOnly)
 	}
-	if KindOf(name) != KindTable {
+	if layout.KindOf(name) != layout.KindTable {
 		return TierHot, fmt.Errorf("install %s: not a table name", name)
 	}
 	var tier Tier
@@ -719,7 +655,7 @@ func (f *FS) InstallTable(ctx context.Context, srcKey, name string) (Tier, error
 	}
 	err = f.background().do(ctx, func(ctx context.Context) error {
 		start := time.Now()
-		_, err := f.tierStore(tier).Copy(ctx, srcKey, objectKey(name, f.epoch), objstore.PutOptions{StorageClass: f.cfg.TableStorageClass})
+		_, err := f.tierStore(tier).Copy(ctx, srcKey, layout.ObjectKey(name, f.epoch), objstore.PutOptions{StorageClass: f.cfg.TableStorageClass})
 		f.observeTier(tier, "put", name, "compaction", info.Size, start, err)
 		return err
 	})
@@ -727,7 +663,7 @@ func (f *FS) InstallTable(ctx context.Context, srcKey, name string) (Tier, error
 		return TierHot, fmt.Errorf("install %s from %s: %w", name, srcKey, err)
 	}
 	f.mu.Lock()
-	f.files[name] = &file{kind: KindTable, epoch: f.epoch, size: info.Size, tier: tier}
+	f.files[name] = &file{kind: layout.KindTable, epoch: f.epoch, size: info.Size, tier: tier}
 	f.mu.Unlock()
 	return tier, nil
 }

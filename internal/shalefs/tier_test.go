@@ -14,6 +14,7 @@ import (
 	"github.com/shale-rocks/shale/internal/miniotest"
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/rocksshim"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 func TestTierFor(t *testing.T) {
@@ -39,73 +40,22 @@ func TestTierFor(t *testing.T) {
 	}
 }
 
-func TestDecideTiers(t *testing.T) {
-	rec := &tierRecord{ID: "a", Cold: "s3://cold/db"}
-	mine := &coldMarker{ID: "a", Hot: "s3://hot/db"}
-	other := &coldMarker{ID: "b", Hot: "s3://hot/other"}
-	for _, tc := range []struct {
-		name            string
-		rec             *tierRecord
-		mark            *coldMarker
-		haveCold, empty bool
-		owner           bool
-		want            tierAction
-		err             string
-	}{
-		{"no tiering", nil, nil, false, false, true, tiersOK, ""},
-		{"new cold tier", nil, nil, true, true, true, tiersCreate, ""},
-		{"new cold tier, location not empty", nil, nil, true, false, true, 0, "holds objects but no Shale cold tier"},
-		{"tiered, cold given", rec, mine, true, false, true, tiersOK, ""},
-		{"tiered, cold missing", rec, nil, false, false, true, 0, "pass --cold-db s3://cold/db"},
-		{"reader, tiered, cold missing", rec, nil, false, false, false, 0, "pass --cold-db s3://cold/db"},
-		{"another database's cold tier", rec, other, true, false, true, 0, "cold tier of another database (whose hot tier is s3://hot/other)"},
-		{"another database's, new here", nil, other, true, false, true, 0, "cold tier of another database"},
-		{"record without marker: finish it", rec, nil, true, true, true, tiersCreateMark, ""},
-		{"record without marker, location used", rec, nil, true, false, true, 0, "not this database's cold tier"},
-		{"reader: record without marker", rec, nil, true, true, false, 0, "not this database's cold tier"},
-		{"reader before the primary recorded it", nil, nil, true, true, false, tiersIgnoreCold, ""},
-		{"reader, tiered", rec, mine, true, false, false, tiersOK, ""},
-		{"reader, another database's", rec, other, true, false, false, 0, "another database"},
-	} {
-		got, err := decideTiers(tc.rec, tc.mark, tc.haveCold, tc.empty, false, tc.owner)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s: decideTiers = %v, %v; want error containing %q", tc.name, got, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("%s: decideTiers = %v, %v; want %v", tc.name, got, err, tc.want)
-		}
-	}
-	// Paired before (_shale/tiers-paired): a cold location without the
-	// marker is a moved or emptied cold tier, never one to mark.
-	for _, empty := range []bool{true, false} {
-		if got, err := decideTiers(rec, nil, true, empty, true, true); err == nil || !strings.Contains(err.Error(), "moved or emptied") || !strings.Contains(err.Error(), "s3://cold/db") {
-			t.Errorf("paired, marker missing (empty %v): decideTiers = %v, %v; want a refusal naming the recorded location", empty, got, err)
-		}
-	}
-	if got, err := decideTiers(rec, mine, true, false, true, true); err != nil || got != tiersOK {
-		t.Errorf("paired, marker present: decideTiers = %v, %v; want tiersOK", got, err)
-	}
-}
-
 func TestMergeColdTables(t *testing.T) {
 	files := map[string]*file{
-		"000010.sst":      {kind: KindTable, epoch: 2, size: 10},
-		"000011.sst":      {kind: KindTable, epoch: 3, size: 11},
-		"MANIFEST-000005": {kind: KindLog, epoch: 3},
+		"000010.sst":      {kind: layout.KindTable, epoch: 2, size: 10},
+		"000011.sst":      {kind: layout.KindTable, epoch: 3, size: 11},
+		"MANIFEST-000005": {kind: layout.KindLog, epoch: 3},
 	}
 	cold := []objstore.ObjectInfo{
-		{Key: "000010.sst." + pad(3), Size: 100}, // a newer version, cold
-		{Key: "000011.sst." + pad(2), Size: 110}, // an older one: the hot one stays
-		{Key: "000012.sst." + pad(1), Size: 120}, // only in the cold tier
-		{Key: "000013.sst." + pad(1), Size: 130}, // trashed
-		{Key: "000011.sst." + pad(3), Size: 999}, // the same version as the hot one: hot wins
-		{Key: "_shale/"},                         // the marker's directory
-		{Key: "OPTIONS-000007." + pad(1)},        // never cold; ignored
+		{Key: "000010.sst." + layout.FormatNumber(3), Size: 100}, // a newer version, cold
+		{Key: "000011.sst." + layout.FormatNumber(2), Size: 110}, // an older one: the hot one stays
+		{Key: "000012.sst." + layout.FormatNumber(1), Size: 120}, // only in the cold tier
+		{Key: "000013.sst." + layout.FormatNumber(1), Size: 130}, // trashed
+		{Key: "000011.sst." + layout.FormatNumber(3), Size: 999}, // the same version as the hot one: hot wins
+		{Key: "_shale/"}, // the marker's directory
+		{Key: "OPTIONS-000007." + layout.FormatNumber(1)}, // never cold; ignored
 	}
-	mergeColdTables(files, cold, map[versionRef]bool{{"000013.sst", 1}: true})
+	mergeColdTables(files, cold, map[layout.VersionRef]bool{{Name: "000013.sst", Epoch: 1}: true})
 	want := map[string]string{
 		"000010.sst": "e3 cold 100",
 		"000011.sst": "e3 hot 11",
@@ -177,7 +127,7 @@ func tableObjects(t *testing.T, s objstore.Store) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	err := s.ListDir(context.Background(), "", func(o objstore.ObjectInfo) error {
-		if name, _, ok := parseObjectKey(o.Key); ok && KindOf(name) == KindTable {
+		if name, _, ok := layout.ParseObjectKey(o.Key); ok && layout.KindOf(name) == layout.KindTable {
 			out[o.Key] = true
 		}
 		return nil
@@ -294,7 +244,7 @@ func TestTieredPlacementOnTwoStores(t *testing.T) {
 			if st == nil {
 				t.Fatalf("live table %s is not in the FS listing", lf.Name)
 			}
-			key := objectKey(lf.Name, st.epoch)
+			key := layout.ObjectKey(lf.Name, st.epoch)
 			inHot, inCold := hotObjs[key], coldObjs[key]
 			if inHot == inCold {
 				t.Fatalf("table %s: in the hot store %v, in the cold store %v; want exactly one", key, inHot, inCold)
@@ -381,7 +331,7 @@ func TestTieredPlacementOnTwoStores(t *testing.T) {
 			live[lf.Name] = true
 		}
 		for key := range tableObjects(t, cold) {
-			if name, _, _ := parseObjectKey(key); !live[name] {
+			if name, _, _ := layout.ParseObjectKey(key); !live[name] {
 				return false
 			}
 		}
@@ -514,7 +464,7 @@ func TestInstallTableKeepsItsTier(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Fatalf("InstallTable(%s) = %s, %v; want %s", tc.src, got, err, tc.want)
 		}
-		if _, err := tc.store.Stat(ctx, objectKey(tc.name, f.Epoch())); err != nil {
+		if _, err := tc.store.Stat(ctx, layout.ObjectKey(tc.name, f.Epoch())); err != nil {
 			t.Fatalf("%s not in the %s store: %v", tc.name, tc.want, err)
 		}
 		if f.tierOf(tc.name) != tc.want {

@@ -1,4 +1,4 @@
-package shalefs
+package protocol
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // An executable model of the store-level log protocol (docs/fencing.md),
@@ -36,9 +38,9 @@ import (
 //
 // docs/rfcs/0001-log-protocol-model.md says what is modelled, what is
 // abstracted away, and how to run it. The rules (logmodel_rules_test.go)
-// are either the fixed ones, which call buildLogVersion, sealGap,
-// admitLogVersion and chooseLogVersion of fence.go, or a frozen copy of
-// the rules before issue 22 (and of its first fix).
+// are either the fixed ones, which call BuildLogVersion, SealGap,
+// AdmitLogVersion and ChooseLogVersion of this package, or a frozen copy
+// of the rules before issue 22 (and of its first fix).
 
 // Bounds of the model's arrays.
 const (
@@ -277,8 +279,8 @@ type explorer struct {
 	found  map[string][]uint8
 	stop   func(found map[string][]uint8) bool
 	halted bool
-	builds map[verKey]logVersion
-	recs   map[[2]uint8]*openedRecord
+	builds map[verKey]LogVersion
+	recs   map[[2]uint8]*layout.OpenedRecord
 	cover  map[string]int
 	trace  func(who, what string) // set while replaying a path for printing
 }
@@ -296,22 +298,22 @@ func (x *explorer) event(name string) {
 }
 
 // build reads a version's objects as a log, by the rules.
-func (x *explorer) build(k verKey) logVersion {
+func (x *explorer) build(k verKey) LogVersion {
 	if v, ok := x.builds[k]; ok {
 		return v
 	}
-	var objs []segment
+	var objs []Segment
 	for slot := uint8(1); slot < mSlots; slot++ {
 		switch k.slots[slot] {
 		case oData:
-			objs = append(objs, segment{seq: uint64(slot), last: uint64(slot), size: 1})
+			objs = append(objs, Segment{Seq: uint64(slot), Last: uint64(slot), Size: 1})
 		case oSeal:
-			objs = append(objs, segment{seq: uint64(slot), last: uint64(slot)})
+			objs = append(objs, Segment{Seq: uint64(slot), Last: uint64(slot)})
 		}
 	}
 	for _, f := range k.folds {
 		if f.last != 0 {
-			objs = append(objs, segment{seq: uint64(f.first), last: uint64(f.last), size: int64(f.last - f.first + 1)})
+			objs = append(objs, Segment{Seq: uint64(f.first), Last: uint64(f.last), Size: int64(f.last - f.first + 1)})
 		}
 	}
 	v := x.rules.build(epochA, objs)
@@ -376,7 +378,7 @@ func (x *explorer) list(s *mState, l uint8, ls *mList) (done bool, key string) {
 	return true, ""
 }
 
-// admit is admitLogVersion for L_l@1 under the opened record of epoch e.
+// admit is AdmitLogVersion for L_l@1 under the opened record of epoch e.
 func (x *explorer) admit(s *mState, l, e uint8) bool {
 	if x.rules.drop == dropAdmission {
 		return true
@@ -387,48 +389,48 @@ func (x *explorer) admit(s *mState, l, e uint8) bool {
 		rec = record(s, e)
 		x.recs[k] = rec
 	}
-	return admitLogVersion(logName(l), epochA, rec)
+	return AdmitLogVersion(logName(l), epochA, rec)
 }
 
 // logWrites is the set of writes a log holds and the last slot it reaches.
-func logWrites(v logVersion, l uint8) (uint32, uint8) {
+func logWrites(v LogVersion, l uint8) (uint32, uint8) {
 	var w uint32
 	var last uint8
-	for _, seg := range v.segments {
-		for slot := seg.seq; slot <= seg.end(); slot++ {
+	for _, seg := range v.Segments {
+		for slot := seg.Seq; slot <= seg.End(); slot++ {
 			w |= wbit(l, uint8(slot))
 		}
-		last = uint8(seg.end())
+		last = uint8(seg.End())
 	}
 	return w, last
 }
 
 // record turns _shale/opened/<e> into the record the code reads.
-func record(s *mState, e uint8) *openedRecord {
+func record(s *mState, e uint8) *layout.OpenedRecord {
 	if e == 0 || s.st.opened[e] == 0 {
 		return nil
 	}
-	r := &openedRecord{Epoch: uint64(e), Logs: []versionRef{}}
+	r := &layout.OpenedRecord{Epoch: uint64(e), Logs: []layout.VersionRef{}}
 	for l := uint8(0); l < mLogs; l++ {
 		if s.st.opened[e]&(1<<l) != 0 {
-			r.Logs = append(r.Logs, versionRef{Name: logName(l), Epoch: epochA})
+			r.Logs = append(r.Logs, layout.VersionRef{Name: logName(l), Epoch: epochA})
 		}
 	}
 	return r
 }
 
-func describe(v logVersion) string {
+func describe(v LogVersion) string {
 	var segs []string
-	for _, s := range v.segments {
-		if s.fold() {
-			segs = append(segs, fmt.Sprintf("fold %d-%d", s.seq, s.last))
+	for _, s := range v.Segments {
+		if s.Fold() {
+			segs = append(segs, fmt.Sprintf("fold %d-%d", s.Seq, s.Last))
 		} else {
-			segs = append(segs, fmt.Sprint(s.seq))
+			segs = append(segs, fmt.Sprint(s.Seq))
 		}
 	}
 	out := "log [" + strings.Join(segs, " ") + "]"
-	if v.sealed {
-		out += fmt.Sprintf(", sealed at %d", v.sealSeq)
+	if v.Sealed {
+		out += fmt.Sprintf(", sealed at %d", v.SealSeq)
 	}
 	return out
 }
@@ -737,18 +739,18 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 			n.ph = nRecord
 		}
 	}
-	finish := func(v logVersion) {
+	finish := func(v LogVersion) {
 		switch {
-		case v.headDeleted():
+		case v.HeadDeleted():
 			s.st.trash |= 1 << l
 			x.event(evHeadDeleted)
 			x.say(who, "  %s@1 has no segment 1: a deleted log; trashes it", name)
-		case !v.contiguous():
+		case !v.Contiguous():
 			n.refused = true
 			x.say(who, "  %s@1 has a hole: refuses to open", name)
 			return
 		default:
-			if _, ok := chooseLogVersion([]logVersion{v}); ok {
+			if _, ok := ChooseLogVersion([]LogVersion{v}); ok {
 				w, _ := logWrites(v, l)
 				n.kept |= 1 << l
 				n.db |= w
@@ -761,15 +763,15 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 	}
 	// decide: what the sealer does after a listing (the loop of
 	// sealVersion; first: the listing before any seal of its own).
-	decide := func(v logVersion, first bool) {
-		from, to, gap := v.sealGap()
+	decide := func(v LogVersion, first bool) {
+		from, to, gap := v.SealGap()
 		switch {
-		case !v.sealed && (first || x.rules.resealUntilSealed):
+		case !v.Sealed && (first || x.rules.resealUntilSealed):
 			if !first {
 				x.event(evVoidReseal)
-				x.say(who, "  no seal that counts (a fold covers each): seals on after slot %d", v.lastSeq)
+				x.say(who, "  no seal that counts (a fold covers each): seals on after slot %d", v.LastSeq)
 			}
-			n.taken, n.slot, n.stride, n.sub = uint8(v.lastSeq), uint8(v.lastSeq)+1, 1, sStride
+			n.taken, n.slot, n.stride, n.sub = uint8(v.LastSeq), uint8(v.LastSeq)+1, 1, sStride
 		case gap && x.rules.fillGaps && x.rules.drop != dropFill:
 			x.event(evGapFill)
 			x.say(who, "  empty slots %d-%d below the seal: fills them", from, to)
@@ -992,10 +994,10 @@ func (x *explorer) readerList(s *mState) bool {
 			continue
 		}
 		v := x.build(r.seen[l])
-		if v.headDeleted() {
+		if v.HeadDeleted() {
 			continue
 		}
-		if _, ok := chooseLogVersion([]logVersion{v}); ok {
+		if _, ok := ChooseLogVersion([]LogVersion{v}); ok {
 			w, last := logWrites(v, l)
 			r.cand |= w
 			r.candLast[l] = last
@@ -1315,7 +1317,7 @@ type modelResult struct {
 // rules; with stopAt, it stops as soon as it found every kind in it.
 func exploreModel(cfg modelConfig, rules modelRules, stopAt ...string) modelResult {
 	x := &explorer{cfg: cfg, rules: rules, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
-		found: map[string][]uint8{}, builds: map[verKey]logVersion{}, recs: map[[2]uint8]*openedRecord{}, cover: map[string]int{}}
+		found: map[string][]uint8{}, builds: map[verKey]LogVersion{}, recs: map[[2]uint8]*layout.OpenedRecord{}, cover: map[string]int{}}
 	if len(stopAt) > 0 {
 		x.stop = func(found map[string][]uint8) bool {
 			for _, k := range stopAt {

@@ -1,9 +1,9 @@
-package shalefs
+package protocol
 
 // The rules the log-protocol model (logmodel_test.go) runs: the fixed
-// rules of issue 22, which call the real pure decisions of fence.go, and a
-// frozen copy of the rules before it and of its first fix, each with the
-// holes the model finds in it. docs/rfcs/0001-log-protocol-model.md says
+// rules of issue 22, which call the real pure decisions of this package,
+// and a frozen copy of the rules before it and of its first fix, each with
+// the holes the model finds in it. docs/rfcs/0001-log-protocol-model.md says
 // what the model covers.
 
 // modelRules is one version of the store-level log protocol. The pure
@@ -12,15 +12,15 @@ package shalefs
 // a switch that the model's processes follow.
 type modelRules struct {
 	name string
-	// build reads a version's objects as a log (buildLogVersion).
-	build func(epoch uint64, objs []segment) logVersion
+	// build reads a version's objects as a log (BuildLogVersion).
+	build func(epoch uint64, objs []Segment) LogVersion
 	// resealUntilSealed: after a stride-then-fill round the sealer lists
 	// the version again, and while the listing holds no seal that counts
 	// (one a fold of the version does not cover) it seals on from the
 	// highest slot listed + 1 (item 0).
 	resealUntilSealed bool
 	// fillGaps: while a listing shows empty slots between the log's end
-	// and its first valid seal (sealGap), the sealer takes them in order,
+	// and its first valid seal (SealGap), the sealer takes them in order,
 	// whoever sealed it: a sealer that stopped between its stride's seal
 	// and the fill below it left slots the writer may still fill.
 	fillGaps bool
@@ -59,14 +59,14 @@ func (r modelRules) without(rule string) modelRules {
 	return r
 }
 
-// fixedRules are the rules as built: the real buildLogVersion (which
+// fixedRules are the rules as built: the real BuildLogVersion (which
 // ignores a seal a fold of the same version covers), the sealer's
-// re-listing and gap filling (sealVersion, sealGap), the reader's closing
-// read of the owner record (refresh), sizes that count only cleared
-// segments (syncLocked).
+// re-listing and gap filling (shalefs' sealVersion, SealGap), the
+// reader's closing read of the owner record (shalefs' refresh), sizes that
+// count only cleared segments (shalefs' syncLocked).
 var fixedRules = modelRules{
 	name:              "fixed rules",
-	build:             buildLogVersion,
+	build:             BuildLogVersion,
 	resealUntilSealed: true,
 	fillGaps:          true,
 	readerConfirms:    true,
@@ -103,7 +103,7 @@ var oldSealerRules = modelRules{
 // durable.
 var oldReaderRules = modelRules{
 	name:              "rules before issue 22 for readers only",
-	build:             buildLogVersion,
+	build:             BuildLogVersion,
 	resealUntilSealed: true,
 	fillGaps:          true,
 }
@@ -113,7 +113,7 @@ var oldReaderRules = modelRules{
 // whose confirmation is going to fail.
 var halfReaderRules = modelRules{
 	name:              "reader confirmation without the announcement rule",
-	build:             buildLogVersion,
+	build:             BuildLogVersion,
 	resealUntilSealed: true,
 	fillGaps:          true,
 	readerConfirms:    true,
@@ -126,57 +126,57 @@ var halfReaderRules = modelRules{
 // ways to lose an acknowledged write with them (TestLogModelFindsOldHoles).
 var firstFixRules = modelRules{
 	name:              "rules of the first fix of issue 22 (no gap fill)",
-	build:             buildLogVersion,
+	build:             BuildLogVersion,
 	resealUntilSealed: true,
 	readerConfirms:    true,
 	clearedOnly:       true,
 	hintSealShort:     true,
 }
 
-// buildLogVersionV0 is buildLogVersion before issue 22: the log ends at
+// buildLogVersionV0 is BuildLogVersion before issue 22: the log ends at
 // the version's first seal, even one that landed in a slot a fold's
 // cleanup had freed (a fold that does not end before it is refused, so
 // the log falls back to segment 1).
-func buildLogVersionV0(epoch uint64, objs []segment) logVersion {
-	v := logVersion{epoch: epoch}
-	data := map[uint64]segment{}
-	folds := map[uint64]segment{} // longest fold by first slot
+func buildLogVersionV0(epoch uint64, objs []Segment) LogVersion {
+	v := LogVersion{Epoch: epoch}
+	data := map[uint64]Segment{}
+	folds := map[uint64]Segment{} // longest fold by first slot
 	for _, s := range objs {
-		v.lastSeq = max(v.lastSeq, s.end())
+		v.LastSeq = max(v.LastSeq, s.End())
 		switch {
-		case s.fold():
-			if f, ok := folds[s.seq]; !ok || s.last > f.last {
-				folds[s.seq] = s
+		case s.Fold():
+			if f, ok := folds[s.Seq]; !ok || s.Last > f.Last {
+				folds[s.Seq] = s
 			}
-		case s.size == 0:
-			if !v.sealed || s.seq < v.sealSeq {
-				v.sealed, v.sealSeq = true, s.seq
+		case s.Size == 0:
+			if !v.Sealed || s.Seq < v.SealSeq {
+				v.Sealed, v.SealSeq = true, s.Seq
 			}
 		default:
-			data[s.seq] = s
+			data[s.Seq] = s
 		}
 	}
-	_, v.anchored = data[1]
-	beforeSeal := func(slot uint64) bool { return !v.sealed || slot < v.sealSeq }
+	_, v.Anchored = data[1]
+	beforeSeal := func(slot uint64) bool { return !v.Sealed || slot < v.SealSeq }
 	p := uint64(1)
 	for beforeSeal(p) {
-		if f, ok := folds[p]; ok && beforeSeal(f.last) {
-			v.segments = append(v.segments, f)
-			v.size += f.size
-			p = f.last + 1
+		if f, ok := folds[p]; ok && beforeSeal(f.Last) {
+			v.Segments = append(v.Segments, f)
+			v.Size += f.Size
+			p = f.Last + 1
 			continue
 		}
 		s, ok := data[p]
 		if !ok {
 			break
 		}
-		v.segments = append(v.segments, s)
-		v.size += s.size
+		v.Segments = append(v.Segments, s)
+		v.Size += s.Size
 		p++
 	}
 	for _, s := range objs {
-		if s.size > 0 && s.seq >= p && beforeSeal(s.end()) {
-			v.stray = true
+		if s.Size > 0 && s.Seq >= p && beforeSeal(s.End()) {
+			v.Stray = true
 		}
 	}
 	return v
