@@ -23,6 +23,12 @@
 #   PROFILE=/tmp/prof make bench-served   # also a 20 s CPU profile of each
 #                                         # benchmark of this tree's primary
 #   SERVED_JSON=/tmp/served.jsonl         # one JSON object per benchmark
+#   INSTRUCTIONS=1 BASE=main make bench-served
+#       instead: instructions per Put and per Get of each build's primary
+#       (plaintext, file:// store) under valgrind's callgrind, which the
+#       machine's load does not move: warmed with IWARM (5000) Puts, then
+#       counted over INUM (5000) Puts and INUM Gets from `shale bench`
+#       (16 threads), the whole server process, user space only.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 NUM=${NUM:-200000}
@@ -51,6 +57,56 @@ if [ -n "${BASE:-}" ]; then
 fi
 
 shale=$work/new/shale
+
+# instructions BUILD: the primary of BUILD under callgrind, instrumentation off
+# until the warm-up is done; prints "BUILD put N get N" (per op).
+instructions() {
+  local b=$1 kv out n=${INUM:-5000}
+  kv=$(freeport)
+  out=$work/callgrind-$b
+  mkdir -p "$out"
+  # Go preempts with signals, which callgrind cannot follow.
+  GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out/cg.%p" \
+    "$work/$b/shale" primary --db "file://$work/db-$b" --cache-dir "$work/cache-cg-$b" \
+    --listen "127.0.0.1:$kv" --metrics-listen 127.0.0.1:0 >"$work/callgrind-$b.log" 2>&1 &
+  local vpid=$!
+  pids+=("$vpid")
+  for _ in $(seq 1200); do "$shale" kv --addr "127.0.0.1:$kv" status >/dev/null 2>&1 && break; sleep 0.1; done
+  run() {
+    "$shale" bench --addr "127.0.0.1:$kv" --benchmarks "$1" --num "$2" --keys "$n" --threads 16 --key-size 20 \
+      --value-size 400 --compression-ratio 0.5 --seed 1 --progress-interval 1h -o json >/dev/null 2>>"$work/bench.log"
+  }
+  run fillrandom "${IWARM:-5000}"
+  local per=()
+  for bench in fillrandom readrandom; do
+    callgrind_control -z "$vpid" >/dev/null 2>&1
+    callgrind_control -i on "$vpid" >/dev/null 2>&1
+    run "$bench" "$n"
+    callgrind_control -i off "$vpid" >/dev/null 2>&1
+    rm -f "$out"/cg.*
+    callgrind_control -d "$vpid" >/dev/null 2>&1
+    # The dump is written when a thread of the process next runs.
+    for _ in $(seq 600); do grep -qs '^totals:' "$out"/cg.* && break; sleep 0.1; done
+    local total
+    total=$(cat "$out"/cg.* | awk '/^totals:/ {s += $2} END {print s+0}')
+    per+=("$((total / n))")
+  done
+  kill "$vpid"
+  wait "$vpid" 2>/dev/null || true
+  echo "$b put ${per[0]} get ${per[1]}"
+}
+if [ "${INSTRUCTIONS:-0}" = 1 ]; then
+  command -v valgrind >/dev/null || { echo "bench-served: INSTRUCTIONS=1 needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+  lines=()
+  for b in ${BASE:+base} new; do lines+=("$(instructions "$b")"); done
+  printf '%s\n' "${lines[@]}"
+  if [ -n "${BASE:-}" ]; then
+    printf '%s\n' "${lines[@]}" | awk '{ p[$1] = $3; g[$1] = $5 }
+      END { printf "# instructions per op, base -> new (ratio): Put %d -> %d (%.3f), Get %d -> %d (%.3f)\n", p["base"], p["new"], p["new"]/p["base"], g["base"], g["new"], g["new"]/g["base"] }'
+  fi
+  exit 0
+fi
+
 pki=$work/pki
 if [ "$TLS" = 1 ]; then
   "$shale" admin ca create --out "$pki/ca" >/dev/null
