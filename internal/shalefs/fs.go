@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/cache"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
@@ -188,12 +189,14 @@ type FS struct {
 	takenAt     time.Time
 	leaseWaited time.Duration // how long Open waited out earlier owners' leases
 
-	cache     tableCache
-	serving   atomic.Bool // RocksDB is open: reads are foreground
-	trashMu   sync.Mutex
-	trashSeen map[string]*trashEntry   // trash markers this owner knows
-	ackFresh  map[uint64]time.Duration // epoch -> its claim's AckFresh (0: unknown), for deleting seals
-	readSince atomic.Bool              // a read was allowed since the lease loop last looked
+	cache      *cache.Tables // tables kept whole in CacheDir
+	rangesOnce sync.Once
+	ranges     *cache.Ranges // ranges of tables read from the store, built on first use
+	serving    atomic.Bool   // RocksDB is open: reads are foreground
+	trashMu    sync.Mutex
+	trashSeen  map[string]*trashEntry   // trash markers this owner knows
+	ackFresh   map[uint64]time.Duration // epoch -> its claim's AckFresh (0: unknown), for deleting seals
+	readSince  atomic.Bool              // a read was allowed since the lease loop last looked
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -749,25 +752,21 @@ func (f *FS) upload(name, path, activity string) error {
 	f.mu.Unlock()
 	if layout.KindOf(name) == layout.KindTable && path == f.localPath(name) && readsRemotely(tier) {
 		// Cold tables stay out of the local cache (tier.go).
-		f.cache.mu.Lock()
-		evict := f.cache.evict
-		f.cache.mu.Unlock()
+		evict := f.cache.Evictor()
 		if evict != nil {
 			evict(name)
 		}
 		os.Remove(path)
 	} else if layout.KindOf(name) == layout.KindTable && path == f.localPath(name) {
-		f.noteCachedVersion(name, f.epoch)
+		f.cache.NoteVersion(name, f.epoch)
 		// The new table stays cached; older ones make room for it.
-		f.cache.add(name, fi.Size())
-		if !f.cache.makeRoom(0, name, f.cfg.CacheDir) {
-			f.cache.mu.Lock()
-			evict := f.cache.evict
-			f.cache.mu.Unlock()
+		f.cache.Add(name, fi.Size())
+		if !f.cache.MakeRoom(0, name) {
+			evict := f.cache.Evictor()
 			if evict != nil {
 				evict(name)
 			}
-			f.cache.forget(name)
+			f.cache.Forget(name)
 			os.Remove(path) // too big for the cache: read it from the store
 		}
 	}
@@ -899,7 +898,7 @@ func (f *FS) Delete(name string) error {
 	st := f.files[name]
 	delete(f.files, name)
 	f.mu.Unlock()
-	f.cache.forget(name)
+	f.cache.Forget(name)
 	if st == nil {
 		return nil
 	}
@@ -948,7 +947,7 @@ func (f *FS) Fetch(name, activity string) error {
 		return err
 	}
 	if st.kind == layout.KindTable {
-		f.noteCachedVersion(name, st.epoch)
+		f.cache.NoteVersion(name, st.epoch)
 	}
 	return nil
 }

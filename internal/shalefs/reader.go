@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/cache"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
@@ -87,7 +88,7 @@ const readerFullEvery = 10 * time.Minute
 func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
 	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}}
-	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
+	f.cache = cache.NewTables(cfg.CacheDir, cfg.CacheBytes)
 	f.readOnly = true
 	if f.cfg.ReaderID == "" {
 		f.cfg.ReaderID = defaultReaderID()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/cache"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
@@ -36,7 +37,7 @@ var ErrNotShale = errors.New("the location holds objects but no Shale database")
 func Open(ctx context.Context, cfg Config) (*FS, error) {
 	cfg.defaults()
 	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}}
-	f.cache = tableCache{budget: cfg.CacheBytes, tables: map[string]*cachedTable{}}
+	f.cache = cache.NewTables(cfg.CacheDir, cfg.CacheBytes)
 	pol := f.background()
 
 	// 0. Recognize the location before claiming anything in it.
@@ -661,7 +662,7 @@ func (f *FS) prepareCache() error {
 		switch layout.KindOf(name) {
 		case layout.KindLocal:
 			keep = !strings.HasSuffix(name, ".dbtmp") && !strings.Contains(name, fetchTempMark)
-			if name == cacheVersionsDir {
+			if name == cache.VersionsDir {
 				keep = true
 				// Forget versions of copies that are gone.
 				if vs, err := os.ReadDir(filepath.Join(f.cfg.CacheDir, name)); err == nil {
@@ -674,10 +675,10 @@ func (f *FS) prepareCache() error {
 			}
 		case layout.KindTable:
 			if st := f.files[name]; st != nil {
-				v, known := f.cachedVersion(name)
+				v, known := f.cache.Version(name)
 				if fi, err := e.Info(); err == nil && fi.Size() == st.size && known && v == st.epoch {
 					keep = true
-					f.cache.add(name, st.size)
+					f.cache.Add(name, st.size)
 				}
 			}
 		}
