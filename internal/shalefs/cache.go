@@ -22,7 +22,7 @@ func (f *FS) SetEvictor(evict func(name string)) {
 // OpenTable implements rocksshim.FileSystemHooks: a table with a local
 // copy is read locally; one without is fetched whole when it fits the
 // cache budget, and otherwise read from the store range by range.
-func (f *FS) OpenTable(name, activity string) error {
+func (f *FS) openTable(name string, activity Activity) error {
 	if f.cache.Touch(name) {
 		if _, err := os.Stat(f.localPath(name)); err == nil {
 			return nil
@@ -48,29 +48,20 @@ func (f *FS) OpenTable(name, activity string) error {
 	if f.cache.Budget() > 0 && size > f.cache.Budget()/8 || !f.cache.MakeRoom(size, name) {
 		return rocksshim.ErrReadRemote
 	}
-	if err := f.Fetch(name, activity); err != nil {
+	if err := f.fetch(name, activity); err != nil {
 		return err
 	}
 	f.cache.Add(name, size)
 	return nil
 }
 
-// ReadAt implements rocksshim.FileSystemHooks: a ranged read of a table.
-func (f *FS) ReadAt(name string, off int64, buf []byte, activity string) (int, error) {
-	got, err := f.MultiReadAt(name, []int64{off}, [][]byte{buf}, activity)
-	if err != nil {
-		return 0, err
-	}
-	return got[0], nil
-}
-
 // MultiReadAt implements rocksshim.MultiReadHooks: ranged reads of one
 // table, bufs[i] at offs[i], fetched concurrently. Foreground reads go
 // through the range cache; flushes and compactions read each range once
 // and straight from the store, so they do not push the hot blocks out.
-func (f *FS) MultiReadAt(name string, offs []int64, bufs [][]byte, activity string) ([]int, error) {
-	if activity == "foreground_read" && !f.serving.Load() {
-		activity = "open"
+func (f *FS) multiRead(name string, offs []int64, bufs [][]byte, activity Activity) ([]int, error) {
+	if activity == ActForegroundRead && !f.serving.Load() {
+		activity = ActOpen
 	}
 	f.mu.Lock()
 	st := f.fileLocked(name)
@@ -86,7 +77,7 @@ func (f *FS) MultiReadAt(name string, offs []int64, bufs [][]byte, activity stri
 	for i := range offs {
 		spans[i] = cache.Span{Off: offs[i], N: int64(len(bufs[i]))}
 	}
-	if c := f.rangeCache(); c != nil && (activity == "foreground_read" || activity == "open") {
+	if c := f.rangeCache(); c != nil && (activity == ActForegroundRead || activity == ActOpen) {
 		return c.Read(layout.ObjectKey(name, snap.epoch), snap.size, spans, bufs, f.rangeFetcher(name, &snap, activity))
 	}
 	got := make([]int, len(spans))
@@ -113,9 +104,9 @@ func (f *FS) MultiReadAt(name string, offs []int64, bufs [][]byte, activity stri
 }
 
 // readDirect reads one range of a table with one ranged GET.
-func (f *FS) readDirect(name string, st *file, off int64, buf []byte, activity string) (int, error) {
+func (f *FS) readDirect(name string, st *file, off int64, buf []byte, activity Activity) (int, error) {
 	pol := f.background()
-	if activity == "foreground_read" {
+	if activity == ActForegroundRead {
 		pol = f.foreground()
 	}
 	var n int
@@ -151,10 +142,10 @@ func (f *FS) rangeCache() *cache.Ranges {
 // rangeFetcher reads ranges of one version of a table (st) for the range
 // cache, one ranged GET per attempt, under the read timeout and retry
 // policy of the activity.
-func (f *FS) rangeFetcher(name string, st *file, activity string) cache.Fetcher {
+func (f *FS) rangeFetcher(name string, st *file, activity Activity) cache.Fetcher {
 	return func(off, n int64, fill func(r io.ReadCloser, err error) (int64, error)) error {
 		pol := f.background()
-		if activity == "foreground_read" {
+		if activity == ActForegroundRead {
 			pol = f.foreground()
 		}
 		return pol.do(context.Background(), func(ctx context.Context) error {

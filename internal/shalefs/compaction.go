@@ -109,7 +109,7 @@ func (f *FS) installJobOutput(src, dst string) error {
 	err := f.background().do(context.Background(), func(ctx context.Context) error {
 		start := time.Now()
 		info, err := f.store.Copy(ctx, key, to, objstore.PutOptions{StorageClass: f.cfg.TableStorageClass})
-		f.observe("copy", dst, "compaction", info.Size, start, err)
+		f.observe("copy", dst, ActCompaction, info.Size, start, err)
 		if err == nil && info.Size != size {
 			err = fmt.Errorf("copied %d bytes, the job reported %d", info.Size, size)
 		}
@@ -131,7 +131,7 @@ func (f *FS) installJobOutput(src, dst string) error {
 	r.mu.Unlock()
 	// The job's copy is no longer needed; a failed delete is swept later.
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.WriteTimeout)
-	if err := f.del(ctx, key, dst, "compaction"); err != nil {
+	if err := f.del(ctx, key, dst, ActCompaction); err != nil {
 		f.cfg.Logger.Warn("could not delete an installed compaction output; the sweep will", "key", key, "err", err)
 	}
 	cancel()
@@ -149,7 +149,7 @@ func (f *FS) SweepCompactions(ctx context.Context, inflight func(job string) boo
 	if err := f.FenceError(); err != nil {
 		return 0, err
 	}
-	objs, err := f.list(ctx, layout.CompactionsPrefix, "compaction")
+	objs, err := f.list(ctx, layout.CompactionsPrefix, ActCompaction)
 	if err != nil {
 		return 0, err
 	}
@@ -163,10 +163,10 @@ func (f *FS) SweepCompactions(ctx context.Context, inflight func(job string) boo
 	if len(keys) == 0 {
 		return 0, nil
 	}
-	if err := f.confirm(ctx, "compaction"); err != nil {
+	if err := f.confirm(ctx, ActCompaction); err != nil {
 		return 0, err
 	}
-	if err := f.delMany(ctx, keys, "compaction"); err != nil {
+	if err := f.delMany(ctx, keys, ActCompaction); err != nil {
 		return 0, err
 	}
 	return len(keys), nil
@@ -189,7 +189,7 @@ func (f *FS) RemoveJob(ctx context.Context, job string) (int, error) {
 	if f.expecting(job) {
 		return 0, fmt.Errorf("remove compaction job %s: its outputs are being installed", job)
 	}
-	objs, err := f.list(ctx, layout.JobPrefix(job), "compaction")
+	objs, err := f.list(ctx, layout.JobPrefix(job), ActCompaction)
 	if err != nil {
 		return 0, err
 	}
@@ -197,7 +197,7 @@ func (f *FS) RemoveJob(ctx context.Context, job string) (int, error) {
 	for i, o := range objs {
 		keys[i] = o.Key
 	}
-	if err := f.delMany(ctx, keys, "compaction"); err != nil {
+	if err := f.delMany(ctx, keys, ActCompaction); err != nil {
 		return 0, err
 	}
 	return len(keys), nil
@@ -206,7 +206,7 @@ func (f *FS) RemoveJob(ctx context.Context, job string) (int, error) {
 // JobOutputs lists the objects one attempt of a job wrote (name -> size).
 func (f *FS) JobOutputs(ctx context.Context, job string, attempt uint32) (map[string]int64, error) {
 	dir := layout.JobDir(job, attempt)
-	objs, err := f.list(ctx, dir, "compaction")
+	objs, err := f.list(ctx, dir, ActCompaction)
 	if err != nil {
 		return nil, err
 	}

@@ -596,7 +596,7 @@ func TestOwnerStopsWhenTheStoreLostTheDatabase(t *testing.T) {
 		if err := store.DeleteMany(ctx, keys); err != nil {
 			t.Fatal(err)
 		}
-		err = a.confirm(ctx, "lease")
+		err = a.confirm(ctx, ActLease)
 		var fe *ErrFenced
 		if !errors.As(err, &fe) || fe.Cause == "" || a.FenceError() == nil {
 			t.Fatalf("confirmation on a wiped store: %v; want the owner stopped", err)

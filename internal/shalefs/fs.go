@@ -311,7 +311,7 @@ func (f *FS) ReadAllowed() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(f.cfg.ReadTimeout, f.cfg.Lease))
 	defer cancel()
-	if err := f.confirm(ctx, "foreground_read"); err != nil {
+	if err := f.confirm(ctx, ActForegroundRead); err != nil {
 		if ferr := f.FenceError(); ferr != nil {
 			return ferr
 		}
@@ -329,9 +329,9 @@ func (f *FS) leaseFresh() bool {
 	return protocol.LeaseFresh(time.Duration(f.leaseNow()), time.Duration(f.lastConfirm.Load()), f.cfg.Lease)
 }
 
-func (f *FS) observe(op, name, activity string, n int64, start time.Time, err error) {
+func (f *FS) observe(op, name string, activity Activity, n int64, start time.Time, err error) {
 	if f.cfg.Observe != nil {
-		f.cfg.Observe(Request{Op: op, FileType: FileType(name), Activity: activity, Bytes: n, Duration: time.Since(start), Err: err})
+		f.cfg.Observe(Request{Op: op, FileType: FileType(name), Activity: activity.String(), Bytes: n, Duration: time.Since(start), Err: err})
 	}
 }
 
@@ -347,14 +347,14 @@ func (f *FS) foreground() policy {
 
 // ---- object-store calls with instrumentation --------------------------
 
-func (f *FS) put(ctx context.Context, key, name, activity string, data []byte, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+func (f *FS) put(ctx context.Context, key, name string, activity Activity, data []byte, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
 	start := time.Now()
 	info, err := f.store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), opts)
 	f.observe("put", name, activity, int64(len(data)), start, err)
 	return info, err
 }
 
-func (f *FS) putFile(ctx context.Context, key, name, activity, path string, opts objstore.PutOptions) error {
+func (f *FS) putFile(ctx context.Context, key, name string, activity Activity, path string, opts objstore.PutOptions) error {
 	start := time.Now()
 	fh, err := os.Open(path)
 	if err != nil {
@@ -370,7 +370,7 @@ func (f *FS) putFile(ctx context.Context, key, name, activity, path string, opts
 	return err
 }
 
-func (f *FS) get(ctx context.Context, key, name, activity string) ([]byte, objstore.ObjectInfo, error) {
+func (f *FS) get(ctx context.Context, key, name string, activity Activity) ([]byte, objstore.ObjectInfo, error) {
 	start := time.Now()
 	r, info, err := f.store.Get(ctx, key, 0, -1)
 	var b []byte
@@ -382,7 +382,7 @@ func (f *FS) get(ctx context.Context, key, name, activity string) ([]byte, objst
 	return b, info, err
 }
 
-func (f *FS) list(ctx context.Context, prefix, activity string) ([]objstore.ObjectInfo, error) {
+func (f *FS) list(ctx context.Context, prefix string, activity Activity) ([]objstore.ObjectInfo, error) {
 	start := time.Now()
 	var out []objstore.ObjectInfo
 	err := f.store.List(ctx, prefix, func(o objstore.ObjectInfo) error {
@@ -393,7 +393,7 @@ func (f *FS) list(ctx context.Context, prefix, activity string) ([]objstore.Obje
 	return out, err
 }
 
-func (f *FS) listDir(ctx context.Context, dir, activity string) ([]objstore.ObjectInfo, error) {
+func (f *FS) listDir(ctx context.Context, dir string, activity Activity) ([]objstore.ObjectInfo, error) {
 	start := time.Now()
 	var out []objstore.ObjectInfo
 	err := f.store.ListDir(ctx, dir, func(o objstore.ObjectInfo) error {
@@ -404,14 +404,14 @@ func (f *FS) listDir(ctx context.Context, dir, activity string) ([]objstore.Obje
 	return out, err
 }
 
-func (f *FS) del(ctx context.Context, key, name, activity string) error {
+func (f *FS) del(ctx context.Context, key, name string, activity Activity) error {
 	start := time.Now()
 	err := f.store.Delete(ctx, key)
 	f.observe("delete", name, activity, 0, start, err)
 	return err
 }
 
-func (f *FS) delMany(ctx context.Context, keys []string, activity string) error {
+func (f *FS) delMany(ctx context.Context, keys []string, activity Activity) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -422,7 +422,7 @@ func (f *FS) delMany(ctx context.Context, keys []string, activity string) error 
 }
 
 // epochs lists the epochs taken in storage.
-func (f *FS) epochs(ctx context.Context, activity string) ([]uint64, error) {
+func (f *FS) epochs(ctx context.Context, activity Activity) ([]uint64, error) {
 	objs, err := f.list(ctx, layout.EpochPrefix, activity)
 	if err != nil {
 		return nil, err
@@ -438,7 +438,7 @@ func (f *FS) epochs(ctx context.Context, activity string) ([]uint64, error) {
 
 // confirm checks that no higher epoch exists, fencing this owner if one
 // does. It returns the fence error, or a store error.
-func (f *FS) confirm(ctx context.Context, activity string) error {
+func (f *FS) confirm(ctx context.Context, activity Activity) error {
 	h, err := f.checkEpoch(ctx, activity)
 	if err != nil {
 		return err
@@ -452,7 +452,7 @@ func (f *FS) confirm(ctx context.Context, activity string) error {
 // checkEpoch reads the owner record and returns the highest epoch above
 // ours (0: none), renewing the read lease when there is none. It does not
 // fence.
-func (f *FS) checkEpoch(ctx context.Context, activity string) (uint64, error) {
+func (f *FS) checkEpoch(ctx context.Context, activity Activity) (uint64, error) {
 	start := f.leaseNow()
 	e, err := f.ownerEpoch(ctx, activity)
 	if err != nil {
@@ -503,7 +503,7 @@ func (f *FS) Create(name string) error {
 // Sync makes the first size bytes of a log durable in the store: the bytes
 // not yet uploaded become the log's next segment, created with
 // If-None-Match so that a seal written by a newer owner stops this one.
-func (f *FS) Sync(name string, size int64, activity string) error {
+func (f *FS) syncLog(name string, size int64, activity Activity) error {
 	if layout.KindOf(name) != layout.KindLog {
 		return nil // tables and objects are uploaded on close/rename
 	}
@@ -584,7 +584,7 @@ func definitelyNotStored(err error) bool {
 // own bytes, adopts them (putSegment) and confirms again, so no later sync
 // acknowledges them unconfirmed (issue 22, item 6). What Tails announces
 // to readers is also what was cleared (item 1).
-func (f *FS) syncLocked(name string, st *file, size int64, activity string) error {
+func (f *FS) syncLocked(name string, st *file, size int64, activity Activity) error {
 	storedSome := false
 	for size > st.size {
 		if err := f.FenceError(); err != nil {
@@ -642,7 +642,7 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity string) erro
 // own earlier attempt, whose reply was lost or which landed after Sync gave
 // up: then the slot holds a prefix of data (the log only grows), and the
 // rest goes to the next slot.
-func (f *FS) putSegment(name string, seq uint64, data []byte, activity string) (int64, error) {
+func (f *FS) putSegment(name string, seq uint64, data []byte, activity Activity) (int64, error) {
 	key := layout.SegmentKey(name, f.epoch, seq)
 	stored := int64(len(data))
 	pol := policy{Attempt: f.walAttempt(len(data)), Total: f.cfg.RetryFor}
@@ -682,7 +682,7 @@ func (f *FS) walAttempt(n int) time.Duration {
 // than AckFresh (a seal deleted with its log could not stop it). If a newer
 // owner exists, the segment is already in the store and that owner may or
 // may not have listed it: the outcome of the writes in it is unknown.
-func (f *FS) confirmBeforeAck(name, activity string) error {
+func (f *FS) confirmBeforeAck(name string, activity Activity) error {
 	var by uint64
 	err := f.background().do(context.Background(), func(ctx context.Context) (err error) {
 		by, err = f.checkEpoch(ctx, activity)
@@ -704,7 +704,7 @@ func (f *FS) confirmBeforeAck(name, activity string) error {
 // newer epoch when it can be found.
 func (f *FS) fenceFromStore(ctx context.Context) error {
 	var by uint64
-	if es, err := f.epochs(ctx, "background"); err == nil {
+	if es, err := f.epochs(ctx, ActBackground); err == nil {
 		by = protocol.HigherEpoch(es, f.epoch)
 	}
 	return f.setFenced(by)
@@ -712,10 +712,10 @@ func (f *FS) fenceFromStore(ctx context.Context) error {
 
 // Close finishes a managed file RocksDB wrote: a log's remaining bytes
 // become a segment; a table is uploaded whole.
-func (f *FS) Close(name string, size int64, activity string) error {
+func (f *FS) closeFile(name string, size int64, activity Activity) error {
 	switch layout.KindOf(name) {
 	case layout.KindLog:
-		return f.Sync(name, size, activity)
+		return f.syncLog(name, size, activity)
 	case layout.KindTable, layout.KindObject:
 		if err := f.FenceError(); err != nil {
 			return err
@@ -729,7 +729,7 @@ func (f *FS) Close(name string, size int64, activity string) error {
 }
 
 // upload stores a finished local file as name's version of this epoch.
-func (f *FS) upload(name, path, activity string) error {
+func (f *FS) upload(name, path string, activity Activity) error {
 	class := f.cfg.TableStorageClass
 	if layout.KindOf(name) != layout.KindTable {
 		class = f.cfg.LogStorageClass
@@ -789,7 +789,7 @@ func (f *FS) Rename(src, dst string) error {
 	case layout.KindCurrent:
 		return f.replaceCurrent(f.localPath(src))
 	case layout.KindObject:
-		if err := f.upload(dst, f.localPath(src), "flush"); err != nil {
+		if err := f.upload(dst, f.localPath(src), ActFlush); err != nil {
 			return err
 		}
 		f.dropLocalOnly(src)
@@ -830,7 +830,7 @@ func (f *FS) replaceCurrent(path string) error {
 		if f.currentETag == "" {
 			opts = objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass}
 		}
-		info, err := f.put(ctx, layout.CurrentKey, "CURRENT", "flush", data, opts)
+		info, err := f.put(ctx, layout.CurrentKey, "CURRENT", ActFlush, data, opts)
 		if err == nil {
 			f.currentETag = info.ETag
 			return nil
@@ -838,7 +838,7 @@ func (f *FS) replaceCurrent(path string) error {
 		if !errors.Is(err, objstore.ErrPreconditionFailed) {
 			return err
 		}
-		got, ginfo, gerr := f.get(ctx, layout.CurrentKey, "CURRENT", "flush")
+		got, ginfo, gerr := f.get(ctx, layout.CurrentKey, "CURRENT", ActFlush)
 		if gerr != nil {
 			return retryLater(fmt.Errorf("CURRENT changed and cannot be read back: %w", gerr))
 		}
@@ -854,7 +854,7 @@ func (f *FS) replaceCurrent(path string) error {
 		case e > f.epoch:
 			return f.setFenced(e)
 		}
-		if err := f.confirm(ctx, "flush"); err != nil {
+		if err := f.confirm(ctx, ActFlush); err != nil {
 			return err
 		}
 		return retryLater(fmt.Errorf("CURRENT was changed by epoch %d, below ours, and no newer owner exists", layout.CurrentEpoch(got)))
@@ -912,19 +912,19 @@ func (f *FS) Delete(name string) error {
 // Fetch materializes a managed file in the local cache (RocksDB is about
 // to open it): a table or object is downloaded, a log is reassembled from
 // its segments up to its seal.
-func (f *FS) Fetch(name, activity string) error {
+func (f *FS) fetch(name string, activity Activity) error {
 	f.mu.Lock()
 	st := f.fileLocked(name)
 	f.mu.Unlock()
 	if st == nil {
 		return fmt.Errorf("fetch %s: %w", name, os.ErrNotExist)
 	}
-	if activity == "foreground_read" && !f.serving.Load() {
-		activity = "open"
+	if activity == ActForegroundRead && !f.serving.Load() {
+		activity = ActOpen
 	}
 	var data []byte
 	pol := f.foreground()
-	if activity != "foreground_read" {
+	if activity != ActForegroundRead {
 		pol = f.background()
 	}
 	err := pol.do(context.Background(), func(ctx context.Context) error {
@@ -958,7 +958,7 @@ func (f *FS) Fetch(name, activity string) error {
 // read (its writer folds and deletes while we read): the version is then
 // listed again, and the log read from the new listing must hold the same
 // bytes.
-func (f *FS) readLog(ctx context.Context, name string, st *file, activity string) ([]byte, error) {
+func (f *FS) readLog(ctx context.Context, name string, st *file, activity Activity) ([]byte, error) {
 	st.mu.Lock()
 	segs := append([]protocol.Segment(nil), st.segments...)
 	epoch, size := st.epoch, st.size
@@ -993,7 +993,7 @@ func trimSegments(segs []protocol.Segment, size int64) []protocol.Segment {
 }
 
 // readSegments fetches the objects of one log version and joins them.
-func (f *FS) readSegments(ctx context.Context, name string, epoch uint64, segs []protocol.Segment, size int64, activity string) ([]byte, error) {
+func (f *FS) readSegments(ctx context.Context, name string, epoch uint64, segs []protocol.Segment, size int64, activity Activity) ([]byte, error) {
 	parts := make([][]byte, len(segs))
 	err := parallel(ctx, len(segs), 16, func(ctx context.Context, i int) error {
 		s := segs[i]
@@ -1103,7 +1103,7 @@ func (f *FS) Release(ctx context.Context) error {
 	if f.FenceError() != nil {
 		return nil
 	}
-	_, err := f.put(ctx, layout.ReleasedKey(f.epoch), "", "background", layout.FormatReleased(time.Now()), objstore.PutOptions{})
+	_, err := f.put(ctx, layout.ReleasedKey(f.epoch), "", ActBackground, layout.FormatReleased(time.Now()), objstore.PutOptions{})
 	return err
 }
 

@@ -31,7 +31,7 @@ func (f *FS) raiseOwner(ctx context.Context) error {
 		var data []byte
 		var info objstore.ObjectInfo
 		err := pol.do(ctx, func(ctx context.Context) (err error) {
-			data, info, err = f.get(ctx, layout.OwnerKey, "", "open")
+			data, info, err = f.get(ctx, layout.OwnerKey, "", ActOpen)
 			if errors.Is(err, objstore.ErrNotFound) {
 				return nil
 			}
@@ -55,7 +55,7 @@ func (f *FS) raiseOwner(ctx context.Context) error {
 			opts = objstore.PutOptions{IfMatch: info.ETag}
 		}
 		err = pol.do(ctx, func(ctx context.Context) error {
-			_, err := f.put(ctx, layout.OwnerKey, "", "open", mine, opts)
+			_, err := f.put(ctx, layout.OwnerKey, "", ActOpen, mine, opts)
 			return err
 		})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -72,7 +72,7 @@ func (f *FS) raiseOwner(ctx context.Context) error {
 // ownerEpoch reads the highest epoch announced in _shale/owner. A store
 // without the record (written by a build before it existed, or damaged)
 // falls back to listing the claims, which is always right, only slower.
-func (f *FS) ownerEpoch(ctx context.Context, activity string) (uint64, error) {
+func (f *FS) ownerEpoch(ctx context.Context, activity Activity) (uint64, error) {
 	data, _, err := f.get(ctx, layout.OwnerKey, "", activity)
 	if err == nil {
 		if rec, err := layout.ParseOwnerEpochRecord(data); err == nil && rec.Epoch != 0 {

@@ -96,7 +96,7 @@ func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	f.epoch = math.MaxUint64 // sees every epoch as its past
 	var top []objstore.ObjectInfo
 	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
-		top, err = f.listDir(ctx, "", "open")
+		top, err = f.listDir(ctx, "", ActOpen)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("list %s: %w", cfg.Store.URL(), err)
@@ -120,7 +120,7 @@ func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	// there is no view to open on yet: wait for it to complete.
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		f.rs.full = true
-		err := f.refresh(ctx, "open", false)
+		err := f.refresh(ctx, ActOpen, false)
 		if err == nil {
 			break
 		}
@@ -142,7 +142,7 @@ func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
 	if err := f.writeCurrent(); err != nil {
 		return nil, err
 	}
-	if err := f.bringLogsLocal(ctx, "open"); err != nil {
+	if err := f.bringLogsLocal(ctx, ActOpen); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -190,7 +190,7 @@ func (f *FS) RefreshHinted(ctx context.Context, h *Hint) error {
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		err := f.refresh(ctx, "catchup", true)
+		err := f.refresh(ctx, ActCatchup, true)
 		if err == nil || !errors.Is(err, errManifestGone) || attempt == 3 {
 			if err != nil {
 				f.rs.full = true // start from a clean listing next time
@@ -202,7 +202,7 @@ func (f *FS) RefreshHinted(ctx context.Context, h *Hint) error {
 
 // refresh is one pass of Refresh (refreshMu held); prefetch brings new
 // logs into the local cache.
-func (f *FS) refresh(ctx context.Context, activity string, prefetch bool) error {
+func (f *FS) refresh(ctx context.Context, activity Activity, prefetch bool) error {
 	rs := &f.rs
 	// A reader whose lease lapsed may have lost files to the deleter: it
 	// trusts nothing it knew, and serves no read until RocksDB caught up.
@@ -411,7 +411,7 @@ func (f *FS) takeoverInProgress(ctx context.Context) error {
 // (or lose stale ones, to be fetched), tables that left are retired, the
 // lease is published, and with prefetch the logs RocksDB will read are
 // brought local.
-func (f *FS) install(ctx context.Context, old, files map[string]*file, fresh map[string][]byte, current []byte, tag string, full bool, start time.Time, manifestGrew bool, activity string, prefetch bool) error {
+func (f *FS) install(ctx context.Context, old, files map[string]*file, fresh map[string][]byte, current []byte, tag string, full bool, start time.Time, manifestGrew bool, activity Activity, prefetch bool) error {
 	rs := &f.rs
 	for name, nf := range files {
 		of := old[name]
@@ -500,7 +500,7 @@ func (f *FS) install(ctx context.Context, old, files map[string]*file, fresh map
 // the view never drops a table RocksDB has not read the deletion of.
 // Between listings the view may keep a trashed file a little longer,
 // which only delays its delete.
-func (f *FS) listTrashIfDue(ctx context.Context, full bool, activity string) error {
+func (f *FS) listTrashIfDue(ctx context.Context, full bool, activity Activity) error {
 	rs := &f.rs
 	if !full && rs.trashed != nil && rs.trashSoon == 0 && time.Since(rs.trashAt) < f.cfg.ReaderTTL/3 {
 		return nil
@@ -525,7 +525,7 @@ func (f *FS) listTrashIfDue(ctx context.Context, full bool, activity string) err
 // whether it changed since the last refresh. The owner record (one GET)
 // says when there may be a new one: an owner raises it before it writes
 // its record.
-func (f *FS) readerOpened(ctx context.Context, activity string) (*layout.OpenedRecord, bool, error) {
+func (f *FS) readerOpened(ctx context.Context, activity Activity) (*layout.OpenedRecord, bool, error) {
 	rs := &f.rs
 	var owner uint64
 	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
@@ -575,7 +575,7 @@ func (f *FS) readerOpened(ctx context.Context, activity string) (*layout.OpenedR
 }
 
 // readerList lists prefix (one level of it with dir), retrying failures.
-func (f *FS) readerList(ctx context.Context, prefix string, dir bool, activity string) (out []objstore.ObjectInfo, err error) {
+func (f *FS) readerList(ctx context.Context, prefix string, dir bool, activity Activity) (out []objstore.ObjectInfo, err error) {
 	err = f.background().do(ctx, func(ctx context.Context) error {
 		if dir {
 			out, err = f.listDir(ctx, prefix, activity)
@@ -591,7 +591,7 @@ func (f *FS) readerList(ctx context.Context, prefix string, dir bool, activity s
 // one it knows and returns the log they make (of itself when it did not
 // grow). Listings return keys in order, and a fold sorts right after the
 // last segment it covers, so every object that extends the log is there.
-func (f *FS) listTail(ctx context.Context, name string, of *file, activity string) (*file, error) {
+func (f *FS) listTail(ctx context.Context, name string, of *file, activity Activity) (*file, error) {
 	of.mu.Lock()
 	known := append([]protocol.Segment(nil), of.segments...)
 	size := of.size
@@ -637,7 +637,7 @@ func segmentObjectKey(name string, epoch uint64, s protocol.Segment) string {
 // the name's epochs first and skips trashed versions unlisted (a full
 // refresh meets every deleted log still in its grace); otherwise one
 // listing reads every version.
-func (f *FS) listLog(ctx context.Context, name string, trashed map[layout.VersionRef]bool, last *layout.OpenedRecord, byEpoch bool, activity string) (*file, error) {
+func (f *FS) listLog(ctx context.Context, name string, trashed map[layout.VersionRef]bool, last *layout.OpenedRecord, byEpoch bool, activity Activity) (*file, error) {
 	var objs []objstore.ObjectInfo
 	if byEpoch {
 		dirs, err := f.readerList(ctx, layout.LogPrefix(name), true, activity)
@@ -697,7 +697,7 @@ func manifestOf(current []byte) string {
 // bringLogsLocal fetches every WAL of the view, and the MANIFEST CURRENT
 // names, that has no local copy yet, so that RocksDB's catch-up reads only
 // local files.
-func (f *FS) bringLogsLocal(ctx context.Context, activity string) error {
+func (f *FS) bringLogsLocal(ctx context.Context, activity Activity) error {
 	m := manifestOf(f.current)
 	f.mu.Lock()
 	var names []string
@@ -710,7 +710,7 @@ func (f *FS) bringLogsLocal(ctx context.Context, activity string) error {
 	}
 	f.mu.Unlock()
 	return parallel(ctx, len(names), openParallelism, func(ctx context.Context, i int) error {
-		return f.Fetch(names[i], activity)
+		return f.fetch(names[i], activity)
 	})
 }
 
@@ -725,7 +725,7 @@ func (f *FS) writeCurrent() error {
 // extendLog appends the bytes a log gained in the store (nf, a newer
 // listing of the same version as of) to its local copy, in place, and
 // updates of.
-func (f *FS) extendLog(ctx context.Context, name string, of, nf *file, activity string) error {
+func (f *FS) extendLog(ctx context.Context, name string, of, nf *file, activity Activity) error {
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if nf.size <= of.size {

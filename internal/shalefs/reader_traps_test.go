@@ -142,7 +142,7 @@ func (p *trapPrimary) flush() {
 // manifest is the MANIFEST the primary's CURRENT names.
 func (p *trapPrimary) manifest() string {
 	p.t.Helper()
-	b, _, err := p.fs.get(context.Background(), "CURRENT", "CURRENT", "open")
+	b, _, err := p.fs.get(context.Background(), "CURRENT", "CURRENT", ActOpen)
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func (f *FS) publishLease(ctx context.Context) error {
 	}
 	start := f.leaseNow()
 	b := layout.ReaderLease{ID: f.cfg.ReaderID, TTL: f.cfg.ReaderTTL, Renewal: newNonce(), Files: files}.Format()
-	if _, err := f.put(ctx, layout.ReaderLeaseKey(f.cfg.ReaderID), "", "lease", b, objstore.PutOptions{}); err != nil {
+	if _, err := f.put(ctx, layout.ReaderLeaseKey(f.cfg.ReaderID), "", ActLease, b, objstore.PutOptions{}); err != nil {
 		return fmt.Errorf("renew reader lease: %w", err)
 	}
 	f.leaseSum = string(sum)
@@ -121,7 +121,7 @@ type seenLease struct {
 // protectedVersions returns the file versions that live reader leases name,
 // listing the leases and reading those that changed since the last call.
 func (f *FS) protectedVersions(ctx context.Context) (map[layout.VersionRef]bool, error) {
-	objs, err := f.list(ctx, layout.ReadersPrefix, "trash")
+	objs, err := f.list(ctx, layout.ReadersPrefix, ActTrash)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (f *FS) protectedVersions(ctx context.Context) (map[layout.VersionRef]bool,
 		listed[o.Key] = true
 		s := f.readerLeases[o.Key]
 		if s == nil || s.etag != o.ETag {
-			b, info, err := f.get(ctx, o.Key, "", "trash")
+			b, info, err := f.get(ctx, o.Key, "", ActTrash)
 			if errors.Is(err, objstore.ErrNotFound) {
 				continue // removed meanwhile: the reader stopped
 			}

@@ -233,7 +233,7 @@ func (f *FS) JobOutputProps(ctx context.Context, job string, attempt uint32, nam
 		start := time.Now()
 		var err error
 		props, err = tableProperties(ctx, f.store, key, size)
-		f.observe("get", name, "compaction", min(size, tailBytes), start, err)
+		f.observe("get", name, ActCompaction, min(size, tailBytes), start, err)
 		return err
 	})
 	if err != nil {

@@ -91,7 +91,7 @@ func (f *FS) refreshHinted(ctx context.Context, h *Hint) error {
 		rs.opened == nil || h.Epoch != rs.opened.Epoch || rs.ownerEpoch != h.Epoch {
 		return errHintShort // a takeover, an unknown epoch, or a full refresh due
 	}
-	const activity = "catchup"
+	const activity = ActCatchup
 	start := time.Now()
 	if err := f.listTrashIfDue(ctx, false, activity); err != nil {
 		return err
@@ -205,7 +205,7 @@ func lastSlot(st *file) uint64 {
 // for a log new to the view (of nil) a new version and its bytes. A
 // segment that is not there (folded away meanwhile) makes the hint fall
 // short; a seal ends the log.
-func (f *FS) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, activity string) (*file, []byte, error) {
+func (f *FS) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, activity Activity) (*file, []byte, error) {
 	n := t.LastSegment - from + 1
 	if n > maxHintSlots {
 		return nil, nil, errHintShort

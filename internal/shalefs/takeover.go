@@ -43,7 +43,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	// 0. Recognize the location before claiming anything in it.
 	var top []objstore.ObjectInfo
 	if err := pol.do(ctx, func(ctx context.Context) (err error) {
-		top, err = f.listDir(ctx, "", "open")
+		top, err = f.listDir(ctx, "", ActOpen)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("list %s: %w", cfg.Store.URL(), err)
@@ -55,7 +55,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	// 1-2. Claim the epoch.
 	var existing []uint64
 	if err := pol.do(ctx, func(ctx context.Context) (err error) {
-		existing, err = f.epochs(ctx, "open")
+		existing, err = f.epochs(ctx, ActOpen)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("list epochs: %w", err)
@@ -73,10 +73,10 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	f.epoch = epoch
 	claim := layout.EpochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce(), Lease: cfg.Lease, LeaseMargin: cfg.LeaseMargin, AckFresh: cfg.AckFresh}.Format()
 	err = pol.do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, layout.EpochKey(epoch), "", "open", claim, objstore.PutOptions{IfNoneMatch: true})
+		_, err := f.put(ctx, layout.EpochKey(epoch), "", ActOpen, claim, objstore.PutOptions{IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
 			// A retry after our own claim landed finds it taken: by us?
-			if got, _, gerr := f.get(ctx, layout.EpochKey(epoch), "", "open"); gerr == nil && bytes.Equal(got, claim) {
+			if got, _, gerr := f.get(ctx, layout.EpochKey(epoch), "", ActOpen); gerr == nil && bytes.Equal(got, claim) {
 				return nil
 			}
 		}
@@ -143,7 +143,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err := f.prepareCache(); err != nil {
 		return nil, err
 	}
-	if err := pol.do(ctx, func(ctx context.Context) error { return f.confirm(ctx, "open") }); err != nil {
+	if err := pol.do(ctx, func(ctx context.Context) error { return f.confirm(ctx, ActOpen) }); err != nil {
 		return nil, err
 	}
 	f.wg.Add(2)
@@ -217,7 +217,7 @@ func (f *FS) listStore(ctx context.Context, last *layout.OpenedRecord, seal bool
 	if err != nil {
 		return nil, err
 	}
-	if err := f.refuseLegacyDirs(ctx, top, "open"); err != nil {
+	if err := f.refuseLegacyDirs(ctx, top, ActOpen); err != nil {
 		return nil, err
 	}
 	var logNames []string
@@ -273,7 +273,7 @@ func (f *FS) listStore(ctx context.Context, last *layout.OpenedRecord, seal bool
 // prefix for a moment ("OPTIONS-004015.<epoch>/" while the trash loop
 // deleted it, seen in make stress), so such a directory counts only if a
 // listing of it finds objects.
-func (f *FS) refuseLegacyDirs(ctx context.Context, top []objstore.ObjectInfo, activity string) error {
+func (f *FS) refuseLegacyDirs(ctx context.Context, top []objstore.ObjectInfo, activity Activity) error {
 	for _, o := range top {
 		if !layout.IsLegacyTableDir(o.Key) {
 			continue
@@ -361,9 +361,9 @@ func (f *FS) sealLog(ctx context.Context, name string, trashed map[layout.Versio
 func (f *FS) listRetry(ctx context.Context, prefix string, dir bool) (out []objstore.ObjectInfo, err error) {
 	err = f.background().do(ctx, func(ctx context.Context) error {
 		if dir {
-			out, err = f.listDir(ctx, prefix, "open")
+			out, err = f.listDir(ctx, prefix, ActOpen)
 		} else {
-			out, err = f.list(ctx, prefix, "open")
+			out, err = f.list(ctx, prefix, ActOpen)
 		}
 		return err
 	})
@@ -376,7 +376,7 @@ func (f *FS) listRetry(ctx context.Context, prefix string, dir bool) (out []objs
 func (f *FS) lastOpened(ctx context.Context, below uint64) (*layout.OpenedRecord, error) {
 	var highest uint64
 	err := f.background().do(ctx, func(ctx context.Context) error {
-		objs, err := f.list(ctx, layout.OpenedPrefix, "open")
+		objs, err := f.list(ctx, layout.OpenedPrefix, ActOpen)
 		for _, o := range objs {
 			if e, ok := layout.ParseOpenedKey(o.Key); ok && e < below {
 				highest = max(highest, e)
@@ -389,7 +389,7 @@ func (f *FS) lastOpened(ctx context.Context, below uint64) (*layout.OpenedRecord
 	}
 	var rec layout.OpenedRecord
 	err = f.background().do(ctx, func(ctx context.Context) error {
-		b, _, err := f.get(ctx, layout.OpenedKey(highest), "", "open")
+		b, _, err := f.get(ctx, layout.OpenedKey(highest), "", ActOpen)
 		if err != nil {
 			return err
 		}
@@ -417,10 +417,10 @@ func (f *FS) recordOpened(ctx context.Context) error {
 	sort.Slice(rec.Logs, func(i, j int) bool { return rec.Logs[i].Name < rec.Logs[j].Name })
 	b := rec.Format()
 	err := f.background().do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, layout.OpenedKey(f.epoch), "", "open", b, objstore.PutOptions{IfNoneMatch: true})
+		_, err := f.put(ctx, layout.OpenedKey(f.epoch), "", ActOpen, b, objstore.PutOptions{IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
 			// Only this owner writes its record: a retry after a lost reply.
-			if got, _, gerr := f.get(ctx, layout.OpenedKey(f.epoch), "", "open"); gerr == nil && bytes.Equal(got, b) {
+			if got, _, gerr := f.get(ctx, layout.OpenedKey(f.epoch), "", ActOpen); gerr == nil && bytes.Equal(got, b) {
 				return nil
 			}
 		}
@@ -453,7 +453,7 @@ func (f *FS) predecessors(ctx context.Context, existing []uint64, last *layout.O
 			if last != nil && e < last.Epoch {
 				continue
 			}
-			b, _, err := f.get(ctx, layout.EpochKey(e), "", "open")
+			b, _, err := f.get(ctx, layout.EpochKey(e), "", ActOpen)
 			if err != nil {
 				return err
 			}
@@ -470,7 +470,7 @@ func (f *FS) predecessors(ctx context.Context, existing []uint64, last *layout.O
 func (f *FS) trash(ctx context.Context, name string, epoch uint64) error {
 	marker := layout.TrashMarker{DeletedAt: time.Now().UTC(), Epoch: f.epoch}.Format()
 	err := f.background().do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, layout.TrashKey(name, epoch), name, "trash", marker, objstore.PutOptions{})
+		_, err := f.put(ctx, layout.TrashKey(name, epoch), name, ActTrash, marker, objstore.PutOptions{})
 		return err
 	})
 	if err == nil {
@@ -513,7 +513,7 @@ func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (protoc
 	pol := f.background()
 	seal := func(slot uint64) (bool, error) {
 		err := pol.do(ctx, func(ctx context.Context) error {
-			_, err := f.put(ctx, layout.SegmentKey(name, epoch, slot), name, "open", nil, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
+			_, err := f.put(ctx, layout.SegmentKey(name, epoch, slot), name, ActOpen, nil, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
 			return err
 		})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -581,7 +581,7 @@ func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (protoc
 func (f *FS) listVersion(ctx context.Context, name string, epoch uint64) (protocol.LogVersion, error) {
 	var objs []objstore.ObjectInfo
 	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
-		objs, err = f.list(ctx, layout.LogVersionPrefix(name, epoch), "open")
+		objs, err = f.list(ctx, layout.LogVersionPrefix(name, epoch), ActOpen)
 		return err
 	}); err != nil {
 		return protocol.LogVersion{}, err
@@ -603,7 +603,7 @@ func (f *FS) takeCurrent(ctx context.Context) error {
 		var data []byte
 		var info objstore.ObjectInfo
 		err := pol.do(ctx, func(ctx context.Context) (err error) {
-			data, info, err = f.get(ctx, layout.CurrentKey, "CURRENT", "open")
+			data, info, err = f.get(ctx, layout.CurrentKey, "CURRENT", ActOpen)
 			return err
 		})
 		if errors.Is(err, objstore.ErrNotFound) {
@@ -617,10 +617,10 @@ func (f *FS) takeCurrent(ctx context.Context) error {
 		mine := f.currentObject(content)
 		err = pol.do(ctx, func(ctx context.Context) error {
 			var err error
-			info, err = f.put(ctx, layout.CurrentKey, "CURRENT", "open", mine, objstore.PutOptions{IfMatch: info.ETag, StorageClass: f.cfg.LogStorageClass})
+			info, err = f.put(ctx, layout.CurrentKey, "CURRENT", ActOpen, mine, objstore.PutOptions{IfMatch: info.ETag, StorageClass: f.cfg.LogStorageClass})
 			if errors.Is(err, objstore.ErrPreconditionFailed) {
 				// Our own write whose reply was lost, or a stale owner's.
-				if got, ginfo, gerr := f.get(ctx, layout.CurrentKey, "CURRENT", "open"); gerr == nil && bytes.Equal(got, mine) {
+				if got, ginfo, gerr := f.get(ctx, layout.CurrentKey, "CURRENT", ActOpen); gerr == nil && bytes.Equal(got, mine) {
 					info = ginfo
 					return nil
 				}
@@ -722,7 +722,7 @@ func (f *FS) leaseLoop() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Lease/2)
 		defer cancel()
-		if err := f.confirm(ctx, "lease"); err != nil && f.FenceError() == nil {
+		if err := f.confirm(ctx, ActLease); err != nil && f.FenceError() == nil {
 			f.cfg.Logger.Warn("cannot confirm ownership", "err", err)
 		}
 	})
@@ -774,7 +774,7 @@ func (f *FS) emptyTrash(ctx context.Context) error {
 	for len(due) > 0 {
 		batch := due[:min(len(due), trashBatch)]
 		due = due[len(batch):]
-		if err := f.confirm(ctx, "trash"); err != nil {
+		if err := f.confirm(ctx, ActTrash); err != nil {
 			return err
 		}
 		if err := f.deleteBatch(ctx, batch); err != nil {
@@ -850,13 +850,13 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 	if f.FenceError() != nil || !f.leaseFresh() {
 		return nil
 	}
-	if err := f.delMany(ctx, keys, "trash"); err != nil {
+	if err := f.delMany(ctx, keys, ActTrash); err != nil {
 		return err
 	}
 	if err := f.deleteCold(ctx, keys); err != nil {
 		return err
 	}
-	if err := f.delMany(ctx, done, "trash"); err != nil {
+	if err := f.delMany(ctx, done, ActTrash); err != nil {
 		return err
 	}
 	f.trashMu.Lock()
@@ -876,7 +876,7 @@ func (f *FS) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error
 	f.trashMu.Unlock()
 	if !ok {
 		err := f.background().do(ctx, func(ctx context.Context) error {
-			b, _, err := f.get(ctx, layout.EpochKey(epoch), "", "trash")
+			b, _, err := f.get(ctx, layout.EpochKey(epoch), "", ActTrash)
 			if errors.Is(err, objstore.ErrNotFound) {
 				return nil
 			}
@@ -903,7 +903,7 @@ func (f *FS) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error
 // hole), then its folds and other data segments, and with seals its seals
 // too (deleting one reopens its slot: see sealsAfter).
 func (f *FS) deleteLog(ctx context.Context, name string, epoch uint64, seals bool) error {
-	objs, err := f.list(ctx, layout.LogVersionPrefix(name, epoch), "trash")
+	objs, err := f.list(ctx, layout.LogVersionPrefix(name, epoch), ActTrash)
 	if err != nil {
 		return err
 	}
@@ -917,12 +917,12 @@ func (f *FS) deleteLog(ctx context.Context, name string, epoch uint64, seals boo
 				rest = append(rest, o.Key)
 			}
 		case first == 1 && last == 1:
-			if err := f.del(ctx, o.Key, name, "trash"); err != nil {
+			if err := f.del(ctx, o.Key, name, ActTrash); err != nil {
 				return err
 			}
 		default:
 			rest = append(rest, o.Key)
 		}
 	}
-	return f.delMany(ctx, rest, "trash")
+	return f.delMany(ctx, rest, ActTrash)
 }

@@ -91,7 +91,7 @@ func (f *FS) readTiers(ctx context.Context, owner bool) (st tierState, err error
 				return err
 			}
 		}
-		b, _, err := f.get(ctx, layout.TiersKey, "", "open")
+		b, _, err := f.get(ctx, layout.TiersKey, "", ActOpen)
 		switch {
 		case errors.Is(err, objstore.ErrNotFound):
 		case err != nil:
@@ -160,9 +160,9 @@ func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 			rec = &layout.TierRecord{ID: newNonce() + newNonce(), Cold: f.cfg.Cold.URL(), CreatedAt: time.Now().UTC()}
 			b := rec.Format()
 			err = pol.do(ctx, func(ctx context.Context) error {
-				_, err := f.put(ctx, layout.TiersKey, "", "open", b, objstore.PutOptions{IfNoneMatch: true})
+				_, err := f.put(ctx, layout.TiersKey, "", ActOpen, b, objstore.PutOptions{IfNoneMatch: true})
 				if errors.Is(err, objstore.ErrPreconditionFailed) {
-					if got, _, gerr := f.get(ctx, layout.TiersKey, "", "open"); gerr == nil && bytes.Equal(got, b) {
+					if got, _, gerr := f.get(ctx, layout.TiersKey, "", ActOpen); gerr == nil && bytes.Equal(got, b) {
 						return nil // our own write, whose reply was lost
 					}
 				}
@@ -209,7 +209,7 @@ func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 func (f *FS) notePaired(ctx context.Context) error {
 	b := layout.TiersPaired{PairedAt: time.Now().UTC()}.Format()
 	err := f.background().do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, layout.TiersPairedKey, "", "open", b, objstore.PutOptions{IfNoneMatch: true})
+		_, err := f.put(ctx, layout.TiersPairedKey, "", ActOpen, b, objstore.PutOptions{IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
 			return nil // written already (by us, a lost reply, or an earlier owner)
 		}
@@ -315,11 +315,11 @@ func (f *FS) tierOf(name string) Tier {
 }
 
 // observeTier records a request on a table's tier.
-func (f *FS) observeTier(t Tier, op, name, activity string, n int64, start time.Time, err error) {
+func (f *FS) observeTier(t Tier, op, name string, activity Activity, n int64, start time.Time, err error) {
 	if f.cfg.Observe == nil {
 		return
 	}
-	r := Request{Op: op, FileType: FileType(name), Activity: activity, Bytes: n, Duration: time.Since(start), Err: err}
+	r := Request{Op: op, FileType: FileType(name), Activity: activity.String(), Bytes: n, Duration: time.Since(start), Err: err}
 	if layout.KindOf(name) == layout.KindTable || t == TierCold {
 		r.Tier = t.String()
 	}
@@ -327,7 +327,7 @@ func (f *FS) observeTier(t Tier, op, name, activity string, n int64, start time.
 }
 
 // putFileIn uploads a local file to the store of tier t.
-func (f *FS) putFileIn(ctx context.Context, t Tier, key, name, activity, path string, opts objstore.PutOptions) error {
+func (f *FS) putFileIn(ctx context.Context, t Tier, key, name string, activity Activity, path string, opts objstore.PutOptions) error {
 	if t == TierHot {
 		return f.putFile(ctx, key, name, activity, path, opts)
 	}
@@ -338,7 +338,7 @@ func (f *FS) putFileIn(ctx context.Context, t Tier, key, name, activity, path st
 }
 
 // getObject reads a whole table or object of st from its tier.
-func (f *FS) getObject(ctx context.Context, name string, st *file, activity string) ([]byte, error) {
+func (f *FS) getObject(ctx context.Context, name string, st *file, activity Activity) ([]byte, error) {
 	start := time.Now()
 	r, _, err := f.tierStore(st.tier).Get(ctx, layout.ObjectKey(name, st.epoch), 0, -1)
 	var b []byte
@@ -372,7 +372,7 @@ func (f *FS) listColdTables(ctx context.Context, files map[string]*file, trashed
 			objs = append(objs, o)
 			return nil
 		})
-		f.observeTier(TierCold, "list", "", "open", 0, start, err)
+		f.observeTier(TierCold, "list", "", ActOpen, 0, start, err)
 		return err
 	})
 	if err != nil {
@@ -414,7 +414,7 @@ func (f *FS) deleteCold(ctx context.Context, keys []string) error {
 	}
 	start := time.Now()
 	err := cold.DeleteMany(ctx, tables)
-	f.observeTier(TierCold, "delete", layout.FileOfKey(tables[0]), "trash", 0, start, err)
+	f.observeTier(TierCold, "delete", layout.FileOfKey(tables[0]), ActTrash, 0, start, err)
 	return err
 }
 
@@ -656,7 +656,7 @@ func (f *FS) InstallTable(ctx context.Context, srcKey, name string) (Tier, error
 	err = f.background().do(ctx, func(ctx context.Context) error {
 		start := time.Now()
 		_, err := f.tierStore(tier).Copy(ctx, srcKey, layout.ObjectKey(name, f.epoch), objstore.PutOptions{StorageClass: f.cfg.TableStorageClass})
-		f.observeTier(tier, "put", name, "compaction", info.Size, start, err)
+		f.observeTier(tier, "put", name, ActCompaction, info.Size, start, err)
 		return err
 	})
 	if err != nil {
