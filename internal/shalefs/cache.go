@@ -15,14 +15,14 @@ import (
 )
 
 // SetEvictor implements rocksshim.FileSystemHooks.
-func (f *FS) SetEvictor(evict func(name string)) {
+func (f *core) SetEvictor(evict func(name string)) {
 	f.cache.SetEvictor(evict)
 }
 
 // OpenTable implements rocksshim.FileSystemHooks: a table with a local
 // copy is read locally; one without is fetched whole when it fits the
 // cache budget, and otherwise read from the store range by range.
-func (f *FS) openTable(name string, activity Activity) error {
+func (f *core) openTable(name string, activity Activity) error {
 	if f.cache.Touch(name) {
 		if _, err := os.Stat(f.localPath(name)); err == nil {
 			return nil
@@ -59,7 +59,7 @@ func (f *FS) openTable(name string, activity Activity) error {
 // table, bufs[i] at offs[i], fetched concurrently. Foreground reads go
 // through the range cache; flushes and compactions read each range once
 // and straight from the store, so they do not push the hot blocks out.
-func (f *FS) multiRead(name string, offs []int64, bufs [][]byte, activity Activity) ([]int, error) {
+func (f *core) multiRead(name string, offs []int64, bufs [][]byte, activity Activity) ([]int, error) {
 	if activity == ActForegroundRead && !f.serving.Load() {
 		activity = ActOpen
 	}
@@ -104,7 +104,7 @@ func (f *FS) multiRead(name string, offs []int64, bufs [][]byte, activity Activi
 }
 
 // readDirect reads one range of a table with one ranged GET.
-func (f *FS) readDirect(name string, st *file, off int64, buf []byte, activity Activity) (int, error) {
+func (f *core) readDirect(name string, st *file, off int64, buf []byte, activity Activity) (int, error) {
 	pol := f.background()
 	if activity == ActForegroundRead {
 		pol = f.foreground()
@@ -127,10 +127,10 @@ func (f *FS) readDirect(name string, st *file, off int64, buf []byte, activity A
 }
 
 // RangeCacheStats reports the range cache's size and counters.
-func (f *FS) RangeCacheStats() cache.RangeStats { return f.rangeCache().Stats() }
+func (f *core) RangeCacheStats() cache.RangeStats { return f.rangeCache().Stats() }
 
 // rangeCache is the FS's range cache, nil when Config.RangeCacheBytes is 0.
-func (f *FS) rangeCache() *cache.Ranges {
+func (f *core) rangeCache() *cache.Ranges {
 	f.rangesOnce.Do(func() {
 		if f.cfg.RangeCacheBytes > 0 {
 			f.ranges = cache.NewRanges(f.cfg.RangeCacheBytes, f.cfg.RangeBlockBytes)
@@ -142,7 +142,7 @@ func (f *FS) rangeCache() *cache.Ranges {
 // rangeFetcher reads ranges of one version of a table (st) for the range
 // cache, one ranged GET per attempt, under the read timeout and retry
 // policy of the activity.
-func (f *FS) rangeFetcher(name string, st *file, activity Activity) cache.Fetcher {
+func (f *core) rangeFetcher(name string, st *file, activity Activity) cache.Fetcher {
 	return func(off, n int64, fill func(r io.ReadCloser, err error) (int64, error)) error {
 		pol := f.background()
 		if activity == ActForegroundRead {

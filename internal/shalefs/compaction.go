@@ -36,7 +36,7 @@ type jobRegistry struct {
 	jobs map[string]*jobExpect
 }
 
-func (f *FS) jobs() *jobRegistry {
+func (f *Owner) jobs() *jobRegistry {
 	r := &f.compactions
 	r.mu.Lock()
 	if r.jobs == nil {
@@ -47,12 +47,12 @@ func (f *FS) jobs() *jobRegistry {
 }
 
 // NewJobID names a compaction job this owner submits.
-func (f *FS) NewJobID() string { return layout.JobID(f.epoch, newNonce()) }
+func (f *Owner) NewJobID() string { return layout.JobID(f.epoch, newNonce()) }
 
 // ExpectJobOutputs records that an attempt of a job this owner submitted
 // completed with these outputs (name -> size, all present in the store):
 // RocksDB is about to rename them into the database.
-func (f *FS) ExpectJobOutputs(job string, attempt uint32, outputs map[string]int64) {
+func (f *Owner) ExpectJobOutputs(job string, attempt uint32, outputs map[string]int64) {
 	r := f.jobs()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -64,7 +64,7 @@ func (f *FS) ExpectJobOutputs(job string, attempt uint32, outputs map[string]int
 }
 
 // ForgetJob drops the expectations of a job (RocksDB will not install it).
-func (f *FS) ForgetJob(job string) {
+func (f *Owner) ForgetJob(job string) {
 	r := f.jobs()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -72,7 +72,7 @@ func (f *FS) ForgetJob(job string) {
 }
 
 // expecting reports whether RocksDB may still install outputs of job.
-func (f *FS) expecting(job string) bool {
+func (f *Owner) expecting(job string) bool {
 	r := f.jobs()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -81,10 +81,7 @@ func (f *FS) expecting(job string) bool {
 
 // installJobOutput installs the output src (a path in a worker's output
 // directory, as RocksDB's result names it) as the table dst.
-func (f *FS) installJobOutput(src, dst string) error {
-	if f.readOnly {
-		return fmt.Errorf("rename %s to %s: %w", src, dst, ErrReadOnly)
-	}
+func (f *Owner) installJobOutput(src, dst string) error {
 	i := strings.LastIndex(src, "/"+layout.CompactionsPrefix)
 	if i < 0 {
 		return fmt.Errorf("rename %s to %s: the Shale FileSystem renames only within the database or from a compaction job's output directory", src, dst)
@@ -142,10 +139,7 @@ func (f *FS) installJobOutput(src, dst string) error {
 // install (protocol.SweepJob); inflight reports the jobs this owner's
 // client still waits for. Only the current owner sweeps: it confirms its
 // ownership before deleting. It returns how many objects it deleted.
-func (f *FS) SweepCompactions(ctx context.Context, inflight func(job string) bool) (int, error) {
-	if f.readOnly {
-		return 0, ErrReadOnly
-	}
+func (f *Owner) SweepCompactions(ctx context.Context, inflight func(job string) bool) (int, error) {
 	if err := f.FenceError(); err != nil {
 		return 0, err
 	}
@@ -179,10 +173,7 @@ func (f *FS) SweepCompactions(ctx context.Context, inflight func(job string) boo
 // owner, or one whose outputs are being installed, is left alone. An
 // attempt that uploads after this is the sweep's (SweepCompactions). It
 // returns how many objects it deleted.
-func (f *FS) RemoveJob(ctx context.Context, job string) (int, error) {
-	if f.readOnly {
-		return 0, ErrReadOnly
-	}
+func (f *Owner) RemoveJob(ctx context.Context, job string) (int, error) {
 	if e, ok := layout.JobEpoch(job); !ok || e != f.epoch {
 		return 0, fmt.Errorf("remove compaction job %q: not a job of this owner (epoch %d)", job, f.epoch)
 	}
@@ -204,7 +195,7 @@ func (f *FS) RemoveJob(ctx context.Context, job string) (int, error) {
 }
 
 // JobOutputs lists the objects one attempt of a job wrote (name -> size).
-func (f *FS) JobOutputs(ctx context.Context, job string, attempt uint32) (map[string]int64, error) {
+func (f *Owner) JobOutputs(ctx context.Context, job string, attempt uint32) (map[string]int64, error) {
 	dir := layout.JobDir(job, attempt)
 	objs, err := f.list(ctx, dir, ActCompaction)
 	if err != nil {

@@ -31,7 +31,7 @@ import (
 // stored before the seal.
 
 // foldLater schedules a fold of the log's unfolded segments.
-func (f *FS) foldLater(name string, st *file) {
+func (f *Owner) foldLater(name string, st *file) {
 	if !st.folding.CompareAndSwap(false, true) {
 		return
 	}
@@ -53,7 +53,7 @@ func (f *FS) foldLater(name string, st *file) {
 
 // foldLog folds the segments of one of this owner's logs that follow its
 // last fold into one object and deletes them (but segment 1).
-func (f *FS) foldLog(ctx context.Context, name string, st *file) error {
+func (f *Owner) foldLog(ctx context.Context, name string, st *file) error {
 	st.foldMu.Lock()
 	defer st.foldMu.Unlock()
 	f.mu.Lock()

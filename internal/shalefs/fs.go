@@ -155,14 +155,47 @@ func (c *Config) defaults() {
 	}
 }
 
-// FS is an open Shale FileSystem for one database.
-type FS struct {
+// core is what an Owner and a Reader share: the configuration, the
+// listing of managed files, the local caches and the instrumented store
+// I/O with its retries (core_*.go). Neither writes through it: what an
+// owner does is in owner_*.go, what a reader does in reader_*.go.
+type core struct {
 	cfg   Config
 	store objstore.Store
+	// epoch is the owner's epoch; a reader's is math.MaxUint64, since it
+	// sees every epoch as its past.
 	epoch uint64
 
 	mu    sync.Mutex
 	files map[string]*file // the live listing: managed names
+	// retired (readers only): tables gone from the listing that RocksDB
+	// may still read until its next catch-up.
+	retired map[string]retiredFile
+
+	cache      *cache.Tables // tables kept whole in CacheDir
+	rangesOnce sync.Once
+	ranges     *cache.Ranges // ranges of tables read from the store, built on first use
+	serving    atomic.Bool   // RocksDB is open: reads are foreground
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	// cold is the cold tier's store once the tier records agree;
+	// coldPending: a reader's cold store waits for the database to record
+	// its cold tier (core_tier.go).
+	cold        atomic.Pointer[coldRef]
+	coldPending atomic.Bool
+}
+
+func newCore(cfg Config) core {
+	return core{cfg: cfg, store: cfg.Store, files: map[string]*file{}, cache: cache.NewTables(cfg.CacheDir, cfg.CacheBytes), stop: make(chan struct{})}
+}
+
+// Owner is the Shale FileSystem of the one process that owns a database
+// (a primary): it claims an epoch, takes the database over, writes, and
+// runs the lease and trash loops (owner_*.go).
+type Owner struct {
+	core
 
 	// currentMu serializes CURRENT updates; it is held across uploads, so
 	// nothing else waits on it (the listing lock mu is never held across a
@@ -170,7 +203,7 @@ type FS struct {
 	currentMu   sync.Mutex
 	currentETag string // etag of the CURRENT this owner last wrote
 	// storedCurrent (a string) is the MANIFEST that CURRENT, as this owner
-	// last wrote it, names: announced to readers (tails.go).
+	// last wrote it, names: announced to readers (owner_tails.go).
 	storedCurrent atomic.Value
 
 	fenced   atomic.Pointer[ErrFenced]
@@ -180,7 +213,7 @@ type FS struct {
 	// applied" (the KV service answers UNAVAILABLE, not FAILED_PRECONDITION).
 	outcomeUnknown atomic.Bool
 	fenceOnce      sync.Once
-	// Leases are measured on cfg.Clock's lease reading (clock.go), which
+	// Leases are measured on cfg.Clock's lease reading (core_clock.go), which
 	// counts time the machine was suspended and never goes back:
 	// lastConfirm is that reading at the start of the last ownership
 	// confirmation.
@@ -189,47 +222,39 @@ type FS struct {
 	takenAt     time.Time
 	leaseWaited time.Duration // how long Open waited out earlier owners' leases
 
-	cache      *cache.Tables // tables kept whole in CacheDir
-	rangesOnce sync.Once
-	ranges     *cache.Ranges // ranges of tables read from the store, built on first use
-	serving    atomic.Bool   // RocksDB is open: reads are foreground
-	trashMu    sync.Mutex
-	trashSeen  map[string]*trashEntry   // trash markers this owner knows
-	ackFresh   map[uint64]time.Duration // epoch -> its claim's AckFresh (0: unknown), for deleting seals
-	readSince  atomic.Bool              // a read was allowed since the lease loop last looked
-
-	stop chan struct{}
-	wg   sync.WaitGroup
-	// A reader (reader.go) writes nothing; current is the CURRENT content
-	// it last read.
-	readOnly  bool
-	refreshMu sync.Mutex
-	current   []byte
-	retired   map[string]retiredFile // tables gone from the listing that RocksDB may still read
-	rs        readerState            // what the last refresh learned (under refreshMu)
-	// reader leases (readerlease.go): the reader's own, and the owner's
-	// view of everyone's (trash loop only)
-	leaseSum     string
-	leaseRenewed atomic.Int64
-	lapsed       atomic.Bool // the lease lapsed and RocksDB has not caught up since
+	trashMu   sync.Mutex
+	trashSeen map[string]*trashEntry   // trash markers this owner knows
+	ackFresh  map[uint64]time.Duration // epoch -> its claim's AckFresh (0: unknown), for deleting seals
+	readSince atomic.Bool              // a read was allowed since the lease loop last looked
+	// readerLeases is the owner's view of everyone's reader lease (trash
+	// loop only).
 	readerLeases map[string]*seenLease
 
-	compactions jobRegistry // remote compaction outputs being installed (compaction.go)
+	compactions jobRegistry // remote compaction outputs being installed (owner_install.go)
 
 	// stopMu orders starting background folds against Stop.
 	stopMu  sync.Mutex
 	stopped bool
-
-	// cold is the cold tier's store once the tier records agree;
-	// coldPending: a reader's cold store waits for the database to record
-	// its cold tier (tier.go).
-	cold        atomic.Pointer[coldRef]
-	coldPending atomic.Bool
 }
 
-// Serving tells the FS that RocksDB finished opening: later fetches are
+// Reader is a read-only Shale FileSystem on a database another process
+// owns (a secondary, a compaction worker): it claims no epoch and writes
+// nothing but its lease (reader_*.go).
+type Reader struct {
+	core
+
+	refreshMu sync.Mutex
+	current   []byte      // the CURRENT content it last read
+	rs        readerState // what the last refresh learned (under refreshMu)
+	// its reader lease (reader_lease.go)
+	leaseSum     string
+	leaseRenewed atomic.Int64
+	lapsed       atomic.Bool // the lease lapsed and RocksDB has not caught up since
+}
+
+// Serving tells the FileSystem that RocksDB finished opening: later fetches are
 // foreground reads, earlier ones part of the open.
-func (f *FS) Serving() { f.serving.Store(true) }
+func (f *core) Serving() { f.serving.Store(true) }
 
 // file is the state of one managed file.
 type file struct {
@@ -251,21 +276,21 @@ type file struct {
 }
 
 // Epoch is the epoch this FS owns the database with.
-func (f *FS) Epoch() uint64 { return f.epoch }
+func (f *core) Epoch() uint64 { return f.epoch }
 
 // TakenAt is when this owner's epoch object was created.
-func (f *FS) TakenAt() time.Time { return f.takenAt }
+func (f *Owner) TakenAt() time.Time { return f.takenAt }
 
 // LeaseWaited is how long Open waited out the read leases of earlier
 // owners (0 if none could still serve): the part of a takeover that is
 // a safety wait, not work.
-func (f *FS) LeaseWaited() time.Duration { return f.leaseWaited }
+func (f *Owner) LeaseWaited() time.Duration { return f.leaseWaited }
 
 // Fenced is closed when this owner learns it was superseded.
-func (f *FS) Fenced() <-chan struct{} { return f.fencedCh }
+func (f *Owner) Fenced() <-chan struct{} { return f.fencedCh }
 
 // FenceError returns the fence, or nil while this owner is current.
-func (f *FS) FenceError() error {
+func (f *Owner) FenceError() error {
 	if e := f.fenced.Load(); e != nil {
 		return e
 	}
@@ -274,9 +299,9 @@ func (f *FS) FenceError() error {
 
 // WriteOutcomeUnknown reports whether a write that failed on this fenced
 // owner may nevertheless have been applied by the new owner.
-func (f *FS) WriteOutcomeUnknown() bool { return f.outcomeUnknown.Load() }
+func (f *Owner) WriteOutcomeUnknown() bool { return f.outcomeUnknown.Load() }
 
-func (f *FS) setFenced(by uint64) error {
+func (f *Owner) setFenced(by uint64) error {
 	e := &ErrFenced{Epoch: f.epoch, By: by}
 	if f.fenced.CompareAndSwap(nil, e) {
 		f.cfg.Logger.Error("this owner is fenced: a newer owner took the database", "epoch", f.epoch, "by", by)
@@ -288,13 +313,7 @@ func (f *FS) setFenced(by uint64) error {
 // ReadAllowed reports whether this owner may serve reads: it is not fenced
 // and it confirmed its ownership within the read lease. When the last
 // confirmation is too old it confirms again on the spot (one listing).
-func (f *FS) ReadAllowed() error {
-	if f.readOnly {
-		if !f.readerMayServe() {
-			return fmt.Errorf("replica lease expired (not renewed within %s): files this replica reads may have been deleted; it serves again after its next catch-up", f.cfg.ReaderTTL)
-		}
-		return nil
-	}
+func (f *Owner) ReadAllowed() error {
 	if err := f.FenceError(); err != nil {
 		return err
 	}
@@ -325,36 +344,36 @@ func (f *FS) ReadAllowed() error {
 	return nil
 }
 
-func (f *FS) leaseFresh() bool {
+func (f *Owner) leaseFresh() bool {
 	return protocol.LeaseFresh(time.Duration(f.leaseNow()), time.Duration(f.lastConfirm.Load()), f.cfg.Lease)
 }
 
-func (f *FS) observe(op, name string, activity Activity, n int64, start time.Time, err error) {
+func (f *core) observe(op, name string, activity Activity, n int64, start time.Time, err error) {
 	if f.cfg.Observe != nil {
 		f.cfg.Observe(Request{Op: op, FileType: FileType(name), Activity: activity.String(), Bytes: n, Duration: time.Since(start), Err: err})
 	}
 }
 
-func (f *FS) localPath(name string) string { return filepath.Join(f.cfg.CacheDir, name) }
+func (f *core) localPath(name string) string { return filepath.Join(f.cfg.CacheDir, name) }
 
-func (f *FS) background() policy {
+func (f *core) background() policy {
 	return policy{Attempt: f.cfg.WriteTimeout, Total: f.cfg.RetryFor}
 }
 
-func (f *FS) foreground() policy {
+func (f *core) foreground() policy {
 	return policy{Attempt: f.cfg.ReadTimeout, Total: 3 * f.cfg.ReadTimeout}
 }
 
 // ---- object-store calls with instrumentation --------------------------
 
-func (f *FS) put(ctx context.Context, key, name string, activity Activity, data []byte, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+func (f *core) put(ctx context.Context, key, name string, activity Activity, data []byte, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
 	start := time.Now()
 	info, err := f.store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), opts)
 	f.observe("put", name, activity, int64(len(data)), start, err)
 	return info, err
 }
 
-func (f *FS) putFile(ctx context.Context, key, name string, activity Activity, path string, opts objstore.PutOptions) error {
+func (f *Owner) putFile(ctx context.Context, key, name string, activity Activity, path string, opts objstore.PutOptions) error {
 	start := time.Now()
 	fh, err := os.Open(path)
 	if err != nil {
@@ -370,7 +389,7 @@ func (f *FS) putFile(ctx context.Context, key, name string, activity Activity, p
 	return err
 }
 
-func (f *FS) get(ctx context.Context, key, name string, activity Activity) ([]byte, objstore.ObjectInfo, error) {
+func (f *core) get(ctx context.Context, key, name string, activity Activity) ([]byte, objstore.ObjectInfo, error) {
 	start := time.Now()
 	r, info, err := f.store.Get(ctx, key, 0, -1)
 	var b []byte
@@ -382,7 +401,7 @@ func (f *FS) get(ctx context.Context, key, name string, activity Activity) ([]by
 	return b, info, err
 }
 
-func (f *FS) list(ctx context.Context, prefix string, activity Activity) ([]objstore.ObjectInfo, error) {
+func (f *core) list(ctx context.Context, prefix string, activity Activity) ([]objstore.ObjectInfo, error) {
 	start := time.Now()
 	var out []objstore.ObjectInfo
 	err := f.store.List(ctx, prefix, func(o objstore.ObjectInfo) error {
@@ -393,7 +412,7 @@ func (f *FS) list(ctx context.Context, prefix string, activity Activity) ([]objs
 	return out, err
 }
 
-func (f *FS) listDir(ctx context.Context, dir string, activity Activity) ([]objstore.ObjectInfo, error) {
+func (f *core) listDir(ctx context.Context, dir string, activity Activity) ([]objstore.ObjectInfo, error) {
 	start := time.Now()
 	var out []objstore.ObjectInfo
 	err := f.store.ListDir(ctx, dir, func(o objstore.ObjectInfo) error {
@@ -404,14 +423,14 @@ func (f *FS) listDir(ctx context.Context, dir string, activity Activity) ([]objs
 	return out, err
 }
 
-func (f *FS) del(ctx context.Context, key, name string, activity Activity) error {
+func (f *Owner) del(ctx context.Context, key, name string, activity Activity) error {
 	start := time.Now()
 	err := f.store.Delete(ctx, key)
 	f.observe("delete", name, activity, 0, start, err)
 	return err
 }
 
-func (f *FS) delMany(ctx context.Context, keys []string, activity Activity) error {
+func (f *Owner) delMany(ctx context.Context, keys []string, activity Activity) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -422,7 +441,7 @@ func (f *FS) delMany(ctx context.Context, keys []string, activity Activity) erro
 }
 
 // epochs lists the epochs taken in storage.
-func (f *FS) epochs(ctx context.Context, activity Activity) ([]uint64, error) {
+func (f *core) epochs(ctx context.Context, activity Activity) ([]uint64, error) {
 	objs, err := f.list(ctx, layout.EpochPrefix, activity)
 	if err != nil {
 		return nil, err
@@ -438,7 +457,7 @@ func (f *FS) epochs(ctx context.Context, activity Activity) ([]uint64, error) {
 
 // confirm checks that no higher epoch exists, fencing this owner if one
 // does. It returns the fence error, or a store error.
-func (f *FS) confirm(ctx context.Context, activity Activity) error {
+func (f *Owner) confirm(ctx context.Context, activity Activity) error {
 	h, err := f.checkEpoch(ctx, activity)
 	if err != nil {
 		return err
@@ -452,7 +471,7 @@ func (f *FS) confirm(ctx context.Context, activity Activity) error {
 // checkEpoch reads the owner record and returns the highest epoch above
 // ours (0: none), renewing the read lease when there is none. It does not
 // fence.
-func (f *FS) checkEpoch(ctx context.Context, activity Activity) (uint64, error) {
+func (f *Owner) checkEpoch(ctx context.Context, activity Activity) (uint64, error) {
 	start := f.leaseNow()
 	e, err := f.ownerEpoch(ctx, activity)
 	if err != nil {
@@ -461,7 +480,7 @@ func (f *FS) checkEpoch(ctx context.Context, activity Activity) (uint64, error) 
 	if e > f.epoch {
 		return e, nil
 	}
-	if e < f.epoch && !f.readOnly {
+	if e < f.epoch {
 		// This owner raised the record to its epoch before it did
 		// anything else, and the record only goes up: a lower one (or
 		// none, and no claim as high as ours) means the store lost the
@@ -483,16 +502,13 @@ func (f *FS) checkEpoch(ctx context.Context, activity Activity) (uint64, error) 
 // ---- callbacks from the C++ FileSystem ---------------------------------
 
 // Create records a managed file RocksDB just created locally.
-func (f *FS) Create(name string) error {
+func (f *Owner) Create(name string) error {
 	if err := f.FenceError(); err != nil {
 		return err
 	}
 	k := layout.KindOf(name)
 	if k == layout.KindLocal || k == layout.KindCurrent {
 		return nil
-	}
-	if f.readOnly {
-		return fmt.Errorf("create %s: %w", name, ErrReadOnly)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -503,12 +519,9 @@ func (f *FS) Create(name string) error {
 // Sync makes the first size bytes of a log durable in the store: the bytes
 // not yet uploaded become the log's next segment, created with
 // If-None-Match so that a seal written by a newer owner stops this one.
-func (f *FS) syncLog(name string, size int64, activity Activity) error {
+func (f *Owner) syncLog(name string, size int64, activity Activity) error {
 	if layout.KindOf(name) != layout.KindLog {
 		return nil // tables and objects are uploaded on close/rename
-	}
-	if f.readOnly {
-		return fmt.Errorf("sync %s: %w", name, ErrReadOnly)
 	}
 	f.mu.Lock()
 	st := f.files[name]
@@ -551,7 +564,7 @@ func (f *FS) syncLog(name string, size int64, activity Activity) error {
 // IOFenced (a fatal error, never resumed), requests are refused (writes
 // that failed inside RocksDB with UNAVAILABLE, outcome unknown), and the
 // primary exits; the next owner recovers whatever the store holds.
-func (f *FS) stopOwner(cause error) error {
+func (f *Owner) stopOwner(cause error) error {
 	f.outcomeUnknown.Store(true)
 	e := &ErrFenced{Epoch: f.epoch, Cause: cause.Error()}
 	if f.fenced.CompareAndSwap(nil, e) {
@@ -584,7 +597,7 @@ func definitelyNotStored(err error) bool {
 // own bytes, adopts them (putSegment) and confirms again, so no later sync
 // acknowledges them unconfirmed (issue 22, item 6). What Tails announces
 // to readers is also what was cleared (item 1).
-func (f *FS) syncLocked(name string, st *file, size int64, activity Activity) error {
+func (f *Owner) syncLocked(name string, st *file, size int64, activity Activity) error {
 	storedSome := false
 	for size > st.size {
 		if err := f.FenceError(); err != nil {
@@ -642,7 +655,7 @@ func (f *FS) syncLocked(name string, st *file, size int64, activity Activity) er
 // own earlier attempt, whose reply was lost or which landed after Sync gave
 // up: then the slot holds a prefix of data (the log only grows), and the
 // rest goes to the next slot.
-func (f *FS) putSegment(name string, seq uint64, data []byte, activity Activity) (int64, error) {
+func (f *Owner) putSegment(name string, seq uint64, data []byte, activity Activity) (int64, error) {
 	key := layout.SegmentKey(name, f.epoch, seq)
 	stored := int64(len(data))
 	pol := policy{Attempt: f.walAttempt(len(data)), Total: f.cfg.RetryFor}
@@ -671,7 +684,7 @@ func (f *FS) putSegment(name string, seq uint64, data []byte, activity Activity)
 // walAttempt bounds one attempt of a segment upload: short, so that a
 // stuck request does not hold RocksDB's write leader, but long enough for
 // the segment's bytes at a slow 4 MiB/s.
-func (f *FS) walAttempt(n int) time.Duration {
+func (f *Owner) walAttempt(n int) time.Duration {
 	return min(f.cfg.WALAttempt+time.Duration(n)*time.Second/(4<<20), max(f.cfg.WriteTimeout, f.cfg.WALAttempt))
 }
 
@@ -682,7 +695,7 @@ func (f *FS) walAttempt(n int) time.Duration {
 // than AckFresh (a seal deleted with its log could not stop it). If a newer
 // owner exists, the segment is already in the store and that owner may or
 // may not have listed it: the outcome of the writes in it is unknown.
-func (f *FS) confirmBeforeAck(name string, activity Activity) error {
+func (f *Owner) confirmBeforeAck(name string, activity Activity) error {
 	var by uint64
 	err := f.background().do(context.Background(), func(ctx context.Context) (err error) {
 		by, err = f.checkEpoch(ctx, activity)
@@ -702,7 +715,7 @@ func (f *FS) confirmBeforeAck(name string, activity Activity) error {
 
 // fenceFromStore fences this owner after a failed condition, naming the
 // newer epoch when it can be found.
-func (f *FS) fenceFromStore(ctx context.Context) error {
+func (f *Owner) fenceFromStore(ctx context.Context) error {
 	var by uint64
 	if es, err := f.epochs(ctx, ActBackground); err == nil {
 		by = protocol.HigherEpoch(es, f.epoch)
@@ -712,7 +725,7 @@ func (f *FS) fenceFromStore(ctx context.Context) error {
 
 // Close finishes a managed file RocksDB wrote: a log's remaining bytes
 // become a segment; a table is uploaded whole.
-func (f *FS) closeFile(name string, size int64, activity Activity) error {
+func (f *Owner) closeFile(name string, size int64, activity Activity) error {
 	switch layout.KindOf(name) {
 	case layout.KindLog:
 		return f.syncLog(name, size, activity)
@@ -720,16 +733,13 @@ func (f *FS) closeFile(name string, size int64, activity Activity) error {
 		if err := f.FenceError(); err != nil {
 			return err
 		}
-		if f.readOnly {
-			return fmt.Errorf("close %s: %w", name, ErrReadOnly)
-		}
 		return f.upload(name, f.localPath(name), activity)
 	}
 	return nil
 }
 
 // upload stores a finished local file as name's version of this epoch.
-func (f *FS) upload(name, path string, activity Activity) error {
+func (f *Owner) upload(name, path string, activity Activity) error {
 	class := f.cfg.TableStorageClass
 	if layout.KindOf(name) != layout.KindTable {
 		class = f.cfg.LogStorageClass
@@ -775,15 +785,12 @@ func (f *FS) upload(name, path string, activity Activity) error {
 
 // Rename is called before RocksDB renames src to dst locally; it publishes
 // dst (CURRENT with If-Match, IDENTITY and OPTIONS whole).
-func (f *FS) Rename(src, dst string) error {
+func (f *Owner) Rename(src, dst string) error {
 	if err := f.FenceError(); err != nil {
 		return err
 	}
 	if strings.Contains(src, "/") {
 		return f.installJobOutput(src, dst) // a remote compaction's output
-	}
-	if f.readOnly && layout.KindOf(dst) != layout.KindLocal {
-		return fmt.Errorf("rename %s to %s: %w", src, dst, ErrReadOnly)
 	}
 	switch layout.KindOf(dst) {
 	case layout.KindCurrent:
@@ -800,7 +807,7 @@ func (f *FS) Rename(src, dst string) error {
 	return nil
 }
 
-func (f *FS) dropLocalOnly(name string) {
+func (f *Owner) dropLocalOnly(name string) {
 	f.mu.Lock()
 	delete(f.files, name)
 	f.mu.Unlock()
@@ -808,7 +815,7 @@ func (f *FS) dropLocalOnly(name string) {
 
 // currentObject is what the store holds for CURRENT: RocksDB's content
 // and a trailer line unique to this write (layout.CurrentObject).
-func (f *FS) currentObject(content []byte) []byte {
+func (f *Owner) currentObject(content []byte) []byte {
 	return layout.CurrentObject(content, f.epoch, newNonce())
 }
 
@@ -817,7 +824,7 @@ func (f *FS) currentObject(content []byte) []byte {
 // a stale owner's update fails here. Only a CURRENT written by a newer
 // owner (its trailer names its epoch) or a newer epoch in the store fences
 // this owner; a failed read-back or our own earlier write is retried.
-func (f *FS) replaceCurrent(path string) error {
+func (f *Owner) replaceCurrent(path string) error {
 	content, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -880,16 +887,13 @@ func (f *FS) replaceCurrent(path string) error {
 // Delete removes a managed file from the listing and schedules its
 // physical deletion after the grace period (secondaries and slow readers
 // may still read it).
-func (f *FS) Delete(name string) error {
+func (f *Owner) Delete(name string) error {
 	k := layout.KindOf(name)
 	if k == layout.KindLocal {
 		return nil
 	}
 	if k == layout.KindCurrent {
 		return fmt.Errorf("delete CURRENT: refused")
-	}
-	if f.readOnly {
-		return nil // the primary deletes; a secondary only forgets
 	}
 	if err := f.FenceError(); err != nil {
 		return err
@@ -912,7 +916,7 @@ func (f *FS) Delete(name string) error {
 // Fetch materializes a managed file in the local cache (RocksDB is about
 // to open it): a table or object is downloaded, a log is reassembled from
 // its segments up to its seal.
-func (f *FS) fetch(name string, activity Activity) error {
+func (f *core) fetch(name string, activity Activity) error {
 	f.mu.Lock()
 	st := f.fileLocked(name)
 	f.mu.Unlock()
@@ -958,7 +962,7 @@ func (f *FS) fetch(name string, activity Activity) error {
 // read (its writer folds and deletes while we read): the version is then
 // listed again, and the log read from the new listing must hold the same
 // bytes.
-func (f *FS) readLog(ctx context.Context, name string, st *file, activity Activity) ([]byte, error) {
+func (f *core) readLog(ctx context.Context, name string, st *file, activity Activity) ([]byte, error) {
 	st.mu.Lock()
 	segs := append([]protocol.Segment(nil), st.segments...)
 	epoch, size := st.epoch, st.size
@@ -993,7 +997,7 @@ func trimSegments(segs []protocol.Segment, size int64) []protocol.Segment {
 }
 
 // readSegments fetches the objects of one log version and joins them.
-func (f *FS) readSegments(ctx context.Context, name string, epoch uint64, segs []protocol.Segment, size int64, activity Activity) ([]byte, error) {
+func (f *core) readSegments(ctx context.Context, name string, epoch uint64, segs []protocol.Segment, size int64, activity Activity) ([]byte, error) {
 	parts := make([][]byte, len(segs))
 	err := parallel(ctx, len(segs), 16, func(ctx context.Context, i int) error {
 		s := segs[i]
@@ -1047,7 +1051,7 @@ func writeFileAtomic(path string, data []byte) error {
 const fetchTempMark = ".shale-fetch-"
 
 // Stat returns the size of a managed file and whether it exists.
-func (f *FS) Stat(name string) (int64, bool) {
+func (f *core) Stat(name string) (int64, bool) {
 	f.mu.Lock()
 	st := f.fileLocked(name)
 	f.mu.Unlock()
@@ -1066,7 +1070,7 @@ func (f *FS) Stat(name string) (int64, bool) {
 }
 
 // List returns the managed files of the database, sorted.
-func (f *FS) List() []string {
+func (f *core) List() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	names := make([]string, 0, len(f.files))
@@ -1079,15 +1083,15 @@ func (f *FS) List() []string {
 
 // Stop stops the background work. It uploads nothing: RocksDB closed its
 // files before.
-func (f *FS) Stop() {
-	if f.readOnly {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		f.dropLease(ctx)
-		cancel()
-	}
+func (f *Owner) Stop() {
 	f.stopMu.Lock()
 	f.stopped = true
 	f.stopMu.Unlock()
+	f.stopLoops()
+}
+
+// stopLoops stops the background loops and waits for them.
+func (f *core) stopLoops() {
 	select {
 	case <-f.stop:
 	default:
@@ -1099,7 +1103,7 @@ func (f *FS) Stop() {
 // Release records that this owner stopped serving for good, so the next
 // owner need not wait out its read lease. Call it only after the database
 // is closed and no request is being served.
-func (f *FS) Release(ctx context.Context) error {
+func (f *Owner) Release(ctx context.Context) error {
 	if f.FenceError() != nil {
 		return nil
 	}
@@ -1110,7 +1114,7 @@ func (f *FS) Release(ctx context.Context) error {
 // fileLocked returns the state of a managed file (f.mu held): a live one,
 // or on a reader a table that left the listing but that RocksDB's view may
 // still use until it catches up (the store keeps it for the delete grace).
-func (f *FS) fileLocked(name string) *file {
+func (f *core) fileLocked(name string) *file {
 	if st := f.files[name]; st != nil {
 		return st
 	}
@@ -1121,7 +1125,7 @@ func (f *FS) fileLocked(name string) *file {
 }
 
 // Managed implements rocksshim.FileSystemHooks.
-func (f *FS) Managed(name string) bool { return layout.KindOf(name) != layout.KindLocal }
+func (f *core) Managed(name string) bool { return layout.KindOf(name) != layout.KindLocal }
 
 // Fenced marks the fence error for the C++ side (IOStatus "fenced").
 func (e *ErrFenced) Fenced() bool { return true }

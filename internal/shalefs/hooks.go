@@ -5,23 +5,23 @@ package shalefs
 
 // Sync makes the first size bytes of a log durable in the store
 // (syncLog).
-func (f *FS) Sync(name string, size int64, activity string) error {
+func (f *Owner) Sync(name string, size int64, activity string) error {
 	return f.syncLog(name, size, activityOf(activity))
 }
 
 // Close finishes a managed file RocksDB wrote (closeFile).
-func (f *FS) Close(name string, size int64, activity string) error {
+func (f *Owner) Close(name string, size int64, activity string) error {
 	return f.closeFile(name, size, activityOf(activity))
 }
 
 // Fetch materializes a managed file in the local cache (fetch).
-func (f *FS) Fetch(name, activity string) error { return f.fetch(name, activityOf(activity)) }
+func (f *core) Fetch(name, activity string) error { return f.fetch(name, activityOf(activity)) }
 
 // OpenTable prepares reading a table (openTable).
-func (f *FS) OpenTable(name, activity string) error { return f.openTable(name, activityOf(activity)) }
+func (f *core) OpenTable(name, activity string) error { return f.openTable(name, activityOf(activity)) }
 
 // ReadAt implements rocksshim.FileSystemHooks: a ranged read of a table.
-func (f *FS) ReadAt(name string, off int64, buf []byte, activity string) (int, error) {
+func (f *core) ReadAt(name string, off int64, buf []byte, activity string) (int, error) {
 	got, err := f.multiRead(name, []int64{off}, [][]byte{buf}, activityOf(activity))
 	if err != nil {
 		return 0, err
@@ -30,6 +30,6 @@ func (f *FS) ReadAt(name string, off int64, buf []byte, activity string) (int, e
 }
 
 // MultiReadAt implements rocksshim.MultiReadHooks (multiRead).
-func (f *FS) MultiReadAt(name string, offs []int64, bufs [][]byte, activity string) ([]int, error) {
+func (f *core) MultiReadAt(name string, offs []int64, bufs [][]byte, activity string) ([]int, error) {
 	return f.multiRead(name, offs, bufs, activityOf(activity))
 }

@@ -24,7 +24,7 @@ import (
 
 // raiseOwner sets _shale/owner to this owner's epoch unless a higher one is
 // there already (then this owner is fenced).
-func (f *FS) raiseOwner(ctx context.Context) error {
+func (f *Owner) raiseOwner(ctx context.Context) error {
 	mine := layout.OwnerEpochRecord{Epoch: f.epoch}.Format()
 	pol := f.background()
 	for attempt := 0; attempt < 50; attempt++ {
@@ -72,7 +72,7 @@ func (f *FS) raiseOwner(ctx context.Context) error {
 // ownerEpoch reads the highest epoch announced in _shale/owner. A store
 // without the record (written by a build before it existed, or damaged)
 // falls back to listing the claims, which is always right, only slower.
-func (f *FS) ownerEpoch(ctx context.Context, activity Activity) (uint64, error) {
+func (f *core) ownerEpoch(ctx context.Context, activity Activity) (uint64, error) {
 	data, _, err := f.get(ctx, layout.OwnerKey, "", activity)
 	if err == nil {
 		if rec, err := layout.ParseOwnerEpochRecord(data); err == nil && rec.Epoch != 0 {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
-	"github.com/shale-rocks/shale/internal/shalefs/cache"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
@@ -85,11 +84,9 @@ const readerFullEvery = 10 * time.Minute
 
 // OpenReader opens a read-only view of the database in cfg.Store and
 // prepares cfg.CacheDir (a directory of its own, never the primary's).
-func OpenReader(ctx context.Context, cfg Config) (*FS, error) {
+func OpenReader(ctx context.Context, cfg Config) (*Reader, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}}
-	f.cache = cache.NewTables(cfg.CacheDir, cfg.CacheBytes)
-	f.readOnly = true
+	f := &Reader{core: newCore(cfg)}
 	if f.cfg.ReaderID == "" {
 		f.cfg.ReaderID = defaultReaderID()
 	}
@@ -156,13 +153,10 @@ type retiredFile struct {
 	since time.Time
 }
 
-// ReadOnly reports whether this FS is a reader.
-func (f *FS) ReadOnly() bool { return f.readOnly }
-
 // Refresh lists the store again and brings the reader's view and the local
 // copies of logs up to date. Call it before RocksDB's TryCatchUp, never
 // concurrently with it.
-func (f *FS) Refresh(ctx context.Context) error {
+func (f *Reader) Refresh(ctx context.Context) error {
 	return f.RefreshHinted(ctx, nil)
 }
 
@@ -170,10 +164,7 @@ func (f *FS) Refresh(ctx context.Context) error {
 // it fetches just the segments the hint names, and lists the store only
 // for what a hint cannot say (new tables after a MANIFEST edit, the
 // trash). When the hint falls short it refreshes as Refresh does.
-func (f *FS) RefreshHinted(ctx context.Context, h *Hint) error {
-	if !f.readOnly {
-		return errors.New("refresh: not a reader")
-	}
+func (f *Reader) RefreshHinted(ctx context.Context, h *Hint) error {
 	f.refreshMu.Lock()
 	defer f.refreshMu.Unlock()
 	if err := f.adoptPendingCold(ctx); err != nil {
@@ -202,7 +193,7 @@ func (f *FS) RefreshHinted(ctx context.Context, h *Hint) error {
 
 // refresh is one pass of Refresh (refreshMu held); prefetch brings new
 // logs into the local cache.
-func (f *FS) refresh(ctx context.Context, activity Activity, prefetch bool) error {
+func (f *Reader) refresh(ctx context.Context, activity Activity, prefetch bool) error {
 	rs := &f.rs
 	// A reader whose lease lapsed may have lost files to the deleter: it
 	// trusts nothing it knew, and serves no read until RocksDB caught up.
@@ -395,7 +386,7 @@ func (f *FS) refresh(ctx context.Context, activity Activity, prefetch bool) erro
 // and renews its lease on that view, so that the owner's deleter spares
 // its files while the takeover completes; the next refresh lists
 // everything. It returns ErrTakeoverInProgress.
-func (f *FS) takeoverInProgress(ctx context.Context) error {
+func (f *Reader) takeoverInProgress(ctx context.Context) error {
 	f.rs.full = true
 	if len(f.files) > 0 {
 		if err := f.publishLease(ctx); err != nil {
@@ -411,7 +402,7 @@ func (f *FS) takeoverInProgress(ctx context.Context) error {
 // (or lose stale ones, to be fetched), tables that left are retired, the
 // lease is published, and with prefetch the logs RocksDB will read are
 // brought local.
-func (f *FS) install(ctx context.Context, old, files map[string]*file, fresh map[string][]byte, current []byte, tag string, full bool, start time.Time, manifestGrew bool, activity Activity, prefetch bool) error {
+func (f *Reader) install(ctx context.Context, old, files map[string]*file, fresh map[string][]byte, current []byte, tag string, full bool, start time.Time, manifestGrew bool, activity Activity, prefetch bool) error {
 	rs := &f.rs
 	for name, nf := range files {
 		of := old[name]
@@ -500,7 +491,7 @@ func (f *FS) install(ctx context.Context, old, files map[string]*file, fresh map
 // the view never drops a table RocksDB has not read the deletion of.
 // Between listings the view may keep a trashed file a little longer,
 // which only delays its delete.
-func (f *FS) listTrashIfDue(ctx context.Context, full bool, activity Activity) error {
+func (f *Reader) listTrashIfDue(ctx context.Context, full bool, activity Activity) error {
 	rs := &f.rs
 	if !full && rs.trashed != nil && rs.trashSoon == 0 && time.Since(rs.trashAt) < f.cfg.ReaderTTL/3 {
 		return nil
@@ -525,7 +516,7 @@ func (f *FS) listTrashIfDue(ctx context.Context, full bool, activity Activity) e
 // whether it changed since the last refresh. The owner record (one GET)
 // says when there may be a new one: an owner raises it before it writes
 // its record.
-func (f *FS) readerOpened(ctx context.Context, activity Activity) (*layout.OpenedRecord, bool, error) {
+func (f *Reader) readerOpened(ctx context.Context, activity Activity) (*layout.OpenedRecord, bool, error) {
 	rs := &f.rs
 	var owner uint64
 	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
@@ -575,7 +566,7 @@ func (f *FS) readerOpened(ctx context.Context, activity Activity) (*layout.Opene
 }
 
 // readerList lists prefix (one level of it with dir), retrying failures.
-func (f *FS) readerList(ctx context.Context, prefix string, dir bool, activity Activity) (out []objstore.ObjectInfo, err error) {
+func (f *Reader) readerList(ctx context.Context, prefix string, dir bool, activity Activity) (out []objstore.ObjectInfo, err error) {
 	err = f.background().do(ctx, func(ctx context.Context) error {
 		if dir {
 			out, err = f.listDir(ctx, prefix, activity)
@@ -591,7 +582,7 @@ func (f *FS) readerList(ctx context.Context, prefix string, dir bool, activity A
 // one it knows and returns the log they make (of itself when it did not
 // grow). Listings return keys in order, and a fold sorts right after the
 // last segment it covers, so every object that extends the log is there.
-func (f *FS) listTail(ctx context.Context, name string, of *file, activity Activity) (*file, error) {
+func (f *Reader) listTail(ctx context.Context, name string, of *file, activity Activity) (*file, error) {
 	of.mu.Lock()
 	known := append([]protocol.Segment(nil), of.segments...)
 	size := of.size
@@ -637,7 +628,7 @@ func segmentObjectKey(name string, epoch uint64, s protocol.Segment) string {
 // the name's epochs first and skips trashed versions unlisted (a full
 // refresh meets every deleted log still in its grace); otherwise one
 // listing reads every version.
-func (f *FS) listLog(ctx context.Context, name string, trashed map[layout.VersionRef]bool, last *layout.OpenedRecord, byEpoch bool, activity Activity) (*file, error) {
+func (f *Reader) listLog(ctx context.Context, name string, trashed map[layout.VersionRef]bool, last *layout.OpenedRecord, byEpoch bool, activity Activity) (*file, error) {
 	var objs []objstore.ObjectInfo
 	if byEpoch {
 		dirs, err := f.readerList(ctx, layout.LogPrefix(name), true, activity)
@@ -697,7 +688,7 @@ func manifestOf(current []byte) string {
 // bringLogsLocal fetches every WAL of the view, and the MANIFEST CURRENT
 // names, that has no local copy yet, so that RocksDB's catch-up reads only
 // local files.
-func (f *FS) bringLogsLocal(ctx context.Context, activity Activity) error {
+func (f *Reader) bringLogsLocal(ctx context.Context, activity Activity) error {
 	m := manifestOf(f.current)
 	f.mu.Lock()
 	var names []string
@@ -715,7 +706,7 @@ func (f *FS) bringLogsLocal(ctx context.Context, activity Activity) error {
 }
 
 // writeCurrent replaces the local CURRENT with the one last read.
-func (f *FS) writeCurrent() error {
+func (f *Reader) writeCurrent() error {
 	if f.current == nil {
 		return nil
 	}
@@ -725,7 +716,7 @@ func (f *FS) writeCurrent() error {
 // extendLog appends the bytes a log gained in the store (nf, a newer
 // listing of the same version as of) to its local copy, in place, and
 // updates of.
-func (f *FS) extendLog(ctx context.Context, name string, of, nf *file, activity Activity) error {
+func (f *Reader) extendLog(ctx context.Context, name string, of, nf *file, activity Activity) error {
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if nf.size <= of.size {

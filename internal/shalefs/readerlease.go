@@ -28,7 +28,7 @@ import (
 // instead of failing silently.
 
 // leaseFiles is the reader's view: every file version RocksDB may read.
-func (f *FS) leaseFiles() []layout.VersionRef {
+func (f *Reader) leaseFiles() []layout.VersionRef {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var refs []layout.VersionRef
@@ -54,7 +54,7 @@ func (f *FS) leaseFiles() []layout.VersionRef {
 
 // publishLease writes the reader's lease when its files changed or a third
 // of its TTL passed since the last renewal.
-func (f *FS) publishLease(ctx context.Context) error {
+func (f *Reader) publishLease(ctx context.Context) error {
 	if f.cfg.NoReaderLease {
 		return nil
 	}
@@ -75,7 +75,7 @@ func (f *FS) publishLease(ctx context.Context) error {
 
 // readerLeaseFresh: the reader renewed its lease within its TTL, so the
 // owner has deleted nothing its view uses.
-func (f *FS) readerLeaseFresh() bool {
+func (f *Reader) readerLeaseFresh() bool {
 	return protocol.ReaderLeaseFresh(time.Duration(f.leaseNow()), time.Duration(f.leaseRenewed.Load()), f.cfg.ReaderTTL)
 }
 
@@ -83,30 +83,30 @@ func (f *FS) readerLeaseFresh() bool {
 // caught up since. A refresh renews the lease before RocksDB catches up;
 // until then RocksDB's version may still use tables the owner deleted
 // while the lease was out.
-func (f *FS) readerMayServe() bool {
+func (f *Reader) readerMayServe() bool {
 	return f.readerLeaseFresh() && !f.lapsed.Load()
 }
 
 // ReaderLeaseFresh reports whether a reader may serve reads: it renewed
 // its lease within its TTL and, if the lease lapsed, caught up since (it
 // refuses reads otherwise).
-func (f *FS) ReaderLeaseFresh() bool { return f.readerMayServe() }
+func (f *Reader) ReaderLeaseFresh() bool { return f.readerMayServe() }
 
 // CaughtUp tells a reader that RocksDB caught up with its latest refresh:
 // if its lease had lapsed, RocksDB no longer uses what may have been
 // deleted meanwhile, and reads are served again.
-func (f *FS) CaughtUp() {
+func (f *Reader) CaughtUp() {
 	if f.readerLeaseFresh() {
 		f.lapsed.Store(false)
 	}
 }
 
 // ReaderTTL is how long a reader's lease protects its files.
-func (f *FS) ReaderTTL() time.Duration { return f.cfg.ReaderTTL }
+func (f *Reader) ReaderTTL() time.Duration { return f.cfg.ReaderTTL }
 
 // dropLease removes the reader's lease when it stops for good.
-func (f *FS) dropLease(ctx context.Context) {
-	if f.readOnly && f.cfg.ReaderID != "" && !f.cfg.NoReaderLease {
+func (f *Reader) dropLease(ctx context.Context) {
+	if f.cfg.ReaderID != "" && !f.cfg.NoReaderLease {
 		f.store.Delete(ctx, layout.ReaderLeaseKey(f.cfg.ReaderID))
 	}
 }
@@ -120,7 +120,7 @@ type seenLease struct {
 
 // protectedVersions returns the file versions that live reader leases name,
 // listing the leases and reading those that changed since the last call.
-func (f *FS) protectedVersions(ctx context.Context) (map[layout.VersionRef]bool, error) {
+func (f *Owner) protectedVersions(ctx context.Context) (map[layout.VersionRef]bool, error) {
 	objs, err := f.list(ctx, layout.ReadersPrefix, ActTrash)
 	if err != nil {
 		return nil, err

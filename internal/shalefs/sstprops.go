@@ -226,7 +226,7 @@ func parseTableProps(props map[string][]byte) (TableProps, error) {
 // JobOutputProps reads the properties of one output of a compaction job's
 // attempt (size bytes) from the store: a block-based table whose footer,
 // metaindex and properties parse, or an error naming what is wrong.
-func (f *FS) JobOutputProps(ctx context.Context, job string, attempt uint32, name string, size int64) (TableProps, error) {
+func (f *Owner) JobOutputProps(ctx context.Context, job string, attempt uint32, name string, size int64) (TableProps, error) {
 	key := layout.JobOutputKey(job, attempt, name)
 	var props map[string][]byte
 	err := f.background().do(ctx, func(ctx context.Context) error {

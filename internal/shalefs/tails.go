@@ -40,7 +40,7 @@ type Hint struct {
 // MANIFEST its CURRENT names in the store. A log whose segment is being
 // uploaded right now is left out: the notification that follows the
 // upload announces it.
-func (f *FS) Tails() ([]LogTail, string) {
+func (f *Owner) Tails() ([]LogTail, string) {
 	f.mu.Lock()
 	type own struct {
 		name string
@@ -85,7 +85,7 @@ const maxHintSlots = 256
 // MANIFEST grew (for the tables its edits name, after them), CURRENT only
 // read when the hint says it changed. It returns errHintShort, having
 // changed nothing the view relies on, when it cannot.
-func (f *FS) refreshHinted(ctx context.Context, h *Hint) error {
+func (f *Reader) refreshHinted(ctx context.Context, h *Hint) error {
 	rs := &f.rs
 	if rs.full || !f.readerLeaseFresh() || time.Since(rs.fullAt) >= readerFullEvery ||
 		rs.opened == nil || h.Epoch != rs.opened.Epoch || rs.ownerEpoch != h.Epoch {
@@ -205,7 +205,7 @@ func lastSlot(st *file) uint64 {
 // for a log new to the view (of nil) a new version and its bytes. A
 // segment that is not there (folded away meanwhile) makes the hint fall
 // short; a seal ends the log.
-func (f *FS) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, activity Activity) (*file, []byte, error) {
+func (f *Reader) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, activity Activity) (*file, []byte, error) {
 	n := t.LastSegment - from + 1
 	if n > maxHintSlots {
 		return nil, nil, errHintShort

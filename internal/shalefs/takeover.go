@@ -34,10 +34,9 @@ var ErrNotShale = errors.New("the location holds objects but no Shale database")
 //     under If-Match so a stale owner's pending CURRENT update fails.
 //
 // RocksDB is then opened on cfg.CacheDir by the caller.
-func Open(ctx context.Context, cfg Config) (*FS, error) {
+func Open(ctx context.Context, cfg Config) (*Owner, error) {
 	cfg.defaults()
-	f := &FS{cfg: cfg, store: cfg.Store, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}}
-	f.cache = cache.NewTables(cfg.CacheDir, cfg.CacheBytes)
+	f := &Owner{core: newCore(cfg), fencedCh: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}}
 	pol := f.background()
 
 	// 0. Recognize the location before claiming anything in it.
@@ -182,32 +181,28 @@ func recognize(top []objstore.ObjectInfo) error {
 // at a time, and tables in one listing of the top level, so the cost
 // follows the live files, not everything the store still holds for the
 // delete grace period.
-func (f *FS) sealAndList(ctx context.Context, last *layout.OpenedRecord) error {
-	files, err := f.listStore(ctx, last, true)
+func (f *Owner) sealAndList(ctx context.Context, last *layout.OpenedRecord) error {
+	files, err := f.listStore(ctx, last)
 	for name, st := range files {
 		f.files[name] = st
 	}
 	return err
 }
 
-// listStore lists the live files of the database: per name, the highest
-// epoch's version, minus trashed versions and log versions the last
-// opener did not keep. With seal (a takeover), it seals every log version
+// listStore lists the live files of the database for a takeover: per
+// name, the highest epoch's version, minus trashed versions and log
+// versions the last opener did not keep. It seals every log version
 // first, trashes the versions it drops, and notes the trash markers for
-// the trash loop; without (a reader), it changes nothing in the store.
-func (f *FS) listStore(ctx context.Context, last *layout.OpenedRecord, seal bool) (map[string]*file, error) {
-	files := map[string]*file{}
+// the trash loop (listView is the same listing without sealing).
+func (f *Owner) listStore(ctx context.Context, last *layout.OpenedRecord) (map[string]*file, error) {
 	markers, err := f.listRetry(ctx, layout.TrashPrefix, false)
 	if err != nil {
 		return nil, err
 	}
-	trashed := map[layout.VersionRef]bool{}
+	trashed := trashedVersions(markers)
 	for _, m := range markers {
-		if name, e, ok := layout.ParseTrashKey(m.Key); ok {
-			trashed[layout.VersionRef{Name: name, Epoch: e}] = true
-			if seal {
-				f.noteTrash(m.Key)
-			}
+		if _, _, ok := layout.ParseTrashKey(m.Key); ok {
+			f.noteTrash(m.Key)
 		}
 	}
 
@@ -220,51 +215,20 @@ func (f *FS) listStore(ctx context.Context, last *layout.OpenedRecord, seal bool
 	if err := f.refuseLegacyDirs(ctx, top, ActOpen); err != nil {
 		return nil, err
 	}
-	var logNames []string
-	for _, o := range top {
-		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && layout.KindOf(name) == layout.KindLog {
-			logNames = append(logNames, name)
-		}
-	}
-	logs := make([]*file, len(logNames))
-	err = parallel(ctx, len(logNames), openParallelism, func(ctx context.Context, i int) (err error) {
-		logs[i], err = f.sealLog(ctx, logNames[i], trashed, last, seal)
-		return err
+	files, err := f.listLogs(ctx, top, func(ctx context.Context, name string) (*file, error) {
+		return f.sealLog(ctx, name, trashed, last)
 	})
 	if err != nil {
 		return nil, err
 	}
-	for i, st := range logs {
-		if st != nil {
-			files[logNames[i]] = st
-		}
-	}
 
 	// Then tables, objects and CURRENT, listed after every seal: one
 	// listing, since tables are flat objects.
-	if seal {
-		top, err = f.listRetry(ctx, "", true)
-		if err != nil {
-			return nil, err
-		}
-	}
-	for _, o := range top {
-		if o.Key == layout.CurrentKey {
-			files["CURRENT"] = &file{kind: layout.KindCurrent, size: o.Size}
-			continue
-		}
-		name, e, ok := layout.ParseObjectKey(o.Key)
-		if !ok || trashed[layout.VersionRef{Name: name, Epoch: e}] {
-			continue
-		}
-		if st := files[name]; st == nil || e > st.epoch {
-			files[name] = &file{kind: layout.KindOf(name), epoch: e, size: o.Size}
-		}
-	}
-	if err := f.listColdTables(ctx, files, trashed); err != nil {
+	top, err = f.listRetry(ctx, "", true)
+	if err != nil {
 		return nil, err
 	}
-	return files, nil
+	return files, f.addObjects(ctx, files, top, trashed)
 }
 
 // refuseLegacyDirs refuses a store whose top level holds table
@@ -273,7 +237,7 @@ func (f *FS) listStore(ctx context.Context, last *layout.OpenedRecord, seal bool
 // prefix for a moment ("OPTIONS-004015.<epoch>/" while the trash loop
 // deleted it, seen in make stress), so such a directory counts only if a
 // listing of it finds objects.
-func (f *FS) refuseLegacyDirs(ctx context.Context, top []objstore.ObjectInfo, activity Activity) error {
+func (f *core) refuseLegacyDirs(ctx context.Context, top []objstore.ObjectInfo, activity Activity) error {
 	for _, o := range top {
 		if !layout.IsLegacyTableDir(o.Key) {
 			continue
@@ -298,7 +262,7 @@ const openParallelism = 16
 // sealLog seals every version of one log name and returns the live one
 // (nil if none): the highest epoch's version with data, minus trashed
 // versions and versions the last opener did not keep (those are trashed).
-func (f *FS) sealLog(ctx context.Context, name string, trashed map[layout.VersionRef]bool, last *layout.OpenedRecord, seal bool) (*file, error) {
+func (f *Owner) sealLog(ctx context.Context, name string, trashed map[layout.VersionRef]bool, last *layout.OpenedRecord) (*file, error) {
 	epochDirs, err := f.listRetry(ctx, layout.LogPrefix(name), true)
 	if err != nil {
 		return nil, err
@@ -314,26 +278,15 @@ func (f *FS) sealLog(ctx context.Context, name string, trashed map[layout.Versio
 		if !protocol.AdmitLogVersion(name, e, last) {
 			// Created after the last opener listed the store, by an
 			// owner it had deposed: never acknowledged, never replayed.
-			if !seal {
-				continue
-			}
 			f.cfg.Logger.Warn("ignoring a log written by a deposed owner after a takeover", "log", name, "epoch", e, "last_opener", last.Epoch)
 			if err := f.trash(ctx, name, e); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		var v protocol.LogVersion
-		if seal {
-			v, err = f.sealVersion(ctx, name, e)
-		} else {
-			v, err = f.listVersion(ctx, name, e)
-		}
+		v, err := f.sealVersion(ctx, name, e)
 		if err != nil {
 			return nil, err
-		}
-		if v.HeadDeleted() && !seal {
-			continue
 		}
 		if v.HeadDeleted() {
 			// Its owner emptied it after its grace (from the first
@@ -344,21 +297,17 @@ func (f *FS) sealLog(ctx context.Context, name string, trashed map[layout.Versio
 			}
 			continue
 		}
-		if !v.Contiguous() && seal {
+		if !v.Contiguous() {
 			return nil, fmt.Errorf("log %s (epoch %d) has a missing segment; the store lost data, refusing to open", name, e)
 		}
 		versions = append(versions, v)
 	}
-	v, ok := protocol.ChooseLogVersion(versions)
-	if !ok {
-		return nil, nil
-	}
-	return &file{kind: layout.KindLog, epoch: v.Epoch, size: v.Size, segments: v.Segments, nextSeq: v.LastSeq + 1}, nil
+	return liveLog(versions), nil
 }
 
 // listRetry lists prefix (one level of it with dir) for a takeover,
 // retrying failures.
-func (f *FS) listRetry(ctx context.Context, prefix string, dir bool) (out []objstore.ObjectInfo, err error) {
+func (f *core) listRetry(ctx context.Context, prefix string, dir bool) (out []objstore.ObjectInfo, err error) {
 	err = f.background().do(ctx, func(ctx context.Context) error {
 		if dir {
 			out, err = f.listDir(ctx, prefix, ActOpen)
@@ -373,7 +322,7 @@ func (f *FS) listRetry(ctx context.Context, prefix string, dir bool) (out []objs
 // lastOpened reads the record of the highest epoch that completed a
 // takeover (nil if none did: a new database, or one written before
 // records existed).
-func (f *FS) lastOpened(ctx context.Context, below uint64) (*layout.OpenedRecord, error) {
+func (f *core) lastOpened(ctx context.Context, below uint64) (*layout.OpenedRecord, error) {
 	var highest uint64
 	err := f.background().do(ctx, func(ctx context.Context) error {
 		objs, err := f.list(ctx, layout.OpenedPrefix, ActOpen)
@@ -407,7 +356,7 @@ func (f *FS) lastOpened(ctx context.Context, below uint64) (*layout.OpenedRecord
 // recordOpened writes _shale/opened/<E>: the log versions of older epochs
 // this owner's database is made of. It is written before RocksDB opens, so
 // before this owner creates any log of its own.
-func (f *FS) recordOpened(ctx context.Context) error {
+func (f *Owner) recordOpened(ctx context.Context) error {
 	rec := layout.OpenedRecord{Epoch: f.epoch, Logs: []layout.VersionRef{}}
 	for name, st := range f.files {
 		if st.kind == layout.KindLog {
@@ -436,7 +385,7 @@ func (f *FS) recordOpened(ctx context.Context) error {
 // reads: every epoch from the last completed takeover on (that opener
 // waited out everyone before it), or none if the highest one released the
 // database when it stopped.
-func (f *FS) predecessors(ctx context.Context, existing []uint64, last *layout.OpenedRecord) ([]layout.EpochClaim, error) {
+func (f *Owner) predecessors(ctx context.Context, existing []uint64, last *layout.OpenedRecord) ([]layout.EpochClaim, error) {
 	prev := protocol.HigherEpoch(existing, 0)
 	if prev == 0 {
 		return nil, nil
@@ -467,7 +416,7 @@ func (f *FS) predecessors(ctx context.Context, existing []uint64, last *layout.O
 
 // trash marks one version of a file deleted; the trash loop removes it
 // after the grace period.
-func (f *FS) trash(ctx context.Context, name string, epoch uint64) error {
+func (f *Owner) trash(ctx context.Context, name string, epoch uint64) error {
 	marker := layout.TrashMarker{DeletedAt: time.Now().UTC(), Epoch: f.epoch}.Format()
 	err := f.background().do(ctx, func(ctx context.Context) error {
 		_, err := f.put(ctx, layout.TrashKey(name, epoch), name, ActTrash, marker, objstore.PutOptions{})
@@ -505,7 +454,7 @@ func (f *FS) trash(ctx context.Context, name string, epoch uint64) error {
 // (LogVersion.SealGap), those slots are taken in order too, whoever sealed
 // the log. The sealer is done when a listing shows a valid seal the log
 // reaches.
-func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (protocol.LogVersion, error) {
+func (f *Owner) sealVersion(ctx context.Context, name string, epoch uint64) (protocol.LogVersion, error) {
 	v, err := f.listVersion(ctx, name, epoch)
 	if err != nil || epoch >= f.epoch {
 		return v, err
@@ -578,7 +527,7 @@ func (f *FS) sealVersion(ctx context.Context, name string, epoch uint64) (protoc
 }
 
 // listVersion reads one log version's segments.
-func (f *FS) listVersion(ctx context.Context, name string, epoch uint64) (protocol.LogVersion, error) {
+func (f *core) listVersion(ctx context.Context, name string, epoch uint64) (protocol.LogVersion, error) {
 	var objs []objstore.ObjectInfo
 	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
 		objs, err = f.list(ctx, layout.LogVersionPrefix(name, epoch), ActOpen)
@@ -597,7 +546,7 @@ func (f *FS) listVersion(ctx context.Context, name string, epoch uint64) (protoc
 
 // takeCurrent re-writes CURRENT with its own content under If-Match, so
 // that this owner knows the etag and a stale owner's update fails.
-func (f *FS) takeCurrent(ctx context.Context) error {
+func (f *Owner) takeCurrent(ctx context.Context) error {
 	pol := f.background()
 	for attempt := 0; attempt < 10; attempt++ {
 		var data []byte
@@ -648,7 +597,7 @@ func (f *FS) takeCurrent(ctx context.Context) error {
 // is the truth, so every local copy of a log or small object is dropped
 // (it may hold bytes that were never synced) and tables are kept only when
 // the store has them with the same size.
-func (f *FS) prepareCache() error {
+func (f *core) prepareCache() error {
 	if err := os.MkdirAll(f.cfg.CacheDir, 0o755); err != nil {
 		return fmt.Errorf("cache dir: %w", err)
 	}
@@ -692,7 +641,7 @@ func (f *FS) prepareCache() error {
 }
 
 // every runs fn at each tick of interval until the FS stops or is fenced.
-func (f *FS) every(interval time.Duration, fn func()) {
+func (f *Owner) every(interval time.Duration, fn func()) {
 	defer f.wg.Done()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -714,7 +663,7 @@ func (f *FS) every(interval time.Duration, fn func()) {
 // notices (and stops) without costing a request per tick. A read that finds
 // the lease expired confirms on the spot (ReadAllowed); writes never need
 // the lease (the store fences them).
-func (f *FS) leaseLoop() {
+func (f *Owner) leaseLoop() {
 	f.every(f.cfg.ConfirmEvery, func() {
 		busy := f.readSince.Swap(false)
 		if !busy && time.Duration(f.leaseNow()-f.lastConfirm.Load()) < f.cfg.IdleConfirmEvery {
@@ -732,7 +681,7 @@ func (f *FS) leaseLoop() {
 // seals go later (deleteBatch, sealsAfter). It works
 // from the markers this owner knows (listed at open, or written since), so
 // a pass with nothing due costs no request.
-func (f *FS) trashLoop() {
+func (f *Owner) trashLoop() {
 	f.every(min(max(f.cfg.DeleteGrace/4, 50*time.Millisecond), time.Minute), func() {
 		if err := f.emptyTrash(context.Background()); err != nil && f.FenceError() == nil {
 			f.cfg.Logger.Warn("deferred delete", "err", err)
@@ -742,7 +691,7 @@ func (f *FS) trashLoop() {
 
 // noteTrash records a trash marker this owner knows about, and when it
 // first did (its clock's wait reading).
-func (f *FS) noteTrash(key string) {
+func (f *Owner) noteTrash(key string) {
 	f.trashMu.Lock()
 	defer f.trashMu.Unlock()
 	if _, ok := f.trashSeen[key]; !ok {
@@ -760,7 +709,7 @@ func (f *FS) noteTrash(key string) {
 // to 1000 keys a request); a log's first segment is deleted before the
 // rest of it. Markers a deposed owner wrote after this owner listed the
 // trash are left for the next owner's listing.
-func (f *FS) emptyTrash(ctx context.Context) error {
+func (f *Owner) emptyTrash(ctx context.Context) error {
 	now := f.waitNow()
 	var due []objstore.ObjectInfo
 	f.trashMu.Lock()
@@ -801,7 +750,7 @@ const trashBatch = 500
 // markers, while this owner's lease is fresh. A log's data goes first; its
 // seals and its marker only once no owner that could still write to it can
 // acknowledge a write any more (sealsAfter).
-func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) error {
+func (f *Owner) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) error {
 	protected, err := f.protectedVersions(ctx)
 	if err != nil {
 		return err
@@ -870,7 +819,7 @@ func (f *FS) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) err
 // sealsAfter is how long after its trash marker a log version of epoch may
 // lose its seals (protocol.SealsAfter), from the AckFresh in that epoch's
 // claim.
-func (f *FS) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error) {
+func (f *Owner) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error) {
 	f.trashMu.Lock()
 	ack, ok := f.ackFresh[epoch]
 	f.trashMu.Unlock()
@@ -902,7 +851,7 @@ func (f *FS) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error
 // first (a version without it reads as deleted, never as a log with a
 // hole), then its folds and other data segments, and with seals its seals
 // too (deleting one reopens its slot: see sealsAfter).
-func (f *FS) deleteLog(ctx context.Context, name string, epoch uint64, seals bool) error {
+func (f *Owner) deleteLog(ctx context.Context, name string, epoch uint64, seals bool) error {
 	objs, err := f.list(ctx, layout.LogVersionPrefix(name, epoch), ActTrash)
 	if err != nil {
 		return err

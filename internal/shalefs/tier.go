@@ -80,7 +80,7 @@ type tierState struct {
 }
 
 // readTiers reads the tier records, writing nothing.
-func (f *FS) readTiers(ctx context.Context, owner bool) (st tierState, err error) {
+func (f *core) readTiers(ctx context.Context, owner bool) (st tierState, err error) {
 	err = f.background().do(ctx, func(ctx context.Context) error {
 		st = tierState{}
 		// The marker first: it is written after the record, so a
@@ -128,7 +128,7 @@ func (f *FS) readTiers(ctx context.Context, owner bool) (st tierState, err error
 // store for a database that has not recorded one yet leaves it pending:
 // Refresh checks again (adoptPendingCold), since the primary may record it
 // later.
-func (f *FS) checkTiers(ctx context.Context, owner bool) error {
+func (f *core) checkTiers(ctx context.Context, owner bool) error {
 	pol := f.background()
 	for attempt := 0; attempt < 5; attempt++ {
 		st, err := f.readTiers(ctx, owner)
@@ -206,7 +206,7 @@ func (f *FS) checkTiers(ctx context.Context, owner bool) error {
 
 // notePaired writes _shale/tiers-paired (once; its content is only a
 // time): from then on a cold location without the marker is refused.
-func (f *FS) notePaired(ctx context.Context) error {
+func (f *core) notePaired(ctx context.Context) error {
 	b := layout.TiersPaired{PairedAt: time.Now().UTC()}.Format()
 	err := f.background().do(ctx, func(ctx context.Context) error {
 		_, err := f.put(ctx, layout.TiersPairedKey, "", ActOpen, b, objstore.PutOptions{IfNoneMatch: true})
@@ -252,7 +252,7 @@ func storeEmpty(ctx context.Context, s objstore.Store) (bool, error) {
 }
 
 // useCold puts the configured cold store in use (the records agree).
-func (f *FS) useCold() {
+func (f *core) useCold() {
 	if f.cfg.Cold != nil {
 		f.cold.Store(&coldRef{f.cfg.Cold})
 	}
@@ -263,7 +263,7 @@ func (f *FS) useCold() {
 type coldRef struct{ store objstore.Store }
 
 // coldStore is the cold store in use, nil if none (yet).
-func (f *FS) coldStore() objstore.Store {
+func (f *core) coldStore() objstore.Store {
 	if c := f.cold.Load(); c != nil {
 		return c.store
 	}
@@ -273,7 +273,7 @@ func (f *FS) coldStore() objstore.Store {
 // adoptPendingCold checks the tier records again for a reader whose cold
 // store was not in use yet, once per Refresh until the database records
 // its cold tier (one GET of _shale/tiers and one of the cold marker).
-func (f *FS) adoptPendingCold(ctx context.Context) error {
+func (f *Reader) adoptPendingCold(ctx context.Context) error {
 	if !f.coldPending.Load() {
 		return nil
 	}
@@ -281,7 +281,7 @@ func (f *FS) adoptPendingCold(ctx context.Context) error {
 }
 
 // tierStore is the store of a tier.
-func (f *FS) tierStore(t Tier) objstore.Store {
+func (f *core) tierStore(t Tier) objstore.Store {
 	if c := f.coldStore(); t == TierCold && c != nil {
 		return c
 	}
@@ -290,7 +290,7 @@ func (f *FS) tierStore(t Tier) objstore.Store {
 
 // CreateWithTemperature implements rocksshim.TemperatureHooks: Create, and
 // the tier the file will be uploaded to.
-func (f *FS) CreateWithTemperature(name string, t rocksshim.Temperature) error {
+func (f *Owner) CreateWithTemperature(name string, t rocksshim.Temperature) error {
 	if err := f.Create(name); err != nil {
 		return err
 	}
@@ -305,7 +305,7 @@ func (f *FS) CreateWithTemperature(name string, t rocksshim.Temperature) error {
 }
 
 // tierOf is the tier of a managed file (hot when unknown).
-func (f *FS) tierOf(name string) Tier {
+func (f *core) tierOf(name string) Tier {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if st := f.fileLocked(name); st != nil {
@@ -315,7 +315,7 @@ func (f *FS) tierOf(name string) Tier {
 }
 
 // observeTier records a request on a table's tier.
-func (f *FS) observeTier(t Tier, op, name string, activity Activity, n int64, start time.Time, err error) {
+func (f *core) observeTier(t Tier, op, name string, activity Activity, n int64, start time.Time, err error) {
 	if f.cfg.Observe == nil {
 		return
 	}
@@ -327,7 +327,7 @@ func (f *FS) observeTier(t Tier, op, name string, activity Activity, n int64, st
 }
 
 // putFileIn uploads a local file to the store of tier t.
-func (f *FS) putFileIn(ctx context.Context, t Tier, key, name string, activity Activity, path string, opts objstore.PutOptions) error {
+func (f *Owner) putFileIn(ctx context.Context, t Tier, key, name string, activity Activity, path string, opts objstore.PutOptions) error {
 	if t == TierHot {
 		return f.putFile(ctx, key, name, activity, path, opts)
 	}
@@ -338,7 +338,7 @@ func (f *FS) putFileIn(ctx context.Context, t Tier, key, name string, activity A
 }
 
 // getObject reads a whole table or object of st from its tier.
-func (f *FS) getObject(ctx context.Context, name string, st *file, activity Activity) ([]byte, error) {
+func (f *core) getObject(ctx context.Context, name string, st *file, activity Activity) ([]byte, error) {
 	start := time.Now()
 	r, _, err := f.tierStore(st.tier).Get(ctx, layout.ObjectKey(name, st.epoch), 0, -1)
 	var b []byte
@@ -359,7 +359,7 @@ func readsRemotely(t Tier) bool { return t == TierCold }
 // the hot store): per name the highest epoch's version, minus trashed
 // ones. A version in both stores (never written so; an interrupted move
 // could leave one) is read from the hot store.
-func (f *FS) listColdTables(ctx context.Context, files map[string]*file, trashed map[layout.VersionRef]bool) error {
+func (f *core) listColdTables(ctx context.Context, files map[string]*file, trashed map[layout.VersionRef]bool) error {
 	cold := f.coldStore()
 	if cold == nil {
 		return nil
@@ -398,7 +398,7 @@ func mergeColdTables(files map[string]*file, cold []objstore.ObjectInfo, trashed
 // deleteCold deletes trashed table versions from the cold store: a trash
 // marker does not say which tier held the table, and deleting a missing
 // key is not an error, so every trashed table key is deleted in both.
-func (f *FS) deleteCold(ctx context.Context, keys []string) error {
+func (f *Owner) deleteCold(ctx context.Context, keys []string) error {
 	cold := f.coldStore()
 	if cold == nil {
 		return nil
@@ -427,7 +427,7 @@ type TierUsage struct {
 
 // TierUsage counts the live tables per tier, as this FS sees them (tables
 // being written are not counted until they are stored).
-func (f *FS) TierUsage() []TierUsage {
+func (f *core) TierUsage() []TierUsage {
 	out := []TierUsage{{Tier: TierHot.String()}, {Tier: TierCold.String()}}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -442,7 +442,7 @@ func (f *FS) TierUsage() []TierUsage {
 }
 
 // HasColdTier reports whether this FS uses a cold store.
-func (f *FS) HasColdTier() bool { return f.coldStore() != nil }
+func (f *core) HasColdTier() bool { return f.coldStore() != nil }
 
 // OpenColdTier opens the cold tier named by --cold-db and --cold-endpoint
 // (nil, nil when url is empty) and checks that an S3 bucket is reachable.
@@ -557,20 +557,29 @@ func RecordedColdTier(ctx context.Context, hot objstore.Store) (string, error) {
 	return rec.Cold, nil
 }
 
+// listDatabase lists the live files of the database in hot (and cold) as
+// its next owner would see them, writing nothing: the tier records are
+// checked as a reader checks them, the log versions only listed.
+func listDatabase(ctx context.Context, hot, cold objstore.Store) (map[string]*file, *core, error) {
+	cfg := Config{Store: hot, Cold: cold}
+	cfg.defaults()
+	c := newCore(cfg)
+	if err := c.checkTiers(ctx, false); err != nil {
+		return nil, nil, err
+	}
+	last, err := c.lastOpened(ctx, math.MaxUint64)
+	if err != nil {
+		return nil, nil, err
+	}
+	files, err := c.listView(ctx, last)
+	return files, &c, err
+}
+
 // ReadTierStatus lists the live tables of the database in hot (and cold)
 // as a reader sees them, writing nothing (no lease either), and reads the
 // properties of the hot tables to date their oldest data.
 func ReadTierStatus(ctx context.Context, hot, cold objstore.Store) (TierStatus, error) {
-	f := &FS{cfg: Config{Store: hot, Cold: cold}, store: hot, files: map[string]*file{}, fencedCh: make(chan struct{}), stop: make(chan struct{}), readOnly: true, epoch: math.MaxUint64}
-	f.cfg.defaults()
-	if err := f.checkTiers(ctx, false); err != nil {
-		return TierStatus{}, err
-	}
-	last, err := f.lastOpened(ctx, f.epoch)
-	if err != nil {
-		return TierStatus{}, err
-	}
-	files, err := f.listStore(ctx, last, false)
+	files, f, err := listDatabase(ctx, hot, cold)
 	if err != nil {
 		return TierStatus{}, err
 	}
@@ -622,12 +631,9 @@ func ReadTierStatus(ctx context.Context, hot, cold objstore.Store) (TierStatus, 
 // copies it within that store to name's key of this epoch, so the table
 // keeps the tier its writer chose from RocksDB's temperature. The source
 // stays; its writer's job directory is cleaned up with the job.
-func (f *FS) InstallTable(ctx context.Context, srcKey, name string) (Tier, error) {
+func (f *Owner) InstallTable(ctx context.Context, srcKey, name string) (Tier, error) {
 	if err := f.FenceError(); err != nil {
 		return TierHot, err
-	}
-	if f.readOnly {
-		return TierHot, fmt.Errorf("install %s: %w", name, ErrReadOnly)
 	}
 	if layout.KindOf(name) != layout.KindTable {
 		return TierHot, fmt.Errorf("install %s: not a table name", name)
