@@ -2,9 +2,13 @@ package shalefs
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/cache"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
@@ -129,4 +133,161 @@ func liveLog(versions []protocol.LogVersion) *file {
 		return nil
 	}
 	return &file{kind: layout.KindLog, epoch: v.Epoch, size: v.Size, segments: v.Segments, nextSeq: v.LastSeq + 1}
+}
+
+// recognize refuses a location with objects but no sign of Shale; top is
+// its first level (ListDir).
+func recognize(top []objstore.ObjectInfo) error {
+	if len(top) == 0 {
+		return nil
+	}
+	for _, o := range top {
+		if o.Key == layout.CurrentKey || o.Key == layout.MetaPrefix {
+			return nil
+		}
+	}
+	for _, o := range top {
+		if k := layout.KindOf(o.Key); k == layout.KindLog || k == layout.KindTable {
+			return fmt.Errorf("%w: %q looks like a plain RocksDB directory, not Shale's layout; choose an empty location", ErrNotShale, o.Key)
+		}
+	}
+	return fmt.Errorf("%w (found %q); choose an empty location", ErrNotShale, strings.TrimSuffix(top[0].Key, "/"))
+}
+
+// refuseLegacyDirs refuses a store whose top level holds table
+// directories of the layout of earlier development builds (tables are now
+// flat objects). MinIO may list an object that is being deleted as a
+// prefix for a moment ("OPTIONS-004015.<epoch>/" while the trash loop
+// deleted it, seen in make stress), so such a directory counts only if a
+// listing of it finds objects.
+func (f *core) refuseLegacyDirs(ctx context.Context, top []objstore.ObjectInfo, activity Activity) error {
+	for _, o := range top {
+		if !layout.IsLegacyTableDir(o.Key) {
+			continue
+		}
+		var objs []objstore.ObjectInfo
+		if err := f.background().do(ctx, func(ctx context.Context) (err error) {
+			objs, err = f.list(ctx, o.Key, activity)
+			return err
+		}); err != nil {
+			return err
+		}
+		if len(objs) > 0 {
+			return fmt.Errorf("%w: %q is a table directory of the layout of earlier development builds (tables are now flat objects); this build cannot open it", ErrNotShale, o.Key)
+		}
+	}
+	return nil
+}
+
+// openParallelism bounds the listings and seals a takeover runs at once.
+const openParallelism = 16
+
+// lastOpened reads the record of the highest epoch that completed a
+// takeover (nil if none did: a new database, or one written before
+// records existed).
+func (f *core) lastOpened(ctx context.Context, below uint64) (*layout.OpenedRecord, error) {
+	var highest uint64
+	err := f.background().do(ctx, func(ctx context.Context) error {
+		objs, err := f.list(ctx, layout.OpenedPrefix, ActOpen)
+		for _, o := range objs {
+			if e, ok := layout.ParseOpenedKey(o.Key); ok && e < below {
+				highest = max(highest, e)
+			}
+		}
+		return err
+	})
+	if err != nil || highest == 0 {
+		return nil, err
+	}
+	var rec layout.OpenedRecord
+	err = f.background().do(ctx, func(ctx context.Context) error {
+		b, _, err := f.get(ctx, layout.OpenedKey(highest), "", ActOpen)
+		if err != nil {
+			return err
+		}
+		if rec, err = layout.ParseOpenedRecord(b); err != nil || rec.Epoch != highest {
+			return fmt.Errorf("%s is unreadable (%v); refusing to open", layout.OpenedKey(highest), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// listVersion reads one log version's segments.
+func (f *core) listVersion(ctx context.Context, name string, epoch uint64) (protocol.LogVersion, error) {
+	var objs []objstore.ObjectInfo
+	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
+		objs, err = f.list(ctx, layout.LogVersionPrefix(name, epoch), ActOpen)
+		return err
+	}); err != nil {
+		return protocol.LogVersion{}, err
+	}
+	var segs []protocol.Segment
+	for _, o := range objs {
+		if _, _, first, last, ok := layout.ParseSegmentKey(o.Key); ok {
+			segs = append(segs, protocol.Segment{Seq: first, Last: last, Size: o.Size})
+		}
+	}
+	return protocol.BuildLogVersion(epoch, segs), nil
+}
+
+// prepareCache makes the local directory agree with the store: the store
+// is the truth, so every local copy of a log or small object is dropped
+// (it may hold bytes that were never synced) and tables are kept only when
+// the store has them with the same size.
+func (f *core) prepareCache() error {
+	if err := os.MkdirAll(f.cfg.CacheDir, 0o755); err != nil {
+		return fmt.Errorf("cache dir: %w", err)
+	}
+	entries, err := os.ReadDir(f.cfg.CacheDir)
+	if err != nil {
+		return fmt.Errorf("cache dir: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		keep := false
+		switch layout.KindOf(name) {
+		case layout.KindLocal:
+			keep = !strings.HasSuffix(name, ".dbtmp") && !strings.Contains(name, fetchTempMark)
+			if name == cache.VersionsDir {
+				keep = true
+				// Forget versions of copies that are gone.
+				if vs, err := os.ReadDir(filepath.Join(f.cfg.CacheDir, name)); err == nil {
+					for _, v := range vs {
+						if _, err := os.Stat(filepath.Join(f.cfg.CacheDir, v.Name())); err != nil {
+							os.Remove(filepath.Join(f.cfg.CacheDir, name, v.Name()))
+						}
+					}
+				}
+			}
+		case layout.KindTable:
+			if st := f.files[name]; st != nil {
+				v, known := f.cache.Version(name)
+				if fi, err := e.Info(); err == nil && fi.Size() == st.size && known && v == st.epoch {
+					keep = true
+					f.cache.Add(name, st.size)
+				}
+			}
+		}
+		if !keep {
+			if err := os.RemoveAll(filepath.Join(f.cfg.CacheDir, name)); err != nil {
+				return fmt.Errorf("cache dir: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func isManifest(name string) bool { return strings.HasPrefix(name, "MANIFEST-") }
+
+// manifestOf is the MANIFEST a CURRENT content names ("" if none).
+func manifestOf(current []byte) string {
+	m := strings.TrimSpace(string(current))
+	if !isManifest(m) || strings.ContainsAny(m, "/\n") {
+		return ""
+	}
+	return m
 }

@@ -3,7 +3,6 @@ package shalefs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -109,55 +108,6 @@ func (f *Reader) dropLease(ctx context.Context) {
 	if f.cfg.ReaderID != "" && !f.cfg.NoReaderLease {
 		f.store.Delete(ctx, layout.ReaderLeaseKey(f.cfg.ReaderID))
 	}
-}
-
-// seenLease is what the owner knows of one reader lease.
-type seenLease struct {
-	etag    string
-	changed time.Duration // when this owner saw it change (its clock's wait reading)
-	lease   layout.ReaderLease
-}
-
-// protectedVersions returns the file versions that live reader leases name,
-// listing the leases and reading those that changed since the last call.
-func (f *Owner) protectedVersions(ctx context.Context) (map[layout.VersionRef]bool, error) {
-	objs, err := f.list(ctx, layout.ReadersPrefix, ActTrash)
-	if err != nil {
-		return nil, err
-	}
-	now := f.waitNow()
-	listed := map[string]bool{}
-	protected := map[layout.VersionRef]bool{}
-	for _, o := range objs {
-		listed[o.Key] = true
-		s := f.readerLeases[o.Key]
-		if s == nil || s.etag != o.ETag {
-			b, info, err := f.get(ctx, o.Key, "", ActTrash)
-			if errors.Is(err, objstore.ErrNotFound) {
-				continue // removed meanwhile: the reader stopped
-			}
-			if err != nil {
-				return nil, err
-			}
-			l, err := layout.ParseReaderLease(b)
-			if err != nil || l.TTL <= 0 {
-				return nil, fmt.Errorf("reader lease %s is unreadable; refusing to delete anything until it is fixed or removed", o.Key)
-			}
-			s = &seenLease{etag: info.ETag, changed: now, lease: l}
-			f.readerLeases[o.Key] = s
-		}
-		if protocol.LeaseProtects(now, s.changed, s.lease.TTL) {
-			for _, r := range s.lease.Files {
-				protected[r] = true
-			}
-		}
-	}
-	for k := range f.readerLeases {
-		if !listed[k] {
-			delete(f.readerLeases, k)
-		}
-	}
-	return protected, nil
 }
 
 // defaultReaderID names a reader by its host and process.

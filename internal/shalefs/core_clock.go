@@ -114,10 +114,3 @@ func (f *core) leaseNow() int64 {
 	l, _ := f.clock().Now()
 	return int64(l)
 }
-
-// waitNow is this FS's wait reading: the delete grace, and others' reader
-// leases as this owner sees them.
-func (f *Owner) waitNow() time.Duration {
-	_, w := f.clock().Now()
-	return w
-}

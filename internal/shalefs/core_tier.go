@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
@@ -41,13 +38,13 @@ import (
 // without the marker is then a moved or emptied cold tier, not a pairing
 // interrupted between its two writes, and is refused.
 
-// Tier is where a table lives.
-type Tier uint8
-
 const (
 	TierHot Tier = iota
 	TierCold
 )
+
+// Tier is where a table lives.
+type Tier uint8
 
 func (t Tier) String() string {
 	if t == TierCold {
@@ -270,38 +267,12 @@ func (f *core) coldStore() objstore.Store {
 	return nil
 }
 
-// adoptPendingCold checks the tier records again for a reader whose cold
-// store was not in use yet, once per Refresh until the database records
-// its cold tier (one GET of _shale/tiers and one of the cold marker).
-func (f *Reader) adoptPendingCold(ctx context.Context) error {
-	if !f.coldPending.Load() {
-		return nil
-	}
-	return f.checkTiers(ctx, false)
-}
-
 // tierStore is the store of a tier.
 func (f *core) tierStore(t Tier) objstore.Store {
 	if c := f.coldStore(); t == TierCold && c != nil {
 		return c
 	}
 	return f.store
-}
-
-// CreateWithTemperature implements rocksshim.TemperatureHooks: Create, and
-// the tier the file will be uploaded to.
-func (f *Owner) CreateWithTemperature(name string, t rocksshim.Temperature) error {
-	if err := f.Create(name); err != nil {
-		return err
-	}
-	if tier := TierFor(name, t, f.coldStore() != nil); tier != TierHot {
-		f.mu.Lock()
-		if st := f.files[name]; st != nil {
-			st.tier = tier
-		}
-		f.mu.Unlock()
-	}
-	return nil
 }
 
 // tierOf is the tier of a managed file (hot when unknown).
@@ -325,35 +296,6 @@ func (f *core) observeTier(t Tier, op, name string, activity Activity, n int64, 
 	}
 	f.cfg.Observe(r)
 }
-
-// putFileIn uploads a local file to the store of tier t.
-func (f *Owner) putFileIn(ctx context.Context, t Tier, key, name string, activity Activity, path string, opts objstore.PutOptions) error {
-	if t == TierHot {
-		return f.putFile(ctx, key, name, activity, path, opts)
-	}
-	start := time.Now()
-	n, err := putLocalFile(ctx, f.tierStore(t), key, path, opts)
-	f.observeTier(t, "put", name, activity, n, start, err)
-	return err
-}
-
-// getObject reads a whole table or object of st from its tier.
-func (f *core) getObject(ctx context.Context, name string, st *file, activity Activity) ([]byte, error) {
-	start := time.Now()
-	r, _, err := f.tierStore(st.tier).Get(ctx, layout.ObjectKey(name, st.epoch), 0, -1)
-	var b []byte
-	if err == nil {
-		b, err = io.ReadAll(r)
-		r.Close()
-	}
-	f.observeTier(st.tier, "get", name, activity, int64(len(b)), start, err)
-	return b, err
-}
-
-// readsRemotely: a cold table is never copied into the local cache, which
-// holds the hot working set; RocksDB reads it range by range (its index
-// and filter blocks then live in the block cache).
-func readsRemotely(t Tier) bool { return t == TierCold }
 
 // listColdTables adds the tables of the cold store to files (a listing of
 // the hot store): per name the highest epoch's version, minus trashed
@@ -395,29 +337,6 @@ func mergeColdTables(files map[string]*file, cold []objstore.ObjectInfo, trashed
 	}
 }
 
-// deleteCold deletes trashed table versions from the cold store: a trash
-// marker does not say which tier held the table, and deleting a missing
-// key is not an error, so every trashed table key is deleted in both.
-func (f *Owner) deleteCold(ctx context.Context, keys []string) error {
-	cold := f.coldStore()
-	if cold == nil {
-		return nil
-	}
-	var tables []string
-	for _, k := range keys {
-		if name, _, ok := layout.ParseObjectKey(k); ok && layout.KindOf(name) == layout.KindTable {
-			tables = append(tables, k)
-		}
-	}
-	if len(tables) == 0 {
-		return nil
-	}
-	start := time.Now()
-	err := cold.DeleteMany(ctx, tables)
-	f.observeTier(TierCold, "delete", layout.FileOfKey(tables[0]), ActTrash, 0, start, err)
-	return err
-}
-
 // TierUsage is what one tier holds of the live database.
 type TierUsage struct {
 	Tier  string `json:"tier"`
@@ -443,233 +362,3 @@ func (f *core) TierUsage() []TierUsage {
 
 // HasColdTier reports whether this FS uses a cold store.
 func (f *core) HasColdTier() bool { return f.coldStore() != nil }
-
-// OpenColdTier opens the cold tier named by --cold-db and --cold-endpoint
-// (nil, nil when url is empty) and checks that an S3 bucket is reachable.
-func OpenColdTier(url, endpoint string) (objstore.Store, error) {
-	if url == "" {
-		if endpoint != "" {
-			return nil, errors.New("--cold-endpoint needs --cold-db: the cold tier's location (s3://BUCKET/PREFIX)")
-		}
-		return nil, nil
-	}
-	cold, err := OpenTierStore(url, endpoint)
-	if err != nil {
-		return nil, fmt.Errorf("--cold-db: %w", err)
-	}
-	if s3, ok := cold.(*objstore.S3Store); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := s3.CheckBucket(ctx)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("--cold-db %s: %w", cold.URL(), err)
-		}
-	}
-	return cold, nil
-}
-
-// OpenTierStore opens a cold tier's store: like objstore.Open, with the
-// S3 endpoint replaced by endpoint when one is given (a cold tier on its own
-// server uses the same credentials, as an ObjectStore's cold tier does).
-func OpenTierStore(rawURL, endpoint string) (objstore.Store, error) {
-	u, err := objstore.ParseURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	if endpoint == "" {
-		return objstore.Open(u.String())
-	}
-	if u.Scheme != "s3" {
-		return nil, fmt.Errorf("--cold-endpoint applies to s3:// cold tiers, not %s", u.Scheme+"://")
-	}
-	c := objstore.S3ConfigFromEnv()
-	c.Endpoint = strings.TrimSuffix(endpoint, "/")
-	return objstore.OpenS3(u.String(), c)
-}
-
-func putLocalFile(ctx context.Context, s objstore.Store, key, path string, opts objstore.PutOptions) (int64, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return 0, err
-	}
-	_, err = s.Put(ctx, key, fh, st.Size(), opts)
-	return st.Size(), err
-}
-
-// CheckTierLocations refuses a cold location that is the hot one or lies
-// inside it or around it on the same server: the two listings would see
-// each other's objects.
-func CheckTierLocations(hotURL, coldURL string, sameServer bool) error {
-	if !sameServer {
-		return nil
-	}
-	h, c := strings.TrimSuffix(hotURL, "/")+"/", strings.TrimSuffix(coldURL, "/")+"/"
-	if strings.HasPrefix(h, c) || strings.HasPrefix(c, h) {
-		return fmt.Errorf("--cold-db %s overlaps --db %s: give the cold tier a location of its own (another bucket, or a prefix outside the database's)", coldURL, hotURL)
-	}
-	return nil
-}
-
-// TierStatus is the placement of a database's live tables, as `shale
-// admin tiers` prints it.
-type TierStatus struct {
-	Tiers []TierReport `json:"tiers"`
-	// ColdFraction is the share of table bytes in the cold tier.
-	ColdFraction float64 `json:"coldFraction"`
-	// OldestHotData is when the oldest data in the hot tier was written
-	// (RocksDB's creation time of the oldest ancestor of a hot table).
-	OldestHotData  time.Time `json:"oldestHotData,omitempty"`
-	OldestHotTable string    `json:"oldestHotTable,omitempty"`
-}
-
-// TierReport is one tier's line.
-type TierReport struct {
-	Tier     string `json:"tier"`
-	Location string `json:"location,omitempty"` // "" when the database has no such tier
-	Files    int    `json:"files"`
-	Bytes    int64  `json:"bytes"`
-}
-
-// RecordedColdTier returns the cold location a database recorded ("" if it
-// has no cold tier): a hint, written when the tier was created.
-func RecordedColdTier(ctx context.Context, hot objstore.Store) (string, error) {
-	r, _, err := hot.Get(ctx, layout.TiersKey, 0, -1)
-	if errors.Is(err, objstore.ErrNotFound) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(r)
-	r.Close()
-	if err != nil {
-		return "", err
-	}
-	rec, err := layout.ParseTierRecord(b)
-	if err != nil {
-		return "", fmt.Errorf("%s is unreadable: %w", layout.TiersKey, err)
-	}
-	return rec.Cold, nil
-}
-
-// listDatabase lists the live files of the database in hot (and cold) as
-// its next owner would see them, writing nothing: the tier records are
-// checked as a reader checks them, the log versions only listed.
-func listDatabase(ctx context.Context, hot, cold objstore.Store) (map[string]*file, *core, error) {
-	cfg := Config{Store: hot, Cold: cold}
-	cfg.defaults()
-	c := newCore(cfg)
-	if err := c.checkTiers(ctx, false); err != nil {
-		return nil, nil, err
-	}
-	last, err := c.lastOpened(ctx, math.MaxUint64)
-	if err != nil {
-		return nil, nil, err
-	}
-	files, err := c.listView(ctx, last)
-	return files, &c, err
-}
-
-// ReadTierStatus lists the live tables of the database in hot (and cold)
-// as a reader sees them, writing nothing (no lease either), and reads the
-// properties of the hot tables to date their oldest data.
-func ReadTierStatus(ctx context.Context, hot, cold objstore.Store) (TierStatus, error) {
-	files, f, err := listDatabase(ctx, hot, cold)
-	if err != nil {
-		return TierStatus{}, err
-	}
-	st := TierStatus{Tiers: []TierReport{{Tier: "hot", Location: hot.URL()}, {Tier: "cold"}}}
-	if c := f.coldStore(); c != nil {
-		st.Tiers[1].Location = c.URL()
-	}
-	var hotNames []string
-	for name, fl := range files {
-		if fl.kind != layout.KindTable {
-			continue
-		}
-		st.Tiers[fl.tier].Files++
-		st.Tiers[fl.tier].Bytes += fl.size
-		if fl.tier == TierHot {
-			hotNames = append(hotNames, name)
-		}
-	}
-	if total := st.Tiers[0].Bytes + st.Tiers[1].Bytes; total > 0 {
-		st.ColdFraction = float64(st.Tiers[1].Bytes) / float64(total)
-	}
-	times := make([]time.Time, len(hotNames))
-	err = parallel(ctx, len(hotNames), openParallelism, func(ctx context.Context, i int) error {
-		fl := files[hotNames[i]]
-		props, err := tableProperties(ctx, hot, layout.ObjectKey(hotNames[i], fl.epoch), fl.size)
-		if errors.Is(err, objstore.ErrNotFound) {
-			return nil // deleted since the listing
-		}
-		if err != nil {
-			return fmt.Errorf("read the properties of %s: %w", hotNames[i], err)
-		}
-		times[i] = dataTime(props)
-		return nil
-	})
-	if err != nil {
-		return TierStatus{}, err
-	}
-	for i, t := range times {
-		if !t.IsZero() && (st.OldestHotData.IsZero() || t.Before(st.OldestHotData)) {
-			st.OldestHotData, st.OldestHotTable = t, hotNames[i]
-		}
-	}
-	return st, nil
-}
-
-// InstallTable makes the object srcKey (a compaction output another
-// process wrote, e.g. under _shale/compactions/<job>/) the table name of
-// this owner: it finds srcKey in the hot store, else in the cold one, and
-// copies it within that store to name's key of this epoch, so the table
-// keeps the tier its writer chose from RocksDB's temperature. The source
-// stays; its writer's job directory is cleaned up with the job.
-func (f *Owner) InstallTable(ctx context.Context, srcKey, name string) (Tier, error) {
-	if err := f.FenceError(); err != nil {
-		return TierHot, err
-	}
-	if layout.KindOf(name) != layout.KindTable {
-		return TierHot, fmt.Errorf("install %s: not a table name", name)
-	}
-	var tier Tier
-	var info objstore.ObjectInfo
-	err := f.background().do(ctx, func(ctx context.Context) error {
-		var err error
-		for _, t := range Tiers {
-			if t == TierCold && f.coldStore() == nil {
-				break
-			}
-			if info, err = f.tierStore(t).Stat(ctx, srcKey); err == nil {
-				tier = t
-				return nil
-			}
-			if !errors.Is(err, objstore.ErrNotFound) {
-				return err
-			}
-		}
-		return err
-	})
-	if err != nil {
-		return TierHot, fmt.Errorf("install %s from %s: %w", name, srcKey, err)
-	}
-	err = f.background().do(ctx, func(ctx context.Context) error {
-		start := time.Now()
-		_, err := f.tierStore(tier).Copy(ctx, srcKey, layout.ObjectKey(name, f.epoch), objstore.PutOptions{StorageClass: f.cfg.TableStorageClass})
-		f.observeTier(tier, "put", name, ActCompaction, info.Size, start, err)
-		return err
-	})
-	if err != nil {
-		return TierHot, fmt.Errorf("install %s from %s: %w", name, srcKey, err)
-	}
-	f.mu.Lock()
-	f.files[name] = &file{kind: layout.KindTable, epoch: f.epoch, size: info.Size, tier: tier}
-	f.mu.Unlock()
-	return tier, nil
-}

@@ -3,17 +3,6 @@ package shalefs
 // The rocksshim.FileSystemHooks the C++ FileSystem calls: they pass the
 // activity as its label and the FS works with the typed Activity.
 
-// Sync makes the first size bytes of a log durable in the store
-// (syncLog).
-func (f *Owner) Sync(name string, size int64, activity string) error {
-	return f.syncLog(name, size, activityOf(activity))
-}
-
-// Close finishes a managed file RocksDB wrote (closeFile).
-func (f *Owner) Close(name string, size int64, activity string) error {
-	return f.closeFile(name, size, activityOf(activity))
-}
-
 // Fetch materializes a managed file in the local cache (fetch).
 func (f *core) Fetch(name, activity string) error { return f.fetch(name, activityOf(activity)) }
 

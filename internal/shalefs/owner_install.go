@@ -2,6 +2,7 @@ package shalefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -206,4 +207,76 @@ func (f *Owner) JobOutputs(ctx context.Context, job string, attempt uint32) (map
 		out[strings.TrimPrefix(o.Key, dir)] = o.Size
 	}
 	return out, nil
+}
+
+// InstallTable makes the object srcKey (a compaction output another
+// process wrote, e.g. under _shale/compactions/<job>/) the table name of
+// this owner: it finds srcKey in the hot store, else in the cold one, and
+// copies it within that store to name's key of this epoch, so the table
+// keeps the tier its writer chose from RocksDB's temperature. The source
+// stays; its writer's job directory is cleaned up with the job.
+func (f *Owner) InstallTable(ctx context.Context, srcKey, name string) (Tier, error) {
+	if err := f.FenceError(); err != nil {
+		return TierHot, err
+	}
+	if layout.KindOf(name) != layout.KindTable {
+		return TierHot, fmt.Errorf("install %s: not a table name", name)
+	}
+	var tier Tier
+	var info objstore.ObjectInfo
+	err := f.background().do(ctx, func(ctx context.Context) error {
+		var err error
+		for _, t := range Tiers {
+			if t == TierCold && f.coldStore() == nil {
+				break
+			}
+			if info, err = f.tierStore(t).Stat(ctx, srcKey); err == nil {
+				tier = t
+				return nil
+			}
+			if !errors.Is(err, objstore.ErrNotFound) {
+				return err
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return TierHot, fmt.Errorf("install %s from %s: %w", name, srcKey, err)
+	}
+	err = f.background().do(ctx, func(ctx context.Context) error {
+		start := time.Now()
+		_, err := f.tierStore(tier).Copy(ctx, srcKey, layout.ObjectKey(name, f.epoch), objstore.PutOptions{StorageClass: f.cfg.TableStorageClass})
+		f.observeTier(tier, "put", name, ActCompaction, info.Size, start, err)
+		return err
+	})
+	if err != nil {
+		return TierHot, fmt.Errorf("install %s from %s: %w", name, srcKey, err)
+	}
+	f.mu.Lock()
+	f.files[name] = &file{kind: layout.KindTable, epoch: f.epoch, size: info.Size, tier: tier}
+	f.mu.Unlock()
+	return tier, nil
+}
+
+// JobOutputProps reads the properties of one output of a compaction job's
+// attempt (size bytes) from the store: a block-based table whose footer,
+// metaindex and properties parse, or an error naming what is wrong.
+func (f *Owner) JobOutputProps(ctx context.Context, job string, attempt uint32, name string, size int64) (TableProps, error) {
+	key := layout.JobOutputKey(job, attempt, name)
+	var props map[string][]byte
+	err := f.background().do(ctx, func(ctx context.Context) error {
+		start := time.Now()
+		var err error
+		props, err = tableProperties(ctx, f.store, key, size)
+		f.observe("get", name, ActCompaction, min(size, tailBytes), start, err)
+		return err
+	})
+	if err != nil {
+		return TableProps{}, fmt.Errorf("read the properties of %s: %w", key, err)
+	}
+	p, err := parseTableProps(props)
+	if err != nil {
+		return TableProps{}, fmt.Errorf("%s: %w", key, err)
+	}
+	return p, nil
 }
