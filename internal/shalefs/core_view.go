@@ -22,18 +22,11 @@ import (
 // minus trashed versions and log versions the last opener did not keep,
 // each log up to its last contiguous segment.
 func (f *core) listView(ctx context.Context, last *layout.OpenedRecord) (map[string]*file, error) {
-	markers, err := f.listRetry(ctx, layout.TrashPrefix, false)
+	markers, top, err := f.listTrashAndTop(ctx)
 	if err != nil {
 		return nil, err
 	}
 	trashed := trashedVersions(markers)
-	top, err := f.listRetry(ctx, "", true)
-	if err != nil {
-		return nil, err
-	}
-	if err := f.refuseLegacyDirs(ctx, top, ActOpen); err != nil {
-		return nil, err
-	}
 	files, err := f.listLogs(ctx, top, func(ctx context.Context, name string) (*file, error) {
 		return f.viewLog(ctx, name, trashed, last)
 	})
@@ -41,6 +34,35 @@ func (f *core) listView(ctx context.Context, last *layout.OpenedRecord) (map[str
 		return nil, err
 	}
 	return files, f.addObjects(ctx, files, top, trashed)
+}
+
+// listTrashAndTop lists the trash markers, then the top level of the
+// database, refusing the layout of earlier development builds.
+func (f *core) listTrashAndTop(ctx context.Context) (markers, top []objstore.ObjectInfo, err error) {
+	if markers, err = f.listRetry(ctx, layout.TrashPrefix, false); err != nil {
+		return nil, nil, err
+	}
+	if top, err = f.listRetry(ctx, "", true); err != nil {
+		return nil, nil, err
+	}
+	return markers, top, f.refuseLegacyDirs(ctx, top, ActOpen)
+}
+
+// logEpochs lists the versions of one log name, minus trashed ones: a
+// trashed version was deleted by an owner that had sealed it (or had
+// written and closed it): no seal, no listing needed.
+func (f *core) logEpochs(ctx context.Context, name string, trashed map[layout.VersionRef]bool) ([]uint64, error) {
+	epochDirs, err := f.listRetry(ctx, layout.LogPrefix(name), true)
+	if err != nil {
+		return nil, err
+	}
+	var epochs []uint64
+	for _, d := range epochDirs {
+		if e, ok := layout.ParseLogVersionPrefix(name, d.Key); ok && !trashed[layout.VersionRef{Name: name, Epoch: e}] {
+			epochs = append(epochs, e)
+		}
+	}
+	return epochs, nil
 }
 
 // trashedVersions reads the versions named by trash markers.
@@ -104,14 +126,13 @@ func (f *core) addObjects(ctx context.Context, files map[string]*file, top []obj
 // (nil if none), writing nothing: versions trashed or not admitted by the
 // last opener are skipped, as are emptied ones.
 func (f *core) viewLog(ctx context.Context, name string, trashed map[layout.VersionRef]bool, last *layout.OpenedRecord) (*file, error) {
-	epochDirs, err := f.listRetry(ctx, layout.LogPrefix(name), true)
+	epochs, err := f.logEpochs(ctx, name, trashed)
 	if err != nil {
 		return nil, err
 	}
 	var versions []protocol.LogVersion
-	for _, d := range epochDirs {
-		e, ok := layout.ParseLogVersionPrefix(name, d.Key)
-		if !ok || trashed[layout.VersionRef{Name: name, Epoch: e}] || !protocol.AdmitLogVersion(name, e, last) {
+	for _, e := range epochs {
+		if !protocol.AdmitLogVersion(name, e, last) {
 			continue
 		}
 		v, err := f.listVersion(ctx, name, e)

@@ -232,7 +232,9 @@ func (f *Owner) sealAndList(ctx context.Context, last *layout.OpenedRecord) erro
 // first, trashes the versions it drops, and notes the trash markers for
 // the trash loop (listView is the same listing without sealing).
 func (f *Owner) listStore(ctx context.Context, last *layout.OpenedRecord) (map[string]*file, error) {
-	markers, err := f.listRetry(ctx, layout.TrashPrefix, false)
+	// Logs first: seal them (many at a time: after many takeovers a store
+	// holds many logs, each a listing or two and maybe a seal).
+	markers, top, err := f.listTrashAndTop(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -241,16 +243,6 @@ func (f *Owner) listStore(ctx context.Context, last *layout.OpenedRecord) (map[s
 		if _, _, ok := layout.ParseTrashKey(m.Key); ok {
 			f.noteTrash(m.Key)
 		}
-	}
-
-	// Logs first: seal them (many at a time: after many takeovers a store
-	// holds many logs, each a listing or two and maybe a seal).
-	top, err := f.listRetry(ctx, "", true)
-	if err != nil {
-		return nil, err
-	}
-	if err := f.refuseLegacyDirs(ctx, top, ActOpen); err != nil {
-		return nil, err
 	}
 	files, err := f.listLogs(ctx, top, func(ctx context.Context, name string) (*file, error) {
 		return f.sealLog(ctx, name, trashed, last)

@@ -14,18 +14,12 @@ import (
 // (nil if none): the highest epoch's version with data, minus trashed
 // versions and versions the last opener did not keep (those are trashed).
 func (f *Owner) sealLog(ctx context.Context, name string, trashed map[layout.VersionRef]bool, last *layout.OpenedRecord) (*file, error) {
-	epochDirs, err := f.listRetry(ctx, layout.LogPrefix(name), true)
+	epochs, err := f.logEpochs(ctx, name, trashed)
 	if err != nil {
 		return nil, err
 	}
 	var versions []protocol.LogVersion
-	for _, d := range epochDirs {
-		e, ok := layout.ParseLogVersionPrefix(name, d.Key)
-		// A trashed version was deleted by an owner that had sealed it
-		// (or had written and closed it): no seal, no listing needed.
-		if !ok || trashed[layout.VersionRef{Name: name, Epoch: e}] {
-			continue
-		}
+	for _, e := range epochs {
 		if !protocol.AdmitLogVersion(name, e, last) {
 			// Created after the last opener listed the store, by an
 			// owner it had deposed: never acknowledged, never replayed.
