@@ -72,7 +72,7 @@ var reasons = []string{ReasonUnavailable, ReasonLost, ReasonQueue, ReasonTimeout
 // stops writes after a failed remote compaction), and is counted.
 type Client struct {
 	cfg    ClientConfig
-	fs     *shalefs.FS
+	fs     *shalefs.Owner
 	conn   *grpc.ClientConn
 	client compactorv1.CompactorClient
 
@@ -115,7 +115,7 @@ const (
 // NewClient prepares remote compaction for the database fs owns. It does
 // not contact the scheduler: a scheduler that is down only means local
 // compactions.
-func NewClient(cfg ClientConfig, fs *shalefs.FS) (*Client, error) {
+func NewClient(cfg ClientConfig, fs *shalefs.Owner) (*Client, error) {
 	if cfg.Scheduler == "" {
 		return nil, errors.New("--compaction remote needs --compaction-scheduler (the scheduler's gRPC address, host:port)")
 	}

@@ -58,7 +58,7 @@ type Config struct {
 type Server struct {
 	cfg       Config
 	node      *node.Node // holds the cache dir while serving: one primary per cache dir
-	fs        *shalefs.FS
+	fs        *shalefs.Owner
 	db        *engine.DB
 	ep        *kvserver.Endpoint
 	durable   *kvserver.Notifier // wakes, and at Stop ends, Watch streams
@@ -180,7 +180,7 @@ func (s *Server) Compactor() *compactor.Client { return s.compactor }
 func (s *Server) Epoch() uint64 { return s.fs.Epoch() }
 
 // LeaseWaited is how long the takeover waited out earlier owners' read
-// leases (see shalefs.FS.LeaseWaited).
+// leases (see shalefs.Owner.LeaseWaited).
 func (s *Server) LeaseWaited() time.Duration { return s.fs.LeaseWaited() }
 
 // Addr is the gRPC address the server listens on.
@@ -255,7 +255,7 @@ func (s *Server) logTails() ([]*kvv1.LogTail, string) {
 }
 
 // tierUsage reports fs's live tables per tier for the Status call.
-func tierUsage(fs *shalefs.FS) func() []*kvv1.TierUsage {
+func tierUsage(fs *shalefs.Owner) func() []*kvv1.TierUsage {
 	return func() []*kvv1.TierUsage {
 		var out []*kvv1.TierUsage
 		for _, u := range fs.TierUsage() {

@@ -68,7 +68,7 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	node     *node.Node // holds the cache dir while serving
-	fs       *shalefs.FS
+	fs       *shalefs.Reader
 	db       *engine.DB
 	ep       *kvserver.Endpoint
 	stop     chan struct{}

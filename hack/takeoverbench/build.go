@@ -135,7 +135,7 @@ func (h *logCounter) WithGroup(name string) slog.Handler {
 }
 
 // openOwner takes the database over as the next epoch, as a primary does.
-func openOwner(storeURL, cache string, lease, grace time.Duration, log *logCounter, observe func(shalefs.Request)) (*shalefs.FS, *engine.DB, error) {
+func openOwner(storeURL, cache string, lease, grace time.Duration, log *logCounter, observe func(shalefs.Request)) (*shalefs.Owner, *engine.DB, error) {
 	store, err := objstore.Open(storeURL)
 	if err != nil {
 		return nil, nil, err

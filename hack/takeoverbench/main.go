@@ -535,7 +535,7 @@ func takeover(c config, url, cache string, b *built, r *result) (err error) {
 	store.reset()
 	tr.reqs.snapshot()
 
-	var fs *shalefs.FS
+	var fs *shalefs.Owner
 	var fsDone, dbDone time.Time
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	t0 := time.Now()
@@ -617,7 +617,7 @@ func takeover(c config, url, cache string, b *built, r *result) (err error) {
 }
 
 // verify checks that the new owner holds what its predecessors wrote.
-func verify(db *engine.DB, fs *shalefs.FS, owners int, last childResult, samples []string, r *result) error {
+func verify(db *engine.DB, fs *shalefs.Owner, owners int, last childResult, samples []string, r *result) error {
 	if r.Epoch != uint64(owners)+1 {
 		return fmt.Errorf("took epoch %d, want %d", r.Epoch, owners+1)
 	}

@@ -20,7 +20,7 @@ import (
 // 7). Each drives the FileSystem's hooks directly, as RocksDB would, so the
 // interleaving is exact.
 
-func openWith(t *testing.T, cfg Config) *FS {
+func openWith(t *testing.T, cfg Config) *Owner {
 	t.Helper()
 	if cfg.Lease == 0 {
 		cfg.Lease = 100 * time.Millisecond
@@ -41,7 +41,7 @@ func openWith(t *testing.T, cfg Config) *FS {
 
 // appendLocal appends to a file in f's cache directory, as RocksDB's
 // writable file does before a sync, and returns the new size.
-func appendLocal(t *testing.T, f *FS, name string, b []byte) int64 {
+func appendLocal(t *testing.T, f *Owner, name string, b []byte) int64 {
 	t.Helper()
 	fh, err := os.OpenFile(f.localPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -596,7 +596,7 @@ func TestOwnerStopsWhenTheStoreLostTheDatabase(t *testing.T) {
 		if err := store.DeleteMany(ctx, keys); err != nil {
 			t.Fatal(err)
 		}
-		err = a.confirm(ctx, "lease")
+		err = a.confirm(ctx, ActLease)
 		var fe *ErrFenced
 		if !errors.As(err, &fe) || fe.Cause == "" || a.FenceError() == nil {
 			t.Fatalf("confirmation on a wiped store: %v; want the owner stopped", err)

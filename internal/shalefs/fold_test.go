@@ -312,7 +312,7 @@ func TestSealInSlotAFoldFreed(t *testing.T) {
 			return nil
 		}}
 		type opened struct {
-			f   *FS
+			f   *Owner
 			err error
 		}
 		bc := make(chan opened, 1)
@@ -429,7 +429,7 @@ func TestFillStoppedByVoidSealLeavesNoGap(t *testing.T) {
 			return nil
 		}}
 		type opened struct {
-			f   *FS
+			f   *Owner
 			err error
 		}
 		bc := make(chan opened, 1)
@@ -487,7 +487,7 @@ func TestFillStoppedByVoidSealLeavesNoGap(t *testing.T) {
 // primary's synced write does, keeping the bytes that were acknowledged.
 type logWriter struct {
 	t     *testing.T
-	f     *FS
+	f     *Owner
 	name  string
 	acked []byte
 }

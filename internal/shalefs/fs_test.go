@@ -17,7 +17,7 @@ import (
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
-func openFS(t *testing.T, store objstore.Store, epoch uint64, cache string) *FS {
+func openFS(t *testing.T, store objstore.Store, epoch uint64, cache string) *Owner {
 	t.Helper()
 	f, err := Open(context.Background(), Config{Store: store, CacheDir: cache, Epoch: epoch, Lease: 200 * time.Millisecond, DeleteGrace: time.Hour})
 	if err != nil {
@@ -27,7 +27,7 @@ func openFS(t *testing.T, store objstore.Store, epoch uint64, cache string) *FS 
 	return f
 }
 
-func openDB(t *testing.T, f *FS, cache string) *engine.DB {
+func openDB(t *testing.T, f *Owner, cache string) *engine.DB {
 	t.Helper()
 	o := engine.DefaultOptions()
 	o.FileSystem = f

@@ -137,7 +137,7 @@ func TestMovedColdTierRefusedBeforeClaim(t *testing.T) {
 	if st, _ := ReadFenceStatus(ctx, hot); st.Epoch != 1 {
 		t.Errorf("epoch %d after the refused open, want 1: the live primary was deposed", st.Epoch)
 	}
-	if err := live.confirm(ctx, "test"); err != nil {
+	if err := live.confirm(ctx, ActBackground); err != nil {
 		t.Errorf("the live primary: %v", err)
 	}
 	if got := allKeys(t, hot); strings.Join(got, ",") != strings.Join(hotBefore, ",") {

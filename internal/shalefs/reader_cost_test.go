@@ -79,7 +79,7 @@ func TestReaderRefreshCost(t *testing.T) {
 }
 
 // hintOf is what the owner would announce now.
-func hintOf(f *FS) *Hint {
+func hintOf(f *Owner) *Hint {
 	logs, current := f.Tails()
 	return &Hint{Epoch: f.Epoch(), Logs: logs, CurrentManifest: current}
 }

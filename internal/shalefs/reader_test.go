@@ -15,7 +15,7 @@ import (
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
-func openSecondary(t *testing.T, r *FS, cache string) *engine.DB {
+func openSecondary(t *testing.T, r *Reader, cache string) *engine.DB {
 	t.Helper()
 	o := engine.DefaultOptions()
 	o.FileSystem = r
@@ -30,7 +30,7 @@ func openSecondary(t *testing.T, r *FS, cache string) *engine.DB {
 
 // catchUp refreshes the reader and the secondary until every key of want
 // reads back with its value (or the deadline passes).
-func catchUp(t *testing.T, r *FS, d *engine.DB, want map[string]string) {
+func catchUp(t *testing.T, r *Reader, d *engine.DB, want map[string]string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {

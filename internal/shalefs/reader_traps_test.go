@@ -72,7 +72,7 @@ func (s *trapStore) Get(ctx context.Context, key string, off, n int64) (io.ReadC
 type trapPrimary struct {
 	t     *testing.T
 	store objstore.Store
-	fs    *FS
+	fs    *Owner
 	db    *engine.DB
 	want  map[string]string // every acknowledged write
 	gone  map[string]bool   // acknowledged deletes
@@ -142,7 +142,7 @@ func (p *trapPrimary) flush() {
 // manifest is the MANIFEST the primary's CURRENT names.
 func (p *trapPrimary) manifest() string {
 	p.t.Helper()
-	b, _, err := p.fs.get(context.Background(), "CURRENT", "CURRENT", "open")
+	b, _, err := p.fs.get(context.Background(), "CURRENT", "CURRENT", ActOpen)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func secondaryDiff(p *trapPrimary, d *engine.DB) string {
 
 // catchUpOnce is one catch-up as the secondary runs it: refresh, then
 // RocksDB's TryCatchUpWithPrimary.
-func catchUpOnce(r *FS, d *engine.DB) error {
+func catchUpOnce(r *Reader, d *engine.DB) error {
 	// A refresh that fails before RocksDB reads anything (a WAL it listed
 	// deleted before its lease named it: these primaries delete after
 	// 1 ms) is retried, as the secondary does; the catch-up runs once.
@@ -204,7 +204,7 @@ func catchUpOnce(r *FS, d *engine.DB) error {
 }
 
 // openTrapSecondary opens a reader and a RocksDB secondary on it, caught up.
-func openTrapSecondary(t *testing.T, store objstore.Store, p *trapPrimary) (*FS, *engine.DB) {
+func openTrapSecondary(t *testing.T, store objstore.Store, p *trapPrimary) (*Reader, *engine.DB) {
 	t.Helper()
 	c := filepath.Join(t.TempDir(), "secondary")
 	r, err := OpenReader(context.Background(), Config{Store: store, CacheDir: c})
@@ -342,7 +342,7 @@ func TestReaderTableUploadedDuringRefresh(t *testing.T) {
 
 // waitSecondary catches up until the secondary agrees with the primary, or
 // fails after a generous deadline.
-func waitSecondary(t *testing.T, p *trapPrimary, r *FS, d *engine.DB) {
+func waitSecondary(t *testing.T, p *trapPrimary, r *Reader, d *engine.DB) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	n := 0

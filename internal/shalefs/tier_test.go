@@ -112,7 +112,7 @@ func twoTierServers(t *testing.T) (hot, cold objstore.Store, srv [2]*miniotest.S
 	return storeAt(t, srv[0], "s3://hot/db"), storeAt(t, srv[1], "s3://cold/db"), srv
 }
 
-func openTiered(t *testing.T, hot, cold objstore.Store, cache string, observe func(Request)) *FS {
+func openTiered(t *testing.T, hot, cold objstore.Store, cache string, observe func(Request)) *Owner {
 	t.Helper()
 	f, err := Open(context.Background(), Config{Store: hot, Cold: cold, CacheDir: cache, Lease: 200 * time.Millisecond, DeleteGrace: 500 * time.Millisecond, Observe: observe})
 	if err != nil {
@@ -234,7 +234,7 @@ func TestTieredPlacementOnTwoStores(t *testing.T) {
 
 	// Where each live table is: cold exactly when RocksDB wrote it cold,
 	// and in exactly one store.
-	checkPlacement := func(f *FS, d *engine.DB) (coldKeys, hotKeys uint64) {
+	checkPlacement := func(f *Owner, d *engine.DB) (coldKeys, hotKeys uint64) {
 		t.Helper()
 		hotObjs, coldObjs := tableObjects(t, hot), tableObjects(t, cold)
 		for _, lf := range d.LiveFiles() {
@@ -488,12 +488,8 @@ func TestInstallTableKeepsItsTier(t *testing.T) {
 
 // listAsReader lists a database as a reader does, without opening one.
 func listAsReader(ctx context.Context, hot, cold objstore.Store) (map[string]*file, error) {
-	f := &FS{cfg: Config{Store: hot, Cold: cold}, store: hot, files: map[string]*file{}, readOnly: true, epoch: 1 << 62}
-	f.cfg.defaults()
-	if err := f.checkTiers(ctx, false); err != nil {
-		return nil, err
-	}
-	return f.listStore(ctx, nil, false)
+	files, _, err := listDatabase(ctx, hot, cold)
+	return files, err
 }
 
 func TestDataTime(t *testing.T) {

@@ -3,7 +3,6 @@ package shalefs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -28,7 +27,7 @@ import (
 // instead of failing silently.
 
 // leaseFiles is the reader's view: every file version RocksDB may read.
-func (f *FS) leaseFiles() []layout.VersionRef {
+func (f *Reader) leaseFiles() []layout.VersionRef {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var refs []layout.VersionRef
@@ -54,7 +53,7 @@ func (f *FS) leaseFiles() []layout.VersionRef {
 
 // publishLease writes the reader's lease when its files changed or a third
 // of its TTL passed since the last renewal.
-func (f *FS) publishLease(ctx context.Context) error {
+func (f *Reader) publishLease(ctx context.Context) error {
 	if f.cfg.NoReaderLease {
 		return nil
 	}
@@ -65,7 +64,7 @@ func (f *FS) publishLease(ctx context.Context) error {
 	}
 	start := f.leaseNow()
 	b := layout.ReaderLease{ID: f.cfg.ReaderID, TTL: f.cfg.ReaderTTL, Renewal: newNonce(), Files: files}.Format()
-	if _, err := f.put(ctx, layout.ReaderLeaseKey(f.cfg.ReaderID), "", "lease", b, objstore.PutOptions{}); err != nil {
+	if _, err := f.put(ctx, layout.ReaderLeaseKey(f.cfg.ReaderID), "", ActLease, b, objstore.PutOptions{}); err != nil {
 		return fmt.Errorf("renew reader lease: %w", err)
 	}
 	f.leaseSum = string(sum)
@@ -75,7 +74,7 @@ func (f *FS) publishLease(ctx context.Context) error {
 
 // readerLeaseFresh: the reader renewed its lease within its TTL, so the
 // owner has deleted nothing its view uses.
-func (f *FS) readerLeaseFresh() bool {
+func (f *Reader) readerLeaseFresh() bool {
 	return protocol.ReaderLeaseFresh(time.Duration(f.leaseNow()), time.Duration(f.leaseRenewed.Load()), f.cfg.ReaderTTL)
 }
 
@@ -83,81 +82,32 @@ func (f *FS) readerLeaseFresh() bool {
 // caught up since. A refresh renews the lease before RocksDB catches up;
 // until then RocksDB's version may still use tables the owner deleted
 // while the lease was out.
-func (f *FS) readerMayServe() bool {
+func (f *Reader) readerMayServe() bool {
 	return f.readerLeaseFresh() && !f.lapsed.Load()
 }
 
 // ReaderLeaseFresh reports whether a reader may serve reads: it renewed
 // its lease within its TTL and, if the lease lapsed, caught up since (it
 // refuses reads otherwise).
-func (f *FS) ReaderLeaseFresh() bool { return f.readerMayServe() }
+func (f *Reader) ReaderLeaseFresh() bool { return f.readerMayServe() }
 
 // CaughtUp tells a reader that RocksDB caught up with its latest refresh:
 // if its lease had lapsed, RocksDB no longer uses what may have been
 // deleted meanwhile, and reads are served again.
-func (f *FS) CaughtUp() {
+func (f *Reader) CaughtUp() {
 	if f.readerLeaseFresh() {
 		f.lapsed.Store(false)
 	}
 }
 
 // ReaderTTL is how long a reader's lease protects its files.
-func (f *FS) ReaderTTL() time.Duration { return f.cfg.ReaderTTL }
+func (f *Reader) ReaderTTL() time.Duration { return f.cfg.ReaderTTL }
 
 // dropLease removes the reader's lease when it stops for good.
-func (f *FS) dropLease(ctx context.Context) {
-	if f.readOnly && f.cfg.ReaderID != "" && !f.cfg.NoReaderLease {
+func (f *Reader) dropLease(ctx context.Context) {
+	if f.cfg.ReaderID != "" && !f.cfg.NoReaderLease {
 		f.store.Delete(ctx, layout.ReaderLeaseKey(f.cfg.ReaderID))
 	}
-}
-
-// seenLease is what the owner knows of one reader lease.
-type seenLease struct {
-	etag    string
-	changed time.Duration // when this owner saw it change (its clock's wait reading)
-	lease   layout.ReaderLease
-}
-
-// protectedVersions returns the file versions that live reader leases name,
-// listing the leases and reading those that changed since the last call.
-func (f *FS) protectedVersions(ctx context.Context) (map[layout.VersionRef]bool, error) {
-	objs, err := f.list(ctx, layout.ReadersPrefix, "trash")
-	if err != nil {
-		return nil, err
-	}
-	now := f.waitNow()
-	listed := map[string]bool{}
-	protected := map[layout.VersionRef]bool{}
-	for _, o := range objs {
-		listed[o.Key] = true
-		s := f.readerLeases[o.Key]
-		if s == nil || s.etag != o.ETag {
-			b, info, err := f.get(ctx, o.Key, "", "trash")
-			if errors.Is(err, objstore.ErrNotFound) {
-				continue // removed meanwhile: the reader stopped
-			}
-			if err != nil {
-				return nil, err
-			}
-			l, err := layout.ParseReaderLease(b)
-			if err != nil || l.TTL <= 0 {
-				return nil, fmt.Errorf("reader lease %s is unreadable; refusing to delete anything until it is fixed or removed", o.Key)
-			}
-			s = &seenLease{etag: info.ETag, changed: now, lease: l}
-			f.readerLeases[o.Key] = s
-		}
-		if protocol.LeaseProtects(now, s.changed, s.lease.TTL) {
-			for _, r := range s.lease.Files {
-				protected[r] = true
-			}
-		}
-	}
-	for k := range f.readerLeases {
-		if !listed[k] {
-			delete(f.readerLeases, k)
-		}
-	}
-	return protected, nil
 }
 
 // defaultReaderID names a reader by its host and process.

@@ -31,7 +31,7 @@ import (
 // stored before the seal.
 
 // foldLater schedules a fold of the log's unfolded segments.
-func (f *FS) foldLater(name string, st *file) {
+func (f *Owner) foldLater(name string, st *file) {
 	if !st.folding.CompareAndSwap(false, true) {
 		return
 	}
@@ -53,7 +53,7 @@ func (f *FS) foldLater(name string, st *file) {
 
 // foldLog folds the segments of one of this owner's logs that follow its
 // last fold into one object and deletes them (but segment 1).
-func (f *FS) foldLog(ctx context.Context, name string, st *file) error {
+func (f *Owner) foldLog(ctx context.Context, name string, st *file) error {
 	st.foldMu.Lock()
 	defer st.foldMu.Unlock()
 	f.mu.Lock()
@@ -91,7 +91,7 @@ func (f *FS) foldLog(ctx context.Context, name string, st *file) error {
 	}
 	key := layout.FoldKey(name, f.epoch, first, last)
 	err = f.background().do(ctx, func(ctx context.Context) error {
-		_, err := f.put(ctx, key, name, "fold", data, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
+		_, err := f.put(ctx, key, name, ActFold, data, objstore.PutOptions{IfNoneMatch: true, StorageClass: f.cfg.LogStorageClass})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
 			// Only this owner folds its logs: our attempt whose reply was lost.
 			info, serr := f.store.Stat(ctx, key)
@@ -116,5 +116,5 @@ func (f *FS) foldLog(ctx context.Context, name string, st *file) error {
 			keys = append(keys, layout.SegmentKey(name, f.epoch, s.Seq))
 		}
 	}
-	return f.background().do(ctx, func(ctx context.Context) error { return f.delMany(ctx, keys, "fold") })
+	return f.background().do(ctx, func(ctx context.Context) error { return f.delMany(ctx, keys, ActFold) })
 }

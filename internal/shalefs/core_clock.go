@@ -99,7 +99,7 @@ func wallStep(ref, off int64) (step, next int64) {
 }
 
 // clock is this FS's Config.Clock (a hand-built FS in a test has none).
-func (f *FS) clock() Clock {
+func (f *core) clock() Clock {
 	if f.cfg.Clock == nil {
 		return processClock
 	}
@@ -110,14 +110,7 @@ var processClock = SystemClock()
 
 // leaseNow is this FS's lease reading in nanoseconds, what lastConfirm and
 // leaseRenewed hold.
-func (f *FS) leaseNow() int64 {
+func (f *core) leaseNow() int64 {
 	l, _ := f.clock().Now()
 	return int64(l)
-}
-
-// waitNow is this FS's wait reading: the delete grace, and others' reader
-// leases as this owner sees them.
-func (f *FS) waitNow() time.Duration {
-	_, w := f.clock().Now()
-	return w
 }

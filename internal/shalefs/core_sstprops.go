@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
-	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // Reading a table's properties block from the store, so that `shale admin
@@ -219,29 +218,6 @@ func parseTableProps(props map[string][]byte) (TableProps, error) {
 	p.SessionID = string(props["rocksdb.creating.session.identity"])
 	if p.RangeDeletions > p.Deletions || p.Deletions > p.Entries {
 		return TableProps{}, fmt.Errorf("inconsistent counts: %d entries, %d deletions, %d range deletions", p.Entries, p.Deletions, p.RangeDeletions)
-	}
-	return p, nil
-}
-
-// JobOutputProps reads the properties of one output of a compaction job's
-// attempt (size bytes) from the store: a block-based table whose footer,
-// metaindex and properties parse, or an error naming what is wrong.
-func (f *FS) JobOutputProps(ctx context.Context, job string, attempt uint32, name string, size int64) (TableProps, error) {
-	key := layout.JobOutputKey(job, attempt, name)
-	var props map[string][]byte
-	err := f.background().do(ctx, func(ctx context.Context) error {
-		start := time.Now()
-		var err error
-		props, err = tableProperties(ctx, f.store, key, size)
-		f.observe("get", name, "compaction", min(size, tailBytes), start, err)
-		return err
-	})
-	if err != nil {
-		return TableProps{}, fmt.Errorf("read the properties of %s: %w", key, err)
-	}
-	p, err := parseTableProps(props)
-	if err != nil {
-		return TableProps{}, fmt.Errorf("%s: %w", key, err)
 	}
 	return p, nil
 }

@@ -58,7 +58,7 @@ type preClaim struct {
 // beforeClaim runs the read-only checks: the database exists where
 // Config.Existing says it does (top is the location's first level, epochs
 // its claims), and the cold tier records agree with the cold store given.
-func (f *FS) beforeClaim(ctx context.Context, top []objstore.ObjectInfo, epochs []uint64) (preClaim, error) {
+func (f *Owner) beforeClaim(ctx context.Context, top []objstore.ObjectInfo, epochs []uint64) (preClaim, error) {
 	current := false
 	for _, o := range top {
 		current = current || o.Key == layout.CurrentKey
@@ -80,7 +80,7 @@ func (f *FS) beforeClaim(ctx context.Context, top []objstore.ObjectInfo, epochs 
 // afterClaim writes what the checks before the claim left to write (the
 // cold tier's records), checking them again, and puts the cold store in
 // use. With nothing to write it costs no request.
-func (f *FS) afterClaim(ctx context.Context, pre preClaim) error {
+func (f *Owner) afterClaim(ctx context.Context, pre preClaim) error {
 	if pre.tiers == protocol.TiersOK && (!pre.tiered || pre.paired) {
 		f.useCold()
 		return nil

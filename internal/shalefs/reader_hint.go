@@ -12,65 +12,6 @@ import (
 	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
-// Hints for readers. An owner announces, with each notification (KV.Watch),
-// what it has stored of the logs it writes; a reader driven by the
-// notification fetches exactly the segments it lacks, by key, instead of
-// listing the store (RefreshHinted). A hint only saves requests: the data
-// still comes from the store, and when a hint falls short (a segment
-// folded away, an unknown epoch, a MANIFEST CURRENT does not name yet) the
-// reader lists the store as without one.
-
-// LogTail is what an owner has stored of one log it writes.
-type LogTail struct {
-	Name        string
-	Epoch       uint64
-	LastSegment uint64 // highest segment slot stored
-	Bytes       int64
-}
-
-// Hint is what an owner announced: its epoch, its logs, and the MANIFEST
-// its CURRENT names.
-type Hint struct {
-	Epoch           uint64
-	Logs            []LogTail
-	CurrentManifest string
-}
-
-// Tails returns what this owner has stored of the logs it writes, and the
-// MANIFEST its CURRENT names in the store. A log whose segment is being
-// uploaded right now is left out: the notification that follows the
-// upload announces it.
-func (f *FS) Tails() ([]LogTail, string) {
-	f.mu.Lock()
-	type own struct {
-		name string
-		st   *file
-	}
-	var logs []own
-	for name, st := range f.files {
-		if st.kind == layout.KindLog && st.ownLog {
-			logs = append(logs, own{name, st})
-		}
-	}
-	f.mu.Unlock()
-	var tails []LogTail
-	for _, l := range logs {
-		if !l.st.mu.TryLock() {
-			continue
-		}
-		if l.st.nextSeq > 1 {
-			tails = append(tails, LogTail{Name: l.name, Epoch: l.st.epoch, LastSegment: l.st.nextSeq - 1, Bytes: l.st.size})
-		}
-		l.st.mu.Unlock()
-	}
-	if m, ok := f.storedCurrent.Load().(string); ok {
-		return tails, m
-	}
-	// Not replaced since the takeover: the local copy is the store's.
-	cur, _ := os.ReadFile(f.localPath("CURRENT"))
-	return tails, manifestOf(layout.CurrentContent(cur))
-}
-
 // errHintShort: the hint cannot bring the view up to date by itself; the
 // reader lists the store instead.
 var errHintShort = errors.New("the hint falls short")
@@ -85,13 +26,13 @@ const maxHintSlots = 256
 // MANIFEST grew (for the tables its edits name, after them), CURRENT only
 // read when the hint says it changed. It returns errHintShort, having
 // changed nothing the view relies on, when it cannot.
-func (f *FS) refreshHinted(ctx context.Context, h *Hint) error {
+func (f *Reader) refreshHinted(ctx context.Context, h *Hint) error {
 	rs := &f.rs
 	if rs.full || !f.readerLeaseFresh() || time.Since(rs.fullAt) >= readerFullEvery ||
 		rs.opened == nil || h.Epoch != rs.opened.Epoch || rs.ownerEpoch != h.Epoch {
 		return errHintShort // a takeover, an unknown epoch, or a full refresh due
 	}
-	const activity = "catchup"
+	const activity = ActCatchup
 	start := time.Now()
 	if err := f.listTrashIfDue(ctx, false, activity); err != nil {
 		return err
@@ -205,7 +146,7 @@ func lastSlot(st *file) uint64 {
 // for a log new to the view (of nil) a new version and its bytes. A
 // segment that is not there (folded away meanwhile) makes the hint fall
 // short; a seal ends the log.
-func (f *FS) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, activity string) (*file, []byte, error) {
+func (f *Reader) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, activity Activity) (*file, []byte, error) {
 	n := t.LastSegment - from + 1
 	if n > maxHintSlots {
 		return nil, nil, errHintShort

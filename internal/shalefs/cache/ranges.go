@@ -1,16 +1,12 @@
-package shalefs
+package cache
 
 import (
 	"container/list"
-	"context"
 	"errors"
 	"io"
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // DefaultRangeBlock is the size of the aligned ranges the range cache
@@ -23,8 +19,8 @@ const DefaultRangeBlock = 64 << 10
 // readahead, a MultiRead's blocks) is fetched in concurrent GETs.
 const maxRunBlocks = 16
 
-// maxFetchers bounds the concurrent GETs of one read or MultiRead.
-const maxFetchers = 16
+// MaxFetchers bounds the concurrent GETs of one read or MultiRead.
+const MaxFetchers = 16
 
 // blockKey names one aligned range of one version of a table: the object
 // key carries the writer's epoch, so a table rewritten under the same name
@@ -47,9 +43,9 @@ type fetch struct {
 	err  error
 }
 
-// rangeCache keeps aligned ranges of tables read from the store, in
-// memory, least recently used first out, never more than budget bytes.
-type rangeCache struct {
+// Ranges keeps aligned ranges of tables read from the store, in memory,
+// least recently used first out, never more than budget bytes.
+type Ranges struct {
 	budget int64
 	block  int64
 
@@ -63,56 +59,53 @@ type rangeCache struct {
 	hits, misses, gets, multi atomic.Int64
 }
 
-func newRangeCache(budget, block int64) *rangeCache {
+// NewRanges is a range cache of budget bytes in blocks of block bytes
+// (0: DefaultRangeBlock).
+func NewRanges(budget, block int64) *Ranges {
 	if block <= 0 {
 		block = DefaultRangeBlock
 	}
-	return &rangeCache{budget: budget, block: block, entries: map[blockKey]*list.Element{}, inflight: map[blockKey]*fetch{}}
+	return &Ranges{budget: budget, block: block, entries: map[blockKey]*list.Element{}, inflight: map[blockKey]*fetch{}}
 }
 
-// RangeCacheStats describes the range cache of an FS.
-type RangeCacheStats struct {
+// RangeStats describes a range cache.
+type RangeStats struct {
 	Budget, Used, Peak int64 // bytes; Peak is the most ever held
 	Hits, Misses, Gets int64 // blocks found, blocks fetched, ranged GETs issued
 	MultiReads         int64 // reads of several ranges at once (RocksDB's MultiRead)
 	BlockSize          int64
 }
 
-// RangeCacheStats reports the range cache's size and counters.
-func (f *FS) RangeCacheStats() RangeCacheStats {
-	c := f.rangeCache()
+// Stats reports the range cache's size and counters (zero for nil).
+func (c *Ranges) Stats() RangeStats {
 	if c == nil {
-		return RangeCacheStats{}
+		return RangeStats{}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return RangeCacheStats{Budget: c.budget, Used: c.used, Peak: c.peak, Hits: c.hits.Load(), Misses: c.misses.Load(), Gets: c.gets.Load(), MultiReads: c.multi.Load(), BlockSize: c.block}
+	return RangeStats{Budget: c.budget, Used: c.used, Peak: c.peak, Hits: c.hits.Load(), Misses: c.misses.Load(), Gets: c.gets.Load(), MultiReads: c.multi.Load(), BlockSize: c.block}
 }
 
-// rangeCache is the FS's range cache, nil when Config.RangeCacheBytes is 0.
-func (f *FS) rangeCache() *rangeCache {
-	f.cache.rangesOnce.Do(func() {
-		if f.cfg.RangeCacheBytes > 0 {
-			f.cache.ranges = newRangeCache(f.cfg.RangeCacheBytes, f.cfg.RangeBlockBytes)
-		}
-	})
-	return f.cache.ranges
-}
+// Span is a byte range [Off, Off+N) of a file.
+type Span struct{ Off, N int64 }
 
-// span is a byte range [off, off+n) of a file.
-type span struct{ off, n int64 }
+// Fetcher reads [off, off+n) of one object: for each attempt (it retries
+// as it sees fit) it issues one ranged GET and hands its result to fill,
+// which consumes and closes the body and returns the bytes it read and
+// the error the attempt ends with.
+type Fetcher func(off, n int64, fill func(r io.ReadCloser, err error) (int64, error)) error
 
 // blocksOf returns the sorted distinct indexes of the block-aligned
 // ranges covering spans, clipped at the file's size.
-func blocksOf(spans []span, block, size int64) []int64 {
+func blocksOf(spans []Span, block, size int64) []int64 {
 	seen := map[int64]bool{}
 	var idx []int64
 	for _, s := range spans {
-		end := min(s.off+s.n, size)
-		if s.n <= 0 || s.off >= end {
+		end := min(s.Off+s.N, size)
+		if s.N <= 0 || s.Off >= end {
 			continue
 		}
-		for i := s.off / block; i*block < end; i++ {
+		for i := s.Off / block; i*block < end; i++ {
 			if !seen[i] {
 				seen[i] = true
 				idx = append(idx, i)
@@ -158,13 +151,11 @@ func copyOut(buf []byte, off, block, size int64, blocks map[int64][]byte) int {
 	return n
 }
 
-// readRanges reads spans of one version of a table (st) into bufs through
-// the range cache: cached blocks are copied, missing ones fetched in
-// concurrent ranged GETs of consecutive blocks, shared with concurrent
-// readers. It returns the bytes read per span.
-func (f *FS) readRanges(c *rangeCache, name string, st *file, spans []span, bufs [][]byte, activity string) ([]int, error) {
-	object := layout.ObjectKey(name, st.epoch)
-	size := st.size
+// Read reads spans of one object (one version of a table, size bytes)
+// into bufs through the cache: cached blocks are copied, missing ones
+// fetched in concurrent ranged GETs of consecutive blocks, shared with
+// concurrent readers. It returns the bytes read per span.
+func (c *Ranges) Read(object string, size int64, spans []Span, bufs [][]byte, get Fetcher) ([]int, error) {
 	if len(spans) > 1 {
 		c.multi.Add(1)
 	}
@@ -197,7 +188,7 @@ func (f *FS) readRanges(c *rangeCache, name string, st *file, spans []span, bufs
 	c.misses.Add(int64(len(mine)))
 
 	fetchOne := func(run []int64, ft *fetch) {
-		ft.data, ft.err = f.fetchRun(c, name, st, run, activity)
+		ft.data, ft.err = c.fetchRun(size, run, get)
 		c.mu.Lock()
 		for _, i := range run {
 			k := blockKey{object, i}
@@ -214,7 +205,7 @@ func (f *FS) readRanges(c *rangeCache, name string, st *file, spans []span, bufs
 		fetchOne(runs[0], fetches[0])
 	} else {
 		var wg sync.WaitGroup
-		sem := make(chan struct{}, maxFetchers)
+		sem := make(chan struct{}, MaxFetchers)
 		for r, run := range runs {
 			wg.Add(1)
 			sem <- struct{}{}
@@ -244,25 +235,19 @@ func (f *FS) readRanges(c *rangeCache, name string, st *file, spans []span, bufs
 	}
 	got := make([]int, len(spans))
 	for i, s := range spans {
-		got[i] = copyOut(bufs[i], s.off, c.block, size, have)
+		got[i] = copyOut(bufs[i], s.Off, c.block, size, have)
 	}
 	return got, nil
 }
 
-// fetchRun reads consecutive blocks of a table with one ranged GET, under
-// the read timeout and retry policy of the activity.
-func (f *FS) fetchRun(c *rangeCache, name string, st *file, run []int64, activity string) (map[int64][]byte, error) {
+// fetchRun reads consecutive blocks of an object with one ranged GET per
+// attempt of get.
+func (c *Ranges) fetchRun(size int64, run []int64, get Fetcher) (map[int64][]byte, error) {
 	off := run[0] * c.block
-	end := min((run[len(run)-1]+1)*c.block, st.size)
-	pol := f.background()
-	if activity == "foreground_read" {
-		pol = f.foreground()
-	}
+	end := min((run[len(run)-1]+1)*c.block, size)
 	var out map[int64][]byte
-	err := pol.do(context.Background(), func(ctx context.Context) error {
-		start := time.Now()
+	err := get(off, end-off, func(r io.ReadCloser, err error) (int64, error) {
 		c.gets.Add(1)
-		r, _, err := f.tierStore(st.tier).Get(ctx, layout.ObjectKey(name, st.epoch), off, end-off)
 		var n int64
 		if err == nil {
 			out = make(map[int64][]byte, len(run))
@@ -283,8 +268,7 @@ func (f *FS) fetchRun(c *rangeCache, name string, st *file, run []int64, activit
 			}
 			r.Close()
 		}
-		f.observeTier(st.tier, "get", name, activity, n, start, err)
-		return err
+		return n, err
 	})
 	return out, err
 }
@@ -293,7 +277,7 @@ var errShortRange = errors.New("table shorter in the store than listed")
 
 // insertLocked adds a block, evicting the least recently used ones so
 // the cache never holds more than its budget.
-func (c *rangeCache) insertLocked(k blockKey, data []byte) {
+func (c *Ranges) insertLocked(k blockKey, data []byte) {
 	n := int64(len(data))
 	if n > c.budget {
 		return
