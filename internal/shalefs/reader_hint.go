@@ -114,21 +114,16 @@ func (f *Reader) refreshHinted(ctx context.Context, h *Hint) error {
 				delete(files, name)
 			}
 		}
-		for _, o := range top {
-			name, e, ok := layout.ParseObjectKey(o.Key)
-			if !ok || trashed[layout.VersionRef{Name: name, Epoch: e}] {
-				continue
-			}
-			if st := files[name]; st == nil || e > st.epoch {
-				files[name] = &file{kind: layout.KindOf(name), epoch: e, size: o.Size}
-			}
-		}
+		addListedObjects(files, top, trashed)
 		if err := f.listColdTables(ctx, files, trashed); err != nil {
 			return err
 		}
 	}
 	files["CURRENT"] = &file{kind: layout.KindCurrent, size: int64(len(current))}
-	return f.install(ctx, old, files, fresh, current, tag, false, start, manifestGrew, activity, true)
+	return f.installView(ctx, viewUpdate{
+		old: old, files: files, fresh: fresh, current: current, currentTag: tag,
+		full: false, start: start, manifestGrew: manifestGrew, activity: activity, prefetch: true,
+	})
 }
 
 // lastSlot is the last segment slot a log version of the view reaches.

@@ -1,11 +1,9 @@
 package shalefs
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -52,76 +50,162 @@ func (f *Reader) RefreshHinted(ctx context.Context, h *Hint) error {
 }
 
 // refresh is one pass of Refresh (refreshMu held); prefetch brings new
-// logs into the local cache.
+// logs into the local cache. Its steps, in the order of their store
+// requests (docs/rfcs/0007-reader-leases.md, step 2): the opened record
+// when needed, the trash when due, then
+//
+//  1. the tails of the logs the view has,
+//  2. the top level,
+//  3. the logs new to the view,
+//  4. CURRENT and the MANIFEST it names,
+//  5. the tables, after every MANIFEST listing,
+//
+// and the closing read of the owner record, before the new view is
+// installed.
 func (f *Reader) refresh(ctx context.Context, activity Activity, prefetch bool) error {
+	p, err := f.beginRefresh(ctx, activity)
+	if err != nil {
+		return err
+	}
+	if err := f.listTrashIfDue(ctx, p.full, activity); err != nil {
+		return err
+	}
+	p.trashed = f.rs.trashed
+	f.mu.Lock()
+	p.old = f.files
+	f.mu.Unlock()
+	if err := f.listKnownLogTails(ctx, p); err != nil {
+		return err
+	}
+	if err := f.listTopLevel(ctx, p); err != nil {
+		return err
+	}
+	if err := f.listNewLogs(ctx, p); err != nil {
+		return err
+	}
+	if err := f.readCurrentAndManifest(ctx, p); err != nil {
+		return err
+	}
+	files, err := f.listTablesAfterManifest(ctx, p)
+	if err != nil {
+		return err
+	}
+	if err := f.readOwnerAfterListings(ctx, p); err != nil {
+		return err
+	}
+	if f.rs.ownerEpoch != p.last.Epoch {
+		if !p.readOpened {
+			// A newer owner since the last refresh: list everything
+			// again under its record, if it has written one.
+			f.rs.full = true
+			return f.refresh(ctx, activity, prefetch)
+		}
+		return f.takeoverInProgress(ctx)
+	}
+	return f.installView(ctx, viewUpdate{
+		old: p.old, files: files, current: p.current, currentTag: p.tag,
+		full: p.full, start: p.start, activity: activity, prefetch: prefetch,
+	})
+}
+
+// refreshPass is what one pass of refresh learns, step by step.
+type refreshPass struct {
+	activity   Activity
+	full       bool                 // list everything
+	readOpened bool                 // the opened record was read in this pass
+	last       *layout.OpenedRecord // the takeover whose record admits log versions
+	start      time.Time            // when the listings began
+	trashed    map[layout.VersionRef]bool
+	old        map[string]*file // the view before this pass
+
+	logs             map[string]*file // the logs of the new view
+	top              []objstore.ObjectInfo
+	newLogs          []string // log names new to the view
+	currentTag       string   // CURRENT's etag in the top-level listing
+	currentListed    bool
+	manifestAfterTop bool // a MANIFEST listed after the top level
+
+	current []byte // CURRENT's content
+	tag     string // and its etag
+}
+
+// beginRefresh decides whether the pass lists everything and reads which
+// takeover's record admits log versions. It returns the reader's
+// takeoverInProgress error when the owner record names a takeover that
+// has not completed.
+func (f *Reader) beginRefresh(ctx context.Context, activity Activity) (*refreshPass, error) {
 	rs := &f.rs
 	// A reader whose lease lapsed may have lost files to the deleter: it
 	// trusts nothing it knew, and serves no read until RocksDB caught up.
 	if !f.readerLeaseFresh() {
 		f.lapsed.Store(true)
 	}
-	full := rs.full || !f.readerLeaseFresh() || time.Since(rs.fullAt) >= readerFullEvery
+	p := &refreshPass{activity: activity}
+	p.full = rs.full || !f.readerLeaseFresh() || time.Since(rs.fullAt) >= readerFullEvery
 	// Which takeover's record admits log versions. The closing read of
-	// the owner record (below) checks it again after the listings, so a
-	// refresh that follows a confirmed one skips this read.
+	// the owner record (readOwnerAfterListings) checks it again after the
+	// listings, so a refresh that follows a confirmed one skips this read.
 	last, changed := rs.opened, false
-	readOpened := full || last == nil || rs.ownerEpoch != last.Epoch
-	if readOpened {
+	p.readOpened = p.full || last == nil || rs.ownerEpoch != last.Epoch
+	if p.readOpened {
 		var err error
 		if last, changed, err = f.readerOpened(ctx, activity); err != nil {
-			return err
+			return nil, err
 		}
 		if last == nil || rs.ownerEpoch != last.Epoch {
-			return f.takeoverInProgress(ctx)
+			return nil, f.takeoverInProgress(ctx)
 		}
 	}
-	full = full || changed // a takeover sealed logs and may admit others
-	start := time.Now()
-	if err := f.listTrashIfDue(ctx, full, activity); err != nil {
+	p.last = last
+	p.full = p.full || changed // a takeover sealed logs and may admit others
+	p.start = time.Now()
+	return p, nil
+}
+
+// listKnownLogTails is step 1: the logs the view has, from their last
+// known object on (none at a full refresh: they are all listed anew).
+func (f *Reader) listKnownLogTails(ctx context.Context, p *refreshPass) error {
+	p.logs = map[string]*file{}
+	if p.full {
+		return nil
+	}
+	var names []string
+	for name, of := range p.old {
+		if of.kind == layout.KindLog && !p.trashed[layout.VersionRef{Name: name, Epoch: of.epoch}] {
+			names = append(names, name)
+		}
+	}
+	tails := make([]*file, len(names))
+	if err := parallel(ctx, len(names), openParallelism, func(ctx context.Context, i int) (err error) {
+		tails[i], err = f.listTail(ctx, names[i], p.old[names[i]], p.activity)
+		return err
+	}); err != nil {
 		return err
 	}
-	trashed := rs.trashed
-	f.mu.Lock()
-	old := f.files
-	f.mu.Unlock()
-
-	// 1. The logs the view has, from their last known object on.
-	logs := map[string]*file{}
-	if !full {
-		var names []string
-		for name, of := range old {
-			if of.kind == layout.KindLog && !trashed[layout.VersionRef{Name: name, Epoch: of.epoch}] {
-				names = append(names, name)
-			}
-		}
-		tails := make([]*file, len(names))
-		if err := parallel(ctx, len(names), openParallelism, func(ctx context.Context, i int) (err error) {
-			tails[i], err = f.listTail(ctx, names[i], old[names[i]], activity)
-			return err
-		}); err != nil {
-			return err
-		}
-		for i, st := range tails {
-			logs[names[i]] = st
-		}
+	for i, st := range tails {
+		p.logs[names[i]] = st
 	}
+	return nil
+}
 
-	// 2. The top level: tables, objects, new logs, CURRENT's etag.
-	top, err := f.readerList(ctx, "", true, activity)
+// listTopLevel is step 2: the top level (tables, objects, new logs,
+// CURRENT's etag). It drops the logs deleted from the store and notes the
+// log names new to the view.
+func (f *Reader) listTopLevel(ctx context.Context, p *refreshPass) error {
+	top, err := f.readerList(ctx, "", true, p.activity)
 	if err != nil {
 		return err
 	}
+	p.top = top
 	// A log name with a trashed version that the view does not have is a
 	// deleted log waiting out its grace: not listed again until the next
 	// full refresh.
 	trashedNames := map[string]bool{}
-	for r := range trashed {
+	for r := range p.trashed {
 		trashedNames[r.Name] = true
 	}
 	present := map[string]bool{}
-	var newLogs []string
-	currentTag, currentListed := "", false
-	if err := f.refuseLegacyDirs(ctx, top, activity); err != nil {
+	if err := f.refuseLegacyDirs(ctx, top, p.activity); err != nil {
 		return err
 	}
 	for _, o := range top {
@@ -130,42 +214,50 @@ func (f *Reader) refresh(ctx context.Context, activity Activity, prefetch bool) 
 				continue // RocksDB opens without them (a compaction worker)
 			}
 			present[name] = true
-			if _, ok := logs[name]; !ok && (full || !trashedNames[name]) {
-				newLogs = append(newLogs, name)
+			if _, ok := p.logs[name]; !ok && (p.full || !trashedNames[name]) {
+				p.newLogs = append(p.newLogs, name)
 			}
 		} else if o.Key == layout.CurrentKey {
-			currentTag, currentListed = o.ETag, true
+			p.currentTag, p.currentListed = o.ETag, true
 		}
 	}
-	for name := range logs {
+	for name := range p.logs {
 		if !present[name] {
-			delete(logs, name) // deleted from the store
+			delete(p.logs, name) // deleted from the store
 		}
 	}
+	return nil
+}
 
-	// 3. Logs new to the view.
-	manifestAfterTop := false
-	found := make([]*file, len(newLogs))
-	if err := parallel(ctx, len(newLogs), openParallelism, func(ctx context.Context, i int) (err error) {
-		found[i], err = f.listLog(ctx, newLogs[i], trashed, last, full, activity)
+// listNewLogs is step 3: the logs new to the view, each its live version.
+func (f *Reader) listNewLogs(ctx context.Context, p *refreshPass) error {
+	found := make([]*file, len(p.newLogs))
+	if err := parallel(ctx, len(p.newLogs), openParallelism, func(ctx context.Context, i int) (err error) {
+		found[i], err = f.listLog(ctx, p.newLogs[i], p.trashed, p.last, p.full, p.activity)
 		return err
 	}); err != nil {
 		return err
 	}
 	for i, st := range found {
 		if st != nil {
-			logs[newLogs[i]] = st
-			manifestAfterTop = manifestAfterTop || isManifest(newLogs[i])
+			p.logs[p.newLogs[i]] = st
+			p.manifestAfterTop = p.manifestAfterTop || isManifest(p.newLogs[i])
 		}
 	}
+	return nil
+}
 
-	// 4. CURRENT, when it changed, and the MANIFEST it names.
-	current, tag := f.current, rs.currentTag
-	if currentListed && (full || current == nil || currentTag != rs.currentTag) {
+// readCurrentAndManifest is step 4: CURRENT, when it changed, and the
+// MANIFEST it names, which is always in the view (errManifestGone when it
+// is already gone: Refresh tries again).
+func (f *Reader) readCurrentAndManifest(ctx context.Context, p *refreshPass) error {
+	rs := &f.rs
+	p.current, p.tag = f.current, rs.currentTag
+	if p.currentListed && (p.full || p.current == nil || p.currentTag != rs.currentTag) {
 		var b []byte
 		var info objstore.ObjectInfo
 		err := f.background().do(ctx, func(ctx context.Context) (err error) {
-			b, info, err = f.get(ctx, layout.CurrentKey, "CURRENT", activity)
+			b, info, err = f.get(ctx, layout.CurrentKey, "CURRENT", p.activity)
 			return err
 		})
 		switch {
@@ -173,33 +265,55 @@ func (f *Reader) refresh(ctx context.Context, activity Activity, prefetch bool) 
 		case err != nil:
 			return fmt.Errorf("read CURRENT: %w", err)
 		default:
-			current, tag = layout.CurrentContent(b), info.ETag
+			p.current, p.tag = layout.CurrentContent(b), info.ETag
 		}
 	}
-	if m := manifestOf(current); m != "" && logs[m] == nil {
+	if m := manifestOf(p.current); m != "" && p.logs[m] == nil {
 		// Created after the listing above (it rolled over meanwhile).
-		st, err := f.listLog(ctx, m, trashed, last, full, activity)
+		st, err := f.listLog(ctx, m, p.trashed, p.last, p.full, p.activity)
 		if err != nil {
 			return err
 		}
 		if st == nil {
 			return fmt.Errorf("%s: %w", m, errManifestGone)
 		}
-		logs[m] = st
-		manifestAfterTop = true
+		p.logs[m] = st
+		p.manifestAfterTop = true
 	}
+	return nil
+}
 
-	// 5. Tables: listed after every MANIFEST listing, so the view holds
-	// every table the MANIFEST bytes RocksDB reads name.
-	if manifestAfterTop {
-		if top, err = f.readerList(ctx, "", true, activity); err != nil {
-			return err
+// listTablesAfterManifest is step 5: the files of the new view. Tables
+// are listed after every MANIFEST listing (the top level again when a
+// MANIFEST was listed after it), so the view holds every table the
+// MANIFEST bytes RocksDB reads name.
+func (f *Reader) listTablesAfterManifest(ctx context.Context, p *refreshPass) (map[string]*file, error) {
+	if p.manifestAfterTop {
+		top, err := f.readerList(ctx, "", true, p.activity)
+		if err != nil {
+			return nil, err
 		}
+		p.top = top
 	}
 	files := map[string]*file{}
-	for name, st := range logs {
+	for name, st := range p.logs {
 		files[name] = st
 	}
+	addListedObjects(files, p.top, p.trashed)
+	// Cold tables too, also listed after every MANIFEST listing.
+	if err := f.listColdTables(ctx, files, p.trashed); err != nil {
+		return nil, err
+	}
+	if p.current != nil {
+		files["CURRENT"] = &file{kind: layout.KindCurrent, size: int64(len(p.current))}
+	}
+	return files, nil
+}
+
+// addListedObjects adds to files the live version of each object of the
+// top-level listing top (tables and other objects), where it is newer than
+// what files has.
+func addListedObjects(files map[string]*file, top []objstore.ObjectInfo, trashed map[layout.VersionRef]bool) {
 	for _, o := range top {
 		name, e, ok := layout.ParseObjectKey(o.Key)
 		if !ok || trashed[layout.VersionRef{Name: name, Epoch: e}] {
@@ -209,37 +323,24 @@ func (f *Reader) refresh(ctx context.Context, activity Activity, prefetch bool) 
 			files[name] = &file{kind: layout.KindOf(name), epoch: e, size: o.Size}
 		}
 	}
-	// Cold tables too, also listed after every MANIFEST listing.
-	if err := f.listColdTables(ctx, files, trashed); err != nil {
-		return err
-	}
-	if current != nil {
-		files["CURRENT"] = &file{kind: layout.KindCurrent, size: int64(len(current))}
-	}
+}
 
-	// The closing read: the view is durable only if no newer owner had
-	// raised the owner record when the listings ended. Then any later
-	// owner lists the store after this read, so after every segment seen
-	// here, and seals each log after them: all of it is in its database.
-	// A segment listed while a new owner was taking over may be one the
-	// old owner stored in a log created after that owner's listing (never
-	// acknowledged, never replayed): not served, not even for a moment.
+// readOwnerAfterListings is the closing read, into rs.ownerEpoch: the
+// view is durable only if no newer owner had raised the owner record when
+// the listings ended. Then any later owner lists the store after this
+// read, so after every segment seen here, and seals each log after them:
+// all of it is in its database. A segment listed while a new owner was
+// taking over may be one the old owner stored in a log created after that
+// owner's listing (never acknowledged, never replayed): not served, not
+// even for a moment.
+func (f *Reader) readOwnerAfterListings(ctx context.Context, p *refreshPass) error {
 	if err := f.background().do(ctx, func(ctx context.Context) (err error) {
-		rs.ownerEpoch, err = f.ownerEpoch(ctx, activity)
+		f.rs.ownerEpoch, err = f.ownerEpoch(ctx, p.activity)
 		return err
 	}); err != nil {
 		return fmt.Errorf("read %s: %w", layout.OwnerKey, err)
 	}
-	if rs.ownerEpoch != last.Epoch {
-		if !readOpened {
-			// A newer owner since the last refresh: list everything
-			// again under its record, if it has written one.
-			rs.full = true
-			return f.refresh(ctx, activity, prefetch)
-		}
-		return f.takeoverInProgress(ctx)
-	}
-	return f.install(ctx, old, files, nil, current, tag, full, start, false, activity, prefetch)
+	return nil
 }
 
 // takeoverInProgress keeps the reader's view (no new bytes are served)
@@ -254,94 +355,6 @@ func (f *Reader) takeoverInProgress(ctx context.Context) error {
 		}
 	}
 	return ErrTakeoverInProgress
-}
-
-// install makes files (with CURRENT's content current and etag tag) the
-// view: versions the old view had keep their state and local copies, logs
-// grow in place, logs new to it get their bytes in fresh as local copies
-// (or lose stale ones, to be fetched), tables that left are retired, the
-// lease is published, and with prefetch the logs RocksDB will read are
-// brought local.
-func (f *Reader) install(ctx context.Context, old, files map[string]*file, fresh map[string][]byte, current []byte, tag string, full bool, start time.Time, manifestGrew bool, activity Activity, prefetch bool) error {
-	rs := &f.rs
-	for name, nf := range files {
-		of := old[name]
-		if isManifest(name) && (of == nil || of.epoch != nf.epoch || nf.size > of.size) {
-			manifestGrew = true
-		}
-		switch {
-		case of == nil && nf.kind == layout.KindLog:
-			if b, ok := fresh[name]; ok {
-				if err := writeFileAtomic(f.localPath(name), b); err != nil {
-					return err
-				}
-			} else {
-				os.Remove(f.localPath(name)) // a stale copy: fetched again
-			}
-		case of == nil:
-		case nf.kind == layout.KindLog && of.epoch == nf.epoch:
-			if nf != of {
-				if err := f.extendLog(ctx, name, of, nf, activity); err != nil {
-					return err
-				}
-			}
-			files[name] = of
-		case nf.kind == layout.KindLog:
-			// Another epoch's version of the name (rare: a log a deposed
-			// owner created): the local copy is of the wrong one.
-			os.Remove(f.localPath(name))
-		case nf.kind == layout.KindTable && of.epoch == nf.epoch:
-			files[name] = of
-		}
-	}
-
-	now := time.Now()
-	f.mu.Lock()
-	if f.retired == nil {
-		f.retired = map[string]retiredFile{}
-	}
-	for name, of := range old {
-		if _, ok := files[name]; !ok && of.kind == layout.KindTable {
-			f.retired[name] = retiredFile{file: of, since: now}
-		}
-	}
-	for name, r := range f.retired {
-		if _, live := files[name]; live || now.Sub(r.since) > f.cfg.ReaderTTL {
-			delete(f.retired, name)
-		}
-	}
-	f.files = files
-	f.mu.Unlock()
-	for name, of := range old {
-		if of.kind == layout.KindLog && files[name] == nil {
-			// Gone from the store's view (flushed, trashed): RocksDB may
-			// still hold it open, which unlinking does not disturb.
-			os.Remove(f.localPath(name))
-		}
-	}
-	if full {
-		rs.fullAt = start
-	}
-	if manifestGrew && !full {
-		rs.trashSoon = 2
-	}
-	rs.full = false
-	rs.currentTag = tag
-	if current != nil && !bytes.Equal(current, f.current) {
-		f.current = current
-		if err := f.writeCurrent(); err != nil {
-			return err
-		}
-	}
-	// Published before RocksDB catches up to the new view (and before the
-	// new logs are fetched), so the owner never deletes a file it uses.
-	if err := f.publishLease(ctx); err != nil {
-		return err
-	}
-	if prefetch {
-		return f.bringLogsLocal(ctx, activity)
-	}
-	return nil
 }
 
 // listTrashIfDue lists the trash markers when the view's knowledge of them

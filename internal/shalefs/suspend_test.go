@@ -18,7 +18,7 @@ import (
 // Leases on a clock that stops (issue 22, item 3): Go's monotonic clock
 // does not advance while the machine is suspended, so an owner resumed
 // after a long suspension took its last confirmation for a recent one.
-// Each test suspends an owner with a jumpClock (clock_test.go): the time
+// Each test suspends an owner with a jumpClock (core_clock_test.go): the time
 // its clock says passed at once, as CLOCK_BOOTTIME does on resume.
 
 // waitOwnerRecord waits until _shale/owner announces epoch.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -259,5 +260,89 @@ func TestRangeCacheKeysIncludeVersion(t *testing.T) {
 	}
 	if !bytes.Equal(buf[:n], newer[:len(buf)]) {
 		t.Fatalf("read %q..., want the new version's bytes", buf[:24])
+	}
+}
+
+func dirTableBytes(t *testing.T, dir string) (n int64) {
+	t.Helper()
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if layout.KindOf(e.Name()) == layout.KindTable {
+			fi, err := e.Info()
+			if err == nil {
+				n += fi.Size()
+			}
+		}
+	}
+	return n
+}
+
+// With a cache budget far below the data, tables are read from the store
+// range by range and the cache directory stays within the budget.
+func TestBoundedCacheReadsRemotely(t *testing.T) {
+	store, err := objstore.OpenFile(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c1 := filepath.Join(t.TempDir(), "c1")
+	f1 := openFS(t, store, 1, c1)
+	d1 := openDB(t, f1, c1)
+	val := strings.Repeat("x", 1000)
+	for i := 0; i < 4000; i++ {
+		d1.Put([]byte(fmt.Sprintf("k%05d", i)), []byte(fmt.Sprintf("%s%d", val, i)), false)
+		if i%1000 == 999 {
+			if err := d1.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	d1.Close()
+	f1.Stop()
+
+	const budget = 64 << 10
+	var gets, getBytes atomic.Int64
+	c2 := filepath.Join(t.TempDir(), "c2")
+	f2, err := Open(ctx, Config{Store: store, CacheDir: c2, Epoch: 2, Lease: 50 * time.Millisecond, CacheBytes: budget,
+		Observe: func(r Request) {
+			if r.Op == "get" && r.FileType == "sst" {
+				gets.Add(1)
+				getBytes.Add(r.Bytes)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Stop()
+	d2 := openDB(t, f2, c2)
+	defer d2.Close()
+	f2.Serving()
+	for i := 0; i < 4000; i += 7 {
+		v, ok, err := d2.Get([]byte(fmt.Sprintf("k%05d", i)))
+		if err != nil || !ok || string(v) != fmt.Sprintf("%s%d", val, i) {
+			t.Fatalf("k%05d: %v %v", i, ok, err)
+		}
+	}
+	if n := dirTableBytes(t, c2); n > budget {
+		t.Fatalf("cache holds %d bytes of tables, budget %d", n, budget)
+	}
+	if gets.Load() == 0 {
+		t.Fatal("no ranged reads from the store")
+	}
+	s, _ := d2.Stats()
+	t.Logf("%d tables (%d bytes) read with %d ranged GETs (%d bytes); cache %d bytes", s.SSTFiles, s.LiveSSTBytes, gets.Load(), getBytes.Load(), dirTableBytes(t, c2))
+
+	// A compaction reads every table from the store and writes a new one
+	// that the budget cannot hold: it is uploaded and evicted.
+	if err := d2.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4000; i += 13 {
+		if v, ok, _ := d2.Get([]byte(fmt.Sprintf("k%05d", i))); !ok || string(v) != fmt.Sprintf("%s%d", val, i) {
+			t.Fatalf("k%05d after compaction: %v", i, ok)
+		}
+	}
+	if n := dirTableBytes(t, c2); n > budget {
+		t.Fatalf("after compaction the cache holds %d bytes of tables, budget %d", n, budget)
 	}
 }
