@@ -262,7 +262,7 @@ func TestCancelledOpenAndCompact(t *testing.T) {
 }
 
 // TestParseCompactionResult: a result parses only if RocksDB would read it
-// (WaitForCompleteV2's success followed by an unreadable result is a
+// (Wait's success followed by an unreadable result is a
 // background error), with its status, outputs and their metadata.
 func TestParseCompactionResult(t *testing.T) {
 	const file = "{{file_name=3030303031372E737374;smallest_seqno=1;largest_seqno=9;smallest_internal_key=6B310101000000000000;" +
