@@ -11,7 +11,14 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 # Go from its usual install location, for shells whose PATH lacks it.
 export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
-.PHONY: help deps build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable dev generate lint clean
+# RocksDB is built once per machine from Debian's source package as a static
+# library (hack/rocksdb.sh, run by `make deps`); every cgo build compiles
+# against its headers and links its librocksdb.a, so binaries carry RocksDB.
+export CGO_CFLAGS := $(shell hack/rocksdb.sh --cflags)
+export CGO_CXXFLAGS := $(CGO_CFLAGS)
+export CGO_LDFLAGS := $(shell hack/rocksdb.sh --ldflags)
+
+.PHONY: help deps rocksdb rocksdb-tools build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -30,7 +37,13 @@ help: ## list targets
 deps: ## install every build and test dependency (apt, Go tools, MinIO)
 	hack/install-deps.sh
 
-build: ## build bin/shale and bin/shale-operator
+rocksdb: ## build RocksDB (the version in hack/versions.env, static) into the cache if missing (part of deps; ~15 min the first time on 2 cores)
+	hack/rocksdb.sh
+
+rocksdb-tools: ## also build db_bench, ldb and sst_dump from the same RocksDB tree (the benchmarks that need them do this themselves)
+	hack/rocksdb.sh tools
+
+build: rocksdb ## build bin/shale and bin/shale-operator
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale ./cmd/shale
 	CGO_ENABLED=0 go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale-operator ./cmd/shale-operator
 

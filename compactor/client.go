@@ -38,8 +38,8 @@ type ClientConfig struct {
 	// (default 10m; one LIST each time, plus deletes).
 	SweepEvery time.Duration
 	// KeepLocal, when set, names compactions to run locally without
-	// asking (by output level): with tiering on, 7.8.3 installs every
-	// remote output in the output level, so compactions into the last
+	// asking (by output level): with tiering on, RocksDB (9.11 as 7.8.3)
+	// installs every remote output in the output level, so compactions into the last
 	// level, which split data per key between hot and cold, stay local.
 	KeepLocal func(outputLevel int32) bool
 	// Security is how the primary reaches the scheduler: with TLS files,
@@ -68,8 +68,8 @@ var reasons = []string{ReasonUnavailable, ReasonLost, ReasonQueue, ReasonTimeout
 
 // Client is a primary's rocksshim.CompactionService: it submits each
 // compaction to the scheduler and waits for a worker to run it. Any
-// trouble makes RocksDB compact locally (never a failure: RocksDB 7.8.3
-// stops writes after a failed remote compaction), and is counted.
+// trouble makes RocksDB compact locally (never a failure: RocksDB 9.11, as
+// 7.8.3, stops writes after a failed remote compaction), and is counted.
 type Client struct {
 	cfg    ClientConfig
 	fs     *shalefs.Owner
@@ -497,7 +497,7 @@ func (c *Client) outputFacts(ctx context.Context, job string, attempt uint32, fi
 				errs[i] = err
 				return
 			}
-			o := outputFacts{name: f.Name, smallest: f.SmallestKey, largest: f.LargestKey, smallestSeqno: f.SmallestSeqno, largestSeqno: f.LargestSeqno, resultID: f.UniqueID, props: props}
+			o := outputFacts{name: f.Name, smallest: f.SmallestKey, largest: f.LargestKey, smallestSeqno: f.SmallestSeqno, largestSeqno: f.LargestSeqno, epoch: f.EpochNumber, resultID: f.UniqueID, props: props}
 			o.tableID, o.tableIDErr = rocksshim.TableUniqueID(props.DBID, props.SessionID, props.OrigFileNumber)
 			outs[i] = o
 		}()

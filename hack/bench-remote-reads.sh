@@ -47,13 +47,14 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=hack/benchlib.sh
 source "$repo/hack/benchlib.sh"
+rocksdb_env
 half=$(python3 -c "
 import re,sys; m=re.fullmatch(r'(\d+)(KiB|MiB|GiB)?','$CACHE'); n=int(m[1])*{None:1,'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}[m[2]]; print(n//2)")
 
 go build -o "$work/new/shale" "$repo/cmd/shale"
 mkdir -p "$work/base-src"
 git -C "$repo" archive "$BASE" | tar -x -C "$work/base-src"
-(cd "$work/base-src" && go build -o "$work/base/shale" ./cmd/shale)
+base_build "$work/base-src" "$work/base/shale" ./cmd/shale
 shale=$work/new/shale
 
 bench_minio

@@ -16,6 +16,9 @@
 #   SECONDARY_ARGS='-poll 250ms -threads 8' more flags (secondarybench -h)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/benchlib.sh
+source "$repo/hack/benchlib.sh"
+rocksdb_env
 work=$(mktemp -d "${TMPDIR:-/tmp}/shale-secondary.XXXXXX")
 minio_pid=
 cleanup() {

@@ -111,7 +111,7 @@ const DefaultGroupCommitWindow = 2 * time.Millisecond
 func (t Tuning) Validate() error {
 	switch {
 	case t.UnorderedWrite && t.PipelinedWrite:
-		// RocksDB 7.8.3 rejects this pair when the database opens
+		// RocksDB (7.8.3 as 9.11) rejects this pair when the database opens
 		// (ValidateOptions) and on every write (WriteImpl).
 		return errors.New("--unordered-write and --pipelined-write cannot be combined (RocksDB refuses it: pipelined writes keep the write order that unordered writes give up); choose one")
 	case t.DataBlockHashRatio < 0 || t.DataBlockHashRatio > 1:

@@ -8,7 +8,7 @@ import (
 	"github.com/shale-rocks/shale/internal/rocksshim"
 )
 
-// Tiering (docs/tiering.md). RocksDB 7.8.3 with leveled compaction marks
+// Tiering (docs/tiering.md). RocksDB with leveled compaction marks
 // last-level tables cold and, with preclude_last_level_data_seconds, keeps
 // keys younger than ColdAfter out of the last level: a compaction into the
 // last level writes old keys to cold tables there and recent keys to hot
@@ -98,7 +98,8 @@ func pruneSamples(samples []seqSample, now time.Time, coldAfter time.Duration) [
 // Only the penultimate level: a compaction that starts there cannot
 // overlap the penultimate-level output of a running compaction without
 // sharing an input with it (CompactFiles then refuses), which 7.8.3's
-// CompactFiles does not check by itself (fixed upstream in #12628).
+// CompactFiles did not check by itself (fixed upstream in #12628, which
+// 9.11 has; the restriction is kept until it is re-measured).
 // Tables above it reach it through RocksDB's own compactions.
 func pickAgeOut(files []rocksshim.LiveFile, lastLevel int, cutoff uint64, now time.Time, minAge time.Duration, limit int) []string {
 	var cands []rocksshim.LiveFile
@@ -129,7 +130,7 @@ func pickAgeOut(files []rocksshim.LiveFile, lastLevel int, cutoff uint64, now ti
 
 // ageOutBackoff is how long the pass rests after one that compacted
 // tables: not at all if some of it went to the last level, else twice as
-// long as the last rest, from one tick up to coldAfter. RocksDB 7.8.3 ages
+// long as the last rest, from one tick up to coldAfter. RocksDB ages
 // keys by (sequence number, time) samples stored in the tables, which can
 // trail Shale's own samples: while the database is idle the last sample's
 // time keeps moving forward, and a table flushed right after its writes
@@ -144,10 +145,12 @@ func ageOutBackoff(prev, tick, coldAfter time.Duration, moved bool) time.Duratio
 }
 
 // KeepCompactionLocal tells a CompactionService to run a compaction
-// locally: RocksDB 7.8.3 installs every output of a remote compaction in
-// its output level, so a compaction into the last level with per-key
-// placement on (its recent keys go to the level above) must not run
-// remotely; upstream fixed this in 10.1. numLevels counts levels (7 by
+// locally: RocksDB 9.11, as 7.8.3, installs every output of a remote
+// compaction in its output level (compaction_service_job.cc adds each
+// result file to SubcompactionState::Current(), the output level's
+// outputs; CompactionServiceOutputFile carries no level), so a compaction
+// into the last level with per-key placement on (its recent keys go to the
+// level above) must not run remotely; upstream fixed this in 10.1. numLevels counts levels (7 by
 // default) and outputLevel is the compaction's output level.
 func KeepCompactionLocal(outputLevel, numLevels int, coldAfter time.Duration) bool {
 	return coldAfter > 0 && outputLevel == numLevels-1

@@ -22,7 +22,7 @@ import (
 // MANIFEST.
 type Temperature uint8
 
-// RocksDB 7.8.3's values (include/rocksdb/types.h).
+// RocksDB's values (include/rocksdb/types.h, unchanged from 7.8.3 to 9.11).
 const (
 	TemperatureUnknown Temperature = 0x00
 	TemperatureHot     Temperature = 0x04
