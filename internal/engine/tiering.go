@@ -105,8 +105,10 @@ func pruneSamples(samples []seqSample, now time.Time, coldAfter time.Duration) [
 // overlap the penultimate-level output of a running compaction without
 // sharing an input with it (CompactFiles then refuses), which 7.8.3's
 // CompactFiles did not check by itself (fixed upstream in #12628, which
-// 9.11 has; the restriction is kept until it is re-measured).
-// Tables above it reach it through RocksDB's own compactions.
+// 9.11 has). The restriction stays for another reason: tables above it
+// reach it through RocksDB's own compactions, which the pass would
+// otherwise compete with for L0-L4 tables (docs/tiering.md, "What RocksDB
+// 9.11 changed").
 func pickAgeOut(files []rocksshim.LiveFile, lastLevel int, cutoff uint64, now time.Time, minAge time.Duration, limit int) []string {
 	var cands []rocksshim.LiveFile
 	for _, f := range files {
