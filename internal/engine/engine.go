@@ -168,7 +168,7 @@ type DB struct {
 	lockFile *os.File // flock on <dir>/LOCK, held while open
 	fs       *rocksshim.FileSystem
 	cs       *rocksshim.CompactionAttachment
-	tier     *ageOut // nil without tiering
+	tier     *ageOut // nil on a secondary
 }
 
 // Open opens the database in dir, creating it (and missing parent
@@ -295,7 +295,8 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.wSync.SetSync(true)
 	d.wNoSync = grocksdb.NewDefaultWriteOptions()
 	d.ro = d.newReadOptions()
-	if o.ColdAfter > 0 && o.SecondaryDir == "" {
+	if o.SecondaryDir == "" {
+		// Also without tiering: SetColdAfter may turn it on.
 		d.startAgeOut(o.ColdAfter)
 	}
 	return d, nil
