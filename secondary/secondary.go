@@ -290,7 +290,7 @@ func (s *Server) followApplied() {
 	defer s.wg.Done()
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
-	last := s.db.LatestSequence()
+	var last uint64 // 0: what it opened with is reported too
 	for {
 		select {
 		case <-s.stop:
