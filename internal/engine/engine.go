@@ -53,6 +53,11 @@ type Options struct {
 	// (DB::OpenAsSecondary) that keeps its own files there; it follows the
 	// primary with TryCatchUp.
 	SecondaryDir string
+	// FollowerRefresh, with SecondaryDir, opens a follower instead
+	// (DB::OpenAsFollower, RocksDB 9.x, experimental): its own thread
+	// tails the MANIFEST this often, and it never reads a WAL, so it
+	// applies flushed writes only (docs/secondary.md, "Followers").
+	FollowerRefresh time.Duration
 	// Tuning is the RocksDB features a user may turn on per database
 	// (docs/performance.md measures each).
 	Tuning Tuning
@@ -281,7 +286,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 		// A secondary keeps every table open (RocksDB requires it) and
 		// writes only its info log, to its own directory.
 		d.opts.SetMaxOpenFiles(-1)
-		if err = os.MkdirAll(o.SecondaryDir, 0o755); err == nil {
+		if err = os.MkdirAll(o.SecondaryDir, 0o755); err == nil && o.FollowerRefresh > 0 {
+			d.db, err = rocksshim.OpenFollower(d.opts, dir, o.SecondaryDir, o.FollowerRefresh)
+		} else if err == nil {
 			d.db, err = grocksdb.OpenDbAsSecondary(d.opts, dir, o.SecondaryDir)
 		}
 	} else {

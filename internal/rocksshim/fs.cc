@@ -260,6 +260,7 @@ class ShaleFS : public FileSystemWrapper {
   IOStatus NewRandomAccessFile(const std::string& f, const FileOptions& fo,
                                std::unique_ptr<FSRandomAccessFile>* r, IODebugContext* dbg) override {
     std::string name;
+    if (Alias(f, &name)) return NewRandomAccessFile(dir_ + "/" + name, fo, r, dbg);
     if (!Managed(f, &name) || !IsTable(name)) {
       IOStatus s = EnsureLocal(f, fo.io_options, dbg);
       if (!s.ok()) return s;
@@ -348,6 +349,7 @@ class ShaleFS : public FileSystemWrapper {
 
   IOStatus FileExists(const std::string& f, const IOOptions& io, IODebugContext* dbg) override {
     std::string name;
+    if (Alias(f, &name)) return IOStatus::OK();
     if (!Managed(f, &name)) return target()->FileExists(f, io, dbg);
     uint64_t size;
     if (shaleFSStat(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), &size))
@@ -358,6 +360,7 @@ class ShaleFS : public FileSystemWrapper {
   IOStatus GetFileSize(const std::string& f, const IOOptions& io, uint64_t* size,
                        IODebugContext* dbg) override {
     std::string name;
+    if (Alias(f, &name)) return GetFileSize(dir_ + "/" + name, io, size, dbg);
     if (!Managed(f, &name)) return target()->GetFileSize(f, io, size, dbg);
     if (shaleFSStat(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), size))
       return IOStatus::OK();
@@ -378,7 +381,11 @@ class ShaleFS : public FileSystemWrapper {
                        IODebugContext* dbg) override {
     std::string d = dir;
     while (d.size() > 1 && d.back() == '/') d.pop_back();
-    if (d != dir_) return target()->GetChildren(dir, io, r, dbg);
+    if (d != dir_) {
+      IOStatus s = target()->GetChildren(dir, io, r, dbg);
+      if (s.ok()) AliasesIn(d, r);
+      return s;
+    }
     std::vector<std::string> local;
     IOStatus s = target()->GetChildren(dir, io, &local, dbg);
     if (!s.ok()) return s;
@@ -408,6 +415,7 @@ class ShaleFS : public FileSystemWrapper {
 
   IOStatus DeleteFile(const std::string& f, const IOOptions& io, IODebugContext* dbg) override {
     std::string name;
+    if (Unalias(f)) return IOStatus::OK();  // a follower's link: the store's file stays
     if (!Managed(f, &name)) return target()->DeleteFile(f, io, dbg);
     IOStatus s = Event(kDelete, name, "", 0, CurrentActivity());
     if (!s.ok()) return s;
@@ -432,15 +440,58 @@ class ShaleFS : public FileSystemWrapper {
     return target()->RenameFile(src, dst, io, dbg);
   }
 
+  // A follower (DB::OpenAsFollower, RocksDB 9.x) links each table of the
+  // leader's directory into its own (env/fs_on_demand.cc) so that the
+  // leader deleting it does not pull it from under the follower. Here the
+  // link is a name: the follower's path reads the same file of the view
+  // (locally cached or from the store), and the reader's lease, not the
+  // link, keeps the store's object while it is read. Deleting the link
+  // forgets the name only.
   IOStatus LinkFile(const std::string& src, const std::string& dst, const IOOptions& io,
                     IODebugContext* dbg) override {
-    std::string name;
+    std::string name, dname;
+    if (Managed(src, &name) && IsTable(name) && !Managed(dst, &dname)) {
+      std::string ddir, dbase;
+      if (!InDir(dst, &ddir, &dbase) || dbase != name)
+        return IOStatus::NotSupported("Shale FileSystem links a table only under its own name: " + dst);
+      uint64_t size;
+      if (!shaleFSStat(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), &size))
+        return IOStatus::PathNotFound(src);
+      std::lock_guard<std::mutex> l(alias_mu_);
+      aliases_[ddir + "/" + dbase] = name;
+      return IOStatus::OK();
+    }
     if (Managed(src, &name) || Managed(dst, &name))
       return IOStatus::NotSupported("Shale FileSystem cannot hard-link " + name);
     return target()->LinkFile(src, dst, io, dbg);
   }
 
  private:
+  // Alias reports whether f is a follower's link to a table, and its name.
+  bool Alias(const std::string& f, std::string* name) {
+    std::string dir, base;
+    if (!InDir(f, &dir, &base)) return false;
+    std::lock_guard<std::mutex> l(alias_mu_);
+    auto it = aliases_.find(dir + "/" + base);
+    if (it == aliases_.end()) return false;
+    *name = it->second;
+    return true;
+  }
+  bool Unalias(const std::string& f) {
+    std::string dir, base;
+    if (!InDir(f, &dir, &base)) return false;
+    std::lock_guard<std::mutex> l(alias_mu_);
+    return aliases_.erase(dir + "/" + base) > 0;
+  }
+  void AliasesIn(const std::string& dir, std::vector<std::string>* r) {
+    std::lock_guard<std::mutex> l(alias_mu_);
+    for (auto& a : aliases_) {
+      if (a.first.size() > dir.size() && a.first.compare(0, dir.size(), dir) == 0 &&
+          a.first[dir.size()] == '/' && a.first.find('/', dir.size() + 1) == std::string::npos)
+        r->push_back(a.second);
+    }
+  }
+
   static bool InDir(const std::string& f, std::string* dir, std::string* base) {
     size_t slash = f.find_last_of('/');
     if (slash == std::string::npos) return false;
@@ -454,6 +505,9 @@ class ShaleFS : public FileSystemWrapper {
   std::string dir_;
   std::mutex open_mu_;
   std::unordered_map<std::string, std::unordered_set<ShaleRandomAccessFile*>> open_;
+  // A follower's links: its path (directory/name) -> the table's name.
+  std::mutex alias_mu_;
+  std::unordered_map<std::string, std::string> aliases_;
 };
 
 ShaleRandomAccessFile::ShaleRandomAccessFile(ShaleFS* fs, std::string name,
