@@ -24,7 +24,10 @@ import (
 type ClientConfig struct {
 	Scheduler string // the scheduler's gRPC address
 	// DB is the database's store URL, as workers open it.
-	DB       string
+	DB string
+	// ColdDB is the database's cold tier's URL ("": none): workers read
+	// the job's cold input tables there (docs/tiering.md).
+	ColdDB   string
 	Priority uint32 // 1-100 (0: DefaultPriority)
 	// StartTimeout bounds the submission (default 5s).
 	StartTimeout time.Duration
@@ -234,6 +237,16 @@ func (c *Client) Fallbacks() map[string]float64 {
 	return out
 }
 
+// KeptLocal returns how many compactions ran locally without asking
+// (ClientConfig.KeepLocal).
+func (c *Client) KeptLocal() float64 { return c.jobCount("kept_local") }
+
+func (c *Client) jobCount(outcome string) float64 {
+	var m dto.Metric
+	c.jobs.WithLabelValues(outcome).Write(&m)
+	return m.GetCounter().GetValue()
+}
+
 // fallback counts a compaction that runs locally, and tells RocksDB so.
 func (c *Client) fallback(reason, job string, err error) rocksshim.CompactionStatus {
 	c.fallbacks.WithLabelValues(reason).Inc()
@@ -326,7 +339,7 @@ func (c *Client) Start(job rocksshim.CompactionJob) rocksshim.CompactionStatus {
 	go func() {
 		stream, err := c.client.Compact(ctx, &compactorv1.CompactRequest{
 			Db: c.cfg.DB, Priority: c.cfg.Priority, JobId: id, Input: job.Input, TableOptions: job.TableOptions,
-			InputFiles: files, InputBytes: inputBytes, OutputLevel: outLevel, Fallbacks: report,
+			InputFiles: files, InputBytes: inputBytes, OutputLevel: outLevel, Fallbacks: report, ColdDb: c.cfg.ColdDB,
 		})
 		if err == nil {
 			var ev *compactorv1.CompactEvent

@@ -203,6 +203,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.CompactionMode == "remote" {
 		cc := cfg.Compaction
 		cc.DB, cc.Logger, cc.Registerer = u.String(), cfg.Logger, reg
+		if cold != nil {
+			cc.ColdDB = cold.URL()
+		}
 		// The primary is the scheduler's client with its own certificate,
 		// which names the database it may submit compactions for.
 		if cfg.Security.TLS.Enabled() {
