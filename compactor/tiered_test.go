@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	"github.com/shale-rocks/shale/compactor"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvserver"
+	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/shalefs"
 	"github.com/shale-rocks/shale/secondary"
 )
@@ -34,7 +37,19 @@ func TestRemoteCompactionOnTieredDB(t *testing.T) {
 	db, coldDB := "file://"+filepath.Join(dir, "hot"), "file://"+filepath.Join(dir, "cold")
 	const coldAfter = 5 * time.Second
 	sched := startScheduler(t, compactor.SchedulerConfig{})
-	w := startWorker(t, sched.Addr(), "w1", nil)
+	// The worker's view of the cold tier, counted: it reads, never writes.
+	var coldSeenP atomic.Pointer[storetest.Counting]
+	w := startWorker(t, sched.Addr(), "w1", func(c *compactor.WorkerConfig) {
+		c.OpenStore = func(u string) (objstore.Store, error) {
+			s, err := objstore.Open(u)
+			if err == nil && u == coldDB {
+				c := storetest.NewCounting(s)
+				coldSeenP.Store(c)
+				return c, nil
+			}
+			return s, err
+		}
+	})
 	cfg := remoteConfig(db, sched.Addr(), 1)
 	cfg.ColdDB = coldDB
 	cfg.Engine.ColdAfter = coldAfter
@@ -99,6 +114,15 @@ func TestRemoteCompactionOnTieredDB(t *testing.T) {
 		}
 	}
 	checkNoBackgroundErrors(t, p.kv)
+	coldSeen := coldSeenP.Load()
+	if coldSeen == nil {
+		t.Fatal("the worker never opened the cold tier")
+	}
+	for op, n := range coldSeen.Counts() {
+		if op != "get" && op != "stat" && op != "list" && n > 0 {
+			t.Fatalf("the worker sent %d %s requests to the cold tier: %s", n, op, coldSeen.Summary())
+		}
+	}
 	if compacted.Sub(recentWritten) < coldAfter {
 		cold := metricValue(t, p.MetricsAddr(), `shale_tier_files{tier="cold"}`)
 		hot := metricValue(t, p.MetricsAddr(), `shale_tier_files{tier="hot"}`)
