@@ -126,6 +126,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.CompactionMode == "remote" {
 		cc := cfg.Compaction
 		cc.DB, cc.Logger, cc.Registerer = n.URL, cfg.Logger, n.Registry
+		if n.Cold != nil {
+			cc.ColdDB = n.Cold.URL()
+		}
 		// The primary is the scheduler's client with its own certificate,
 		// which names the database it may submit compactions for.
 		if cfg.Security.TLS.Enabled() {
@@ -224,13 +227,28 @@ func (s *Server) Done() <-chan error { return s.ep.Done() }
 // period), and closes the database.
 func (s *Server) Stop(grace time.Duration) {
 	s.durable.Close()
-	s.ep.Stop(grace)
+	stopped := make(chan struct{})
+	go func() {
+		s.ep.Stop(grace)
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(grace):
+		// A request still running after the grace, such as a Compact
+		// whose compaction waits for a worker, ends with the database's
+		// shutdown, which begins now.
+		s.db.CancelBackgroundWork()
+		<-stopped
+	}
+	// Closing RocksDB cancels the compactions waiting for a worker
+	// (CancelAwaitingJobs: the client ends their streams, so the
+	// scheduler drops them from its queue, and RocksDB abandons them);
+	// the client closes after, with no job left to wait for.
+	s.db.Close()
 	if s.compactor != nil {
-		// First: a compaction waiting for a worker would hold up the
-		// close; it falls back, and RocksDB abandons it (shutting down).
 		s.compactor.Close()
 	}
-	s.db.Close()
 	s.fs.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := s.fs.Release(ctx); err != nil {

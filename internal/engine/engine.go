@@ -434,6 +434,10 @@ func (d *DB) free() {
 
 // Close closes the database after running calls finish.
 func (d *DB) Close() {
+	// A manual compaction waiting for a worker would otherwise hold up
+	// DisableManualCompaction (stopAgeOut) and this Close's lock (Compact
+	// holds it shared) until the job ended.
+	d.CancelBackgroundWork()
 	d.stopAgeOut()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -444,6 +448,19 @@ func (d *DB) Close() {
 	d.db.Close()
 	d.free()
 	d.lockFile.Close()
+}
+
+// CancelBackgroundWork begins RocksDB's shutdown (DB::Close does the
+// same, later): it flushes the memtables, cancels the compactions waiting
+// for a remote worker (CompactionService::CancelAwaitingJobs), and stops
+// local ones at their next check, so a Compact call returns. Only Close
+// may follow.
+func (d *DB) CancelBackgroundWork() {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if !d.closed {
+		d.db.CancelAllBackgroundWork(false)
+	}
 }
 
 // Dir is the directory holding the database.

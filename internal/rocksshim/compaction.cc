@@ -40,6 +40,8 @@ extern "C" {
 int shaleCompactionStart(uintptr_t h, char* session, int slen, uint64_t job, char* input, size_t n,
                          shale_compaction_input_t* inputs, int ninputs);
 int shaleCompactionWait(uintptr_t h, char* session, int slen, uint64_t job, char** result, size_t* n);
+void shaleCompactionInstalled(uintptr_t h, char* session, int slen, uint64_t job, int ok);
+void shaleCompactionCancelAwaiting(uintptr_t h);
 }
 
 namespace {
@@ -174,10 +176,9 @@ class ShaleCompactionService : public CompactionService {
   }
 
   CompactionServiceJobStatus Wait(const std::string& scheduled_job_id, std::string* result) override {
-    size_t slash = scheduled_job_id.find('/');
-    if (slash == std::string::npos) return CompactionServiceJobStatus::kUseLocal;
-    uint64_t job_id = std::strtoull(scheduled_job_id.substr(0, slash).c_str(), nullptr, 10);
-    std::string session = scheduled_job_id.substr(slash + 1);
+    uint64_t job_id;
+    std::string session;
+    if (!Split(scheduled_job_id, &job_id, &session)) return CompactionServiceJobStatus::kUseLocal;
     char* buf = nullptr;
     size_t n = 0;
     int code = shaleCompactionWait(h_, const_cast<char*>(session.data()), static_cast<int>(session.size()),
@@ -189,7 +190,32 @@ class ShaleCompactionService : public CompactionService {
     return code == kSuccess ? CompactionServiceJobStatus::kSuccess : CompactionServiceJobStatus::kUseLocal;
   }
 
+  // After a Wait that answered kSuccess (db/compaction/
+  // compaction_service_job.cc): kSuccess once every output is installed;
+  // kFailure when the result could not be read or an output could not be
+  // renamed or sized, which RocksDB also makes a background error.
+  void OnInstallation(const std::string& scheduled_job_id, CompactionServiceJobStatus status) override {
+    uint64_t job_id;
+    std::string session;
+    if (!Split(scheduled_job_id, &job_id, &session)) return;
+    shaleCompactionInstalled(h_, const_cast<char*>(session.data()), static_cast<int>(session.size()), job_id,
+                             status == CompactionServiceJobStatus::kSuccess ? 1 : 0);
+  }
+
+  // Called by DB::Close (DBImpl::CancelAllBackgroundWork, before it sets
+  // shutting_down_): every Wait returns at once, kUseLocal, and RocksDB's
+  // local run of the compaction stops at its first shutdown check.
+  void CancelAwaitingJobs() override { shaleCompactionCancelAwaiting(h_); }
+
  private:
+  static bool Split(const std::string& scheduled_job_id, uint64_t* job_id, std::string* session) {
+    size_t slash = scheduled_job_id.find('/');
+    if (slash == std::string::npos) return false;
+    *job_id = std::strtoull(scheduled_job_id.substr(0, slash).c_str(), nullptr, 10);
+    *session = scheduled_job_id.substr(slash + 1);
+    return true;
+  }
+
   uintptr_t h_;
   std::shared_ptr<InputsListener> inputs_;
 };

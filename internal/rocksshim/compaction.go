@@ -84,6 +84,23 @@ type CompactionService interface {
 	Wait(job CompactionJob) (CompactionStatus, []byte)
 }
 
+// CompactionInstallObserver is a CompactionService that learns whether
+// RocksDB installed the result of a job whose Wait answered
+// CompactionSuccess (CompactionService::OnInstallation). ok false means
+// RocksDB could not read the result or install an output, which it also
+// made a background error.
+type CompactionInstallObserver interface {
+	Installed(job CompactionJob, ok bool)
+}
+
+// CompactionCanceler is a CompactionService whose waiting jobs RocksDB
+// cancels when the database closes (CompactionService::
+// CancelAwaitingJobs): every Wait should then return CompactionUseLocal
+// at once, and later Starts too.
+type CompactionCanceler interface {
+	CancelAwaiting()
+}
+
 // CompactionAttachment is a CompactionService installed in a database's
 // options. Close it after the database is closed.
 type CompactionAttachment struct {
@@ -182,6 +199,20 @@ func shaleCompactionWait(h C.uintptr_t, session *C.char, slen C.int, id C.uint64
 		*n = C.size_t(len(res))
 	}
 	return C.int(st)
+}
+
+//export shaleCompactionInstalled
+func shaleCompactionInstalled(h C.uintptr_t, session *C.char, slen C.int, id C.uint64_t, ok C.int) {
+	if o, is := attachmentOf(h).svc.(CompactionInstallObserver); is {
+		o.Installed(CompactionJob{Session: C.GoStringN(session, slen), ID: uint64(id)}, ok != 0)
+	}
+}
+
+//export shaleCompactionCancelAwaiting
+func shaleCompactionCancelAwaiting(h C.uintptr_t) {
+	if c, is := attachmentOf(h).svc.(CompactionCanceler); is {
+		c.CancelAwaiting()
+	}
 }
 
 // CompactionField returns a top-level field of a serialized
