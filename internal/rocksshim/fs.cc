@@ -65,6 +65,23 @@ int CurrentActivity() {
   return kForeground;
 }
 
+// ReadActivity prefers what RocksDB says a read is for over the thread's
+// name: a Go thread started while Go ran a callback on a RocksDB pool thread
+// inherits that thread's name ("rocksdb:low"), and would label the
+// foreground reads it later makes as compaction reads.
+int ReadActivity(const IOOptions& o) {
+  switch (o.io_activity) {
+    case Env::IOActivity::kFlush:
+      return kFlush;
+    case Env::IOActivity::kCompaction:
+      return kCompaction;
+    case Env::IOActivity::kUnknown:
+      return CurrentActivity();
+    default:
+      return kForeground;  // Get, MultiGet, iterators, open, checksums
+  }
+}
+
 IOStatus ToStatus(int code, char* msg) {
   std::string m = msg ? msg : "";
   free(msg);
@@ -366,14 +383,15 @@ class ShaleFS : public FileSystemWrapper {
     for (auto* f : it->second) f->DropLocal();
   }
 
-  IOStatus ReadRemote(const std::string& name, uint64_t off, size_t n, char* buf, uint64_t* got) {
+  IOStatus ReadRemote(const std::string& name, uint64_t off, size_t n, char* buf, uint64_t* got,
+                      int activity) {
     char* err = nullptr;
     int code = shaleFSReadAt(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), off, n,
-                             buf, got, CurrentActivity(), &err);
+                             buf, got, activity, &err);
     return ToStatus(code, err);
   }
 
-  IOStatus MultiReadRemote(const std::string& name, FSReadRequest* reqs, size_t num) {
+  IOStatus MultiReadRemote(const std::string& name, FSReadRequest* reqs, size_t num, int activity) {
     std::vector<uint64_t> offs(num), gots(num);
     std::vector<size_t> lens(num);
     std::vector<char*> bufs(num);
@@ -385,7 +403,7 @@ class ShaleFS : public FileSystemWrapper {
     char* err = nullptr;
     int code = shaleFSMultiReadAt(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()),
                                   static_cast<int>(num), offs.data(), lens.data(), bufs.data(),
-                                  gots.data(), CurrentActivity(), &err);
+                                  gots.data(), activity, &err);
     IOStatus s = ToStatus(code, err);
     for (size_t i = 0; i < num; i++) {
       reqs[i].status = s;
@@ -395,13 +413,13 @@ class ShaleFS : public FileSystemWrapper {
   }
 
   // StartAsync hands a remote read to Go; it completes in a goroutine.
-  void StartAsync(const std::string& name, AsyncRead* a) {
+  void StartAsync(const std::string& name, AsyncRead* a, int activity) {
     {
       std::lock_guard<std::mutex> l(async_mu_);
       async_.insert(a);
     }
     shaleFSReadAsync(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), a->req.offset,
-                     a->req.len, a->req.scratch, reinterpret_cast<uintptr_t>(a), CurrentActivity());
+                     a->req.len, a->req.scratch, reinterpret_cast<uintptr_t>(a), activity);
   }
   void Forget(AsyncRead* a) {
     std::lock_guard<std::mutex> l(async_mu_);
@@ -633,7 +651,7 @@ IOStatus ShaleRandomAccessFile::Read(uint64_t offset, size_t n, const IOOptions&
     if (local_) return local_->Read(offset, n, o, result, scratch, dbg);
   }
   uint64_t got = 0;
-  IOStatus s = fs_->ReadRemote(name_, offset, n, scratch, &got);
+  IOStatus s = fs_->ReadRemote(name_, offset, n, scratch, &got, ReadActivity(o));
   if (!s.ok()) return s;
   *result = Slice(scratch, got);
   return s;
@@ -645,7 +663,7 @@ IOStatus ShaleRandomAccessFile::MultiRead(FSReadRequest* reqs, size_t num, const
     std::shared_lock<std::shared_mutex> l(mu_);
     if (local_) return local_->MultiRead(reqs, num, o, dbg);
   }
-  return fs_->MultiReadRemote(name_, reqs, num);
+  return fs_->MultiReadRemote(name_, reqs, num, ReadActivity(o));
 }
 
 IOStatus ShaleRandomAccessFile::ReadAsync(FSReadRequest& req, const IOOptions& o,
@@ -677,7 +695,7 @@ IOStatus ShaleRandomAccessFile::ReadAsync(FSReadRequest& req, const IOOptions& o
     free(a->err);
     delete a;
   };
-  fs_->StartAsync(name_, a);
+  fs_->StartAsync(name_, a, ReadActivity(o));
   return IOStatus::OK();
 }
 
