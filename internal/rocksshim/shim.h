@@ -51,6 +51,9 @@ void shale_fs_destroy(shale_fs_t* fs);
 // Makes open readers of the table `name` read from the store from now on
 // (its local copy is about to be deleted).
 void shale_fs_evict(shale_fs_t* fs, const char* name, int n);
+// shale_fs_async_done completes a ReadAsync of a remote table (called by the
+// Go goroutine that read it; err is malloc'ed or NULL, and taken).
+void shale_fs_async_done(uintptr_t token, int code, uint64_t got, char* err);
 
 // ---- Remote compaction (compaction.cc) ---------------------------------------
 // One input table of a compaction, as Schedule hands it to Go: its file
