@@ -27,7 +27,6 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=hack/benchlib.sh
 source "$repo/hack/benchlib.sh"
-rocksdb_env
 
 go build -o "$work/loadbench" "$repo/hack/loadbench"
 go build -o "$work/shale" "$repo/cmd/shale"

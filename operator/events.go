@@ -29,8 +29,6 @@ const (
 	eventWorkersScaled          = "WorkersScaled"
 	eventCompactorPoolProblem   = "CompactorPoolProblem"
 	eventColdTierMissing        = "ColdTierMissing"
-	eventColdAfterApplied       = "ColdAfterApplied"
-	eventColdAfterFailed        = "ColdAfterFailed"
 	eventDatabaseNotFound       = "DatabaseNotFound"
 	eventPrimaryFailed          = "PrimaryFailed"
 	eventOwnerRecordStale       = "OwnerRecordStale"
