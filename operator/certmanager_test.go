@@ -283,11 +283,7 @@ func TestCertManagerIssuer(t *testing.T) {
 		{TLS: auth.TLSFiles{Cert: filepath.Join(dir, keyTLSCert), Key: filepath.Join(dir, keyTLSKey), CA: filepath.Join(dir, keyCA)}, ServerName: "orders-rw.cm.svc"},
 		{TLS: auth.TLSFiles{CA: filepath.Join(dir, keyCA)}, TokenFile: filepath.Join(dir, keyToken), ServerName: "orders-rw.cm.svc"},
 	} {
-		opts, err := cfg.DialOptions()
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := grpc.NewClient(lis.Addr().String(), opts...)
+		conn, err := cfg.Dial(lis.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}

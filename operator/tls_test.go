@@ -268,11 +268,7 @@ func testCertificates(h *harness) {
 		{"token", auth.ClientConfig{TLS: auth.TLSFiles{CA: filepath.Join(appDir, "ca.crt")}, TokenFile: filepath.Join(appDir, "token"), ServerName: "orders-rw.certs.svc"}, codes.Unimplemented},
 		{"read role", auth.ClientConfig{TLS: files(reportsDir), ServerName: "orders-rw.certs.svc"}, codes.PermissionDenied},
 	} {
-		opts, err := tc.cfg.DialOptions()
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := grpc.NewClient(lis.Addr().String(), opts...)
+		conn, err := tc.cfg.Dial(lis.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
