@@ -11,7 +11,14 @@ DEV_DATA   ?= $(CURDIR)/.shale-dev
 # Go from its usual install location, for shells whose PATH lacks it.
 export PATH := $(BIN):$(PATH):/usr/local/go/bin
 
-.PHONY: help deps build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable dev generate lint clean
+# RocksDB is built once per machine from Debian's source package as a static
+# library (hack/rocksdb.sh, run by `make deps`); every cgo build compiles
+# against its headers and links its librocksdb.a, so binaries carry RocksDB.
+export CGO_CFLAGS := $(shell hack/rocksdb.sh --cflags)
+export CGO_CXXFLAGS := $(CGO_CFLAGS)
+export CGO_LDFLAGS := $(shell hack/rocksdb.sh --ldflags)
+
+.PHONY: help deps rocksdb rocksdb-tools build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -30,7 +37,13 @@ help: ## list targets
 deps: ## install every build and test dependency (apt, Go tools, MinIO)
 	hack/install-deps.sh
 
-build: ## build bin/shale and bin/shale-operator
+rocksdb: ## build RocksDB (the version in hack/versions.env, static) into the cache if missing (part of deps; ~15 min the first time on 2 cores)
+	hack/rocksdb.sh
+
+rocksdb-tools: ## also build db_bench, ldb and sst_dump from the same RocksDB tree (the benchmarks that need them do this themselves)
+	hack/rocksdb.sh tools
+
+build: rocksdb ## build bin/shale and bin/shale-operator
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale ./cmd/shale
 	CGO_ENABLED=0 go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale-operator ./cmd/shale-operator
 
@@ -52,7 +65,7 @@ bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on M
 bench-served: deps ## server and client CPU per unary Put and Get of shale primary on MinIO, with and without TLS (NUM, ROUNDS, TLS=0; BASE=<git ref> also measures that revision)
 	hack/bench-served.sh
 
-bench-remote-reads: deps ## reads of tables left in the store with caches under 5% of the data: BASE (default main) vs this tree vs all cached (NUM, ROUNDS, READ_SECONDS, CACHE)
+bench-remote-reads: deps ## reads of tables left in the store with caches under 5% of the data: BASE (default main) vs this tree (sync and --async-io) vs all cached (NUM, ROUNDS, READ_SECONDS, CACHE, SETUPS)
 	hack/bench-remote-reads.sh
 
 bench-durable: deps ## durable (sync) writes at 16 and 64 clients on MinIO: BASE (default main) vs this tree vs db_bench fillsync; PEER_BIN (Rust) or PEER_PYTHON add SlateDB (THREADS, DURATION, ROUNDS)

@@ -16,9 +16,10 @@ import (
 )
 
 // Judging a remote compaction's result before RocksDB installs it. RocksDB
-// 7.8.3 installs what WaitForCompleteV2 returns as it is: the outputs it
-// names (none is fine by RocksDB), with the boundaries, sequence numbers
-// and unique ids the result claims, and then deletes the inputs. Whoever
+// 9.11 installs what Wait returns as it is (as 7.8.3 did with
+// WaitForCompleteV2): the outputs it names (none is fine by RocksDB), with
+// the boundaries, sequence numbers, epoch numbers and unique ids the result
+// claims, and then deletes the inputs. Whoever
 // sent the result, the primary installs it only when it accounts for the
 // inputs; otherwise RocksDB compacts locally (docs/compaction.md, "What
 // the primary checks").
@@ -39,6 +40,7 @@ type outputFacts struct {
 	name                        string
 	smallest, largest           []byte // internal keys, from the result
 	smallestSeqno, largestSeqno uint64
+	epoch                       uint64    // the epoch number RocksDB installs
 	resultID                    [2]uint64 // internal form; {0, 0}: none
 	props                       shalefs.TableProps
 	tableID                     [2]uint64 // external form, from props
@@ -116,6 +118,11 @@ func checkOutputNames(names []string) error {
 //     error, and boundaries narrower than the table hide its keys;
 //   - each output's sequence numbers are no newer than the inputs' (a newer
 //     level-0 table would shadow writes made after it);
+//   - each output's epoch number is the inputs' smallest, which is what a
+//     compaction gives its outputs (Compaction::MinInputFileEpochNumber):
+//     reads order level-0 tables by epoch, so a larger one would shadow
+//     newer writes, and a level-0 table of another's epoch that overlaps it
+//     is a background error;
 //   - each output's unique id, if the result gives one, is the table's
 //     (RocksDB checks it when it opens the table: a mismatch is a
 //     background error);
@@ -133,6 +140,7 @@ func checkResult(job jobFacts, outs []outputFacts) error {
 	lo, hi := job.inputs[0].Smallest, job.inputs[0].Largest
 	var maxSeqno uint64
 	minSeqno := job.inputs[0].SmallestSeqno
+	minEpoch := job.inputs[0].EpochNumber
 	for _, in := range job.inputs {
 		if bytes.Compare(in.Smallest, lo) < 0 {
 			lo = in.Smallest
@@ -142,6 +150,7 @@ func checkResult(job jobFacts, outs []outputFacts) error {
 		}
 		maxSeqno = max(maxSeqno, in.LargestSeqno)
 		minSeqno = min(minSeqno, in.SmallestSeqno)
+		minEpoch = min(minEpoch, in.EpochNumber)
 	}
 	sorted := make([]outputFacts, len(outs))
 	copy(sorted, outs)
@@ -161,6 +170,9 @@ func checkResult(job jobFacts, outs []outputFacts) error {
 		}
 		if o.smallestSeqno > o.largestSeqno || o.largestSeqno > maxSeqno || (o.smallestSeqno != 0 && o.smallestSeqno < minSeqno) {
 			return fmt.Errorf("output %s: sequence numbers %d..%d are not within the inputs' %d..%d", o.name, o.smallestSeqno, o.largestSeqno, minSeqno, maxSeqno)
+		}
+		if o.epoch != minEpoch {
+			return fmt.Errorf("output %s: epoch number %d is not the inputs' smallest, %d", o.name, o.epoch, minEpoch)
 		}
 		if o.resultID != ([2]uint64{}) {
 			if o.tableIDErr != nil {

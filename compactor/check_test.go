@@ -48,6 +48,17 @@ func TestCheckResult(t *testing.T) {
 		o.resultID, o.tableID = result, table
 		return o
 	}
+	// Level-0 inputs of epochs 7 and 5 (RocksDB 9.11 numbers tables by
+	// epoch and installs the result's).
+	epoch := func(in rocksshim.CompactionInput, e uint64) rocksshim.CompactionInput {
+		in.EpochNumber = e
+		return in
+	}
+	epochs := []rocksshim.CompactionInput{epoch(l0a, 7), epoch(l0b, 5)}
+	withEpoch := func(o outputFacts, e uint64) outputFacts {
+		o.epoch = e
+		return o
+	}
 	for _, tc := range []struct {
 		name string
 		job  jobFacts
@@ -101,6 +112,11 @@ func TestCheckResult(t *testing.T) {
 		{"the result's unique id is the table's", jobFacts{inputs: both}, []outputFacts{withID(output("000020.sst", "key000000", "key020000", 0, 20, 20001), id, rocksshim.ExternalUniqueID(id))}, ""},
 		{"no unique id: RocksDB does not verify", jobFacts{inputs: both}, []outputFacts{withID(output("000020.sst", "key000000", "key020000", 0, 20, 20001), [2]uint64{}, [2]uint64{9, 9})}, ""},
 		{"another table's unique id", jobFacts{inputs: both}, []outputFacts{withID(output("000020.sst", "key000000", "key020000", 0, 20, 20001), id, [2]uint64{9, 9})}, "unique id is not the table's"},
+		{"epoch: the inputs' smallest", jobFacts{inputs: epochs}, []outputFacts{withEpoch(output("000020.sst", "key000000", "key020000", 0, 20, 20001), 5)}, ""},
+		{"epoch newer than the inputs' smallest: would shadow newer level-0 tables", jobFacts{inputs: epochs},
+			[]outputFacts{withEpoch(output("000020.sst", "key000000", "key020000", 0, 20, 20001), 7)}, "epoch number 7 is not the inputs' smallest, 5"},
+		{"epoch missing while the inputs have one", jobFacts{inputs: epochs},
+			[]outputFacts{withEpoch(output("000020.sst", "key000000", "key020000", 0, 20, 20001), 0)}, "epoch number 0 is not"},
 		{"an input without properties", jobFacts{inputs: []rocksshim.CompactionInput{{Name: "000011.sst", Smallest: []byte("a"), Largest: []byte("z")}}},
 			[]outputFacts{output("000020.sst", "a", "z", 0, 0, 1)}, "no table properties"},
 		{"no inputs", jobFacts{}, nil, "no inputs"},

@@ -24,7 +24,10 @@ import (
 type ClientConfig struct {
 	Scheduler string // the scheduler's gRPC address
 	// DB is the database's store URL, as workers open it.
-	DB       string
+	DB string
+	// ColdDB is the database's cold tier's URL ("": none): workers read
+	// the job's cold input tables there (docs/tiering.md).
+	ColdDB   string
 	Priority uint32 // 1-100 (0: DefaultPriority)
 	// StartTimeout bounds the submission (default 5s).
 	StartTimeout time.Duration
@@ -38,8 +41,8 @@ type ClientConfig struct {
 	// (default 10m; one LIST each time, plus deletes).
 	SweepEvery time.Duration
 	// KeepLocal, when set, names compactions to run locally without
-	// asking (by output level): with tiering on, 7.8.3 installs every
-	// remote output in the output level, so compactions into the last
+	// asking (by output level): with tiering on, RocksDB (9.11 as 7.8.3)
+	// installs every remote output in the output level, so compactions into the last
 	// level, which split data per key between hot and cold, stay local.
 	KeepLocal func(outputLevel int32) bool
 	// Security is how the primary reaches the scheduler: with TLS files,
@@ -62,14 +65,17 @@ const (
 	ReasonBadResult   = "bad_result" // the result does not hold up (checkResult, checkOutputs)
 	ReasonFenced      = "fenced"
 	ReasonInput       = "bad_input"
+	// The database closed while the job waited (RocksDB's
+	// CancelAwaitingJobs): its local run stops at once too.
+	ReasonCanceled = "canceled"
 )
 
-var reasons = []string{ReasonUnavailable, ReasonLost, ReasonQueue, ReasonTimeout, ReasonFailed, ReasonBadResult, ReasonFenced, ReasonInput}
+var reasons = []string{ReasonUnavailable, ReasonLost, ReasonQueue, ReasonTimeout, ReasonFailed, ReasonBadResult, ReasonFenced, ReasonInput, ReasonCanceled}
 
 // Client is a primary's rocksshim.CompactionService: it submits each
 // compaction to the scheduler and waits for a worker to run it. Any
-// trouble makes RocksDB compact locally (never a failure: RocksDB 7.8.3
-// stops writes after a failed remote compaction), and is counted.
+// trouble makes RocksDB compact locally (never a failure: RocksDB 9.11, as
+// 7.8.3, stops writes after a failed remote compaction), and is counted.
 type Client struct {
 	cfg    ClientConfig
 	fs     *shalefs.Owner
@@ -83,6 +89,17 @@ type Client struct {
 	skipUntil  time.Time       // scheduler unreachable: do not try before
 	backoff    time.Duration
 	closed     bool // no more removals start
+	// installing: jobs whose result RocksDB is installing, until its
+	// OnInstallation says how that went.
+	installing map[jobKey]*pendingJob
+
+	// canceled is closed when the waiting jobs are cancelled for good
+	// (the database closes, or this owner was fenced); cancelReason says
+	// which.
+	canceled     chan struct{}
+	cancelOnce   sync.Once
+	cancelReason string
+	cancelErr    error
 
 	jobs      *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
@@ -98,6 +115,7 @@ type jobKey struct {
 }
 
 type pendingJob struct {
+	key     jobKey
 	id      string
 	start   time.Time
 	cancel  context.CancelFunc
@@ -151,16 +169,16 @@ func NewClient(cfg ClientConfig, fs *shalefs.Owner) (*Client, error) {
 	}
 	c := &Client{
 		cfg: cfg, fs: fs, conn: conn, client: compactorv1.NewCompactorClient(conn),
-		pending: map[jobKey]*pendingJob{}, inflight: map[string]bool{}, backoff: minBackoff,
-		stop: make(chan struct{}),
+		pending: map[jobKey]*pendingJob{}, inflight: map[string]bool{}, installing: map[jobKey]*pendingJob{}, backoff: minBackoff,
+		stop: make(chan struct{}), canceled: make(chan struct{}),
 	}
 	c.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shale_compaction_remote_jobs_total",
-		Help: "Compactions offered to the remote compactor, by outcome: completed remotely, or fallback (run locally; see shale_compaction_fallbacks_total)."}, []string{"outcome"})
+		Help: "Compactions offered to the remote compactor, by outcome: completed (run remotely and installed), fallback (run locally; see shale_compaction_fallbacks_total), kept_local (run locally without asking: into the last level of a tiered database), install_failed (RocksDB could not install an accepted result: a background error)."}, []string{"outcome"})
 	c.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shale_compaction_fallbacks_total",
-		Help: "Compactions run locally because remote compaction failed, by reason: scheduler_unavailable, scheduler_lost, queue_timeout, job_timeout, job_failed, bad_result, fenced, bad_input."}, []string{"reason"})
+		Help: "Compactions run locally because remote compaction failed, by reason: scheduler_unavailable, scheduler_lost, queue_timeout, job_timeout, job_failed, bad_result, fenced, bad_input, canceled (the database closed while it waited)."}, []string{"reason"})
 	c.wait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shale_compaction_remote_seconds",
 		Help: "Time from submission to result of remote compactions that completed.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 16)})
-	for _, o := range []string{"completed", "fallback"} {
+	for _, o := range []string{"completed", "fallback", "kept_local", "install_failed"} {
 		c.jobs.WithLabelValues(o)
 	}
 	for _, r := range reasons {
@@ -176,7 +194,48 @@ func NewClient(cfg ClientConfig, fs *shalefs.Owner) (*Client, error) {
 	}
 	c.wg.Add(1)
 	go c.sweepLoop()
+	if fs != nil {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			select {
+			case <-fs.Fenced():
+				// A deposed owner installs nothing: free the workers
+				// and the scheduler's queue now.
+				c.cancelAwaiting(ReasonFenced, fs.FenceError())
+			case <-c.stop:
+			}
+		}()
+	}
 	return c, nil
+}
+
+// CancelAwaiting implements rocksshim.CompactionCanceler: RocksDB calls it
+// when the database closes. Every job submitted and not yet done is
+// cancelled at the scheduler (its stream ends), every Wait returns at
+// once, and later Starts run locally.
+func (c *Client) CancelAwaiting() {
+	c.cancelAwaiting(ReasonCanceled, errors.New("the database is closing"))
+}
+
+func (c *Client) cancelAwaiting(reason string, err error) {
+	c.cancelOnce.Do(func() {
+		c.mu.Lock()
+		c.cancelReason, c.cancelErr = reason, err
+		close(c.canceled)
+		for _, p := range c.pending {
+			p.cancel()
+		}
+		c.mu.Unlock()
+	})
+}
+
+// cancellation is the reason and error the waiting jobs were cancelled
+// with, once c.canceled is closed.
+func (c *Client) cancellation() (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cancelReason, c.cancelErr
 }
 
 // primaryDialOptions are the credentials a primary submits with. A
@@ -234,6 +293,16 @@ func (c *Client) Fallbacks() map[string]float64 {
 	return out
 }
 
+// KeptLocal returns how many compactions ran locally without asking
+// (ClientConfig.KeepLocal).
+func (c *Client) KeptLocal() float64 { return c.jobCount("kept_local") }
+
+func (c *Client) jobCount(outcome string) float64 {
+	var m dto.Metric
+	c.jobs.WithLabelValues(outcome).Write(&m)
+	return m.GetCounter().GetValue()
+}
+
 // fallback counts a compaction that runs locally, and tells RocksDB so.
 func (c *Client) fallback(reason, job string, err error) rocksshim.CompactionStatus {
 	c.fallbacks.WithLabelValues(reason).Inc()
@@ -254,8 +323,8 @@ func (c *Client) fallback(reason, job string, err error) rocksshim.CompactionSta
 }
 
 // removeJobLocked deletes, in the background, the directory of a job
-// RocksDB will not install: a refused result's outputs, or whatever a
-// worker uploaded for a job the primary gave up on. A worker still
+// that is over: a refused result's outputs, whatever a worker uploaded
+// for a job the primary gave up on, or what is left of an installed one. A worker still
 // running it has its late report refused and drops its outputs; anything
 // left after that is the sweep's.
 func (c *Client) removeJobLocked(job string) {
@@ -270,9 +339,9 @@ func (c *Client) removeJobLocked(job string) {
 		n, err := c.fs.RemoveJob(ctx, job)
 		switch {
 		case err != nil:
-			c.cfg.Logger.Warn("could not remove the directory of a compaction job run locally instead; the sweep will", "job", job, "err", err)
+			c.cfg.Logger.Warn("could not remove the directory of a finished compaction job; the sweep will", "job", job, "err", err)
 		case n > 0:
-			c.cfg.Logger.Info("removed the outputs of a compaction job run locally instead", "job", job, "objects", n)
+			c.cfg.Logger.Info("removed the objects left in a finished compaction job's directory", "job", job, "objects", n)
 		}
 	}()
 }
@@ -283,6 +352,12 @@ var errSkipping = errors.New("the scheduler was unreachable moments ago; not ret
 func (c *Client) Start(job rocksshim.CompactionJob) rocksshim.CompactionStatus {
 	if err := c.fs.FenceError(); err != nil {
 		return c.fallback(ReasonFenced, "", err)
+	}
+	select {
+	case <-c.canceled:
+		reason, err := c.cancellation()
+		return c.fallback(reason, "", err)
+	default:
 	}
 	c.mu.Lock()
 	skip := time.Now().Before(c.skipUntil)
@@ -321,12 +396,12 @@ func (c *Client) Start(job rocksshim.CompactionJob) rocksshim.CompactionStatus {
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pendingJob{id: id, start: time.Now(), cancel: cancel, events: make(chan *compactorv1.CompactEvent, 16), errc: make(chan error, 1), facts: facts}
+	p := &pendingJob{key: jobKey{job.Session, job.ID}, id: id, start: time.Now(), cancel: cancel, events: make(chan *compactorv1.CompactEvent, 16), errc: make(chan error, 1), facts: facts}
 	first := make(chan error, 1)
 	go func() {
 		stream, err := c.client.Compact(ctx, &compactorv1.CompactRequest{
 			Db: c.cfg.DB, Priority: c.cfg.Priority, JobId: id, Input: job.Input, TableOptions: job.TableOptions,
-			InputFiles: files, InputBytes: inputBytes, OutputLevel: outLevel, Fallbacks: report,
+			InputFiles: files, InputBytes: inputBytes, OutputLevel: outLevel, Fallbacks: report, ColdDb: c.cfg.ColdDB,
 		})
 		if err == nil {
 			var ev *compactorv1.CompactEvent
@@ -372,7 +447,12 @@ func (c *Client) Start(job rocksshim.CompactionJob) rocksshim.CompactionStatus {
 	c.mu.Lock()
 	c.unreported -= report // the scheduler counted them
 	c.backoff = minBackoff
-	c.pending[jobKey{job.Session, job.ID}] = p
+	c.pending[p.key] = p
+	select {
+	case <-c.canceled:
+		p.cancel() // cancelled meanwhile; Wait falls back at once
+	default:
+	}
 	c.mu.Unlock()
 	return rocksshim.CompactionSuccess
 }
@@ -396,6 +476,9 @@ func (c *Client) Wait(job rocksshim.CompactionJob) (rocksshim.CompactionStatus, 
 		select {
 		case <-c.stop:
 			return c.fallback(ReasonLost, p.id, errors.New("the primary is stopping")), nil
+		case <-c.canceled:
+			reason, err := c.cancellation()
+			return c.fallback(reason, p.id, err), nil
 		case err := <-p.errc:
 			return c.fallback(ReasonLost, p.id, err), nil
 		case <-queue.C:
@@ -474,11 +557,41 @@ func (c *Client) done(p *pendingJob, ev *compactorv1.CompactEvent) (rocksshim.Co
 	c.fs.ExpectJobOutputs(p.id, ev.Attempt, reported)
 	c.mu.Lock()
 	delete(c.inflight, p.id)
+	c.installing[p.key] = p
 	c.mu.Unlock()
-	c.jobs.WithLabelValues("completed").Inc()
-	c.wait.Observe(time.Since(p.start).Seconds())
 	return rocksshim.CompactionSuccess, ev.Result
 }
+
+// Installed implements rocksshim.CompactionInstallObserver: RocksDB
+// installed the result Wait handed it (ok), or could not (a background
+// error: it stops writes). Either way the job is over: what is left of
+// its directory (outputs of earlier attempts; an installed output whose
+// delete failed; every output of a failed install) is removed now rather
+// than at the next sweep.
+func (c *Client) Installed(job rocksshim.CompactionJob, ok bool) {
+	key := jobKey{job.Session, job.ID}
+	c.mu.Lock()
+	p := c.installing[key]
+	delete(c.installing, key)
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	c.fs.ForgetJob(p.id)
+	if ok {
+		c.jobs.WithLabelValues("completed").Inc()
+		c.wait.Observe(time.Since(p.start).Seconds())
+	} else {
+		c.jobs.WithLabelValues("install_failed").Inc()
+		c.cfg.Logger.Error("RocksDB could not install an accepted remote compaction result (a background error: writes stop until the primary restarts)", "job", p.id)
+	}
+	c.mu.Lock()
+	c.removeJobLocked(p.id)
+	c.mu.Unlock()
+}
+
+// Completed returns how many remote compactions RocksDB installed.
+func (c *Client) Completed() float64 { return c.jobCount("completed") }
 
 // outputFacts reads each output's properties from the store (a ranged
 // GET of its tail, a few at a time) next to what the result claims.
@@ -497,7 +610,7 @@ func (c *Client) outputFacts(ctx context.Context, job string, attempt uint32, fi
 				errs[i] = err
 				return
 			}
-			o := outputFacts{name: f.Name, smallest: f.SmallestKey, largest: f.LargestKey, smallestSeqno: f.SmallestSeqno, largestSeqno: f.LargestSeqno, resultID: f.UniqueID, props: props}
+			o := outputFacts{name: f.Name, smallest: f.SmallestKey, largest: f.LargestKey, smallestSeqno: f.SmallestSeqno, largestSeqno: f.LargestSeqno, epoch: f.EpochNumber, resultID: f.UniqueID, props: props}
 			o.tableID, o.tableIDErr = rocksshim.TableUniqueID(props.DBID, props.SessionID, props.OrigFileNumber)
 			outs[i] = o
 		}()

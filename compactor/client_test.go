@@ -7,7 +7,7 @@ import (
 
 // TestCheckOutputs: a result is installed only when RocksDB's result, the
 // worker's report and the store agree on every output (a rename that
-// fails after WaitForCompleteV2 said success would stop the database).
+// fails after Wait said success would stop the database).
 func TestCheckOutputs(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

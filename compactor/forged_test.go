@@ -285,7 +285,7 @@ func TestDroppedOutputFallsBack(t *testing.T) {
 
 // TestMismatchedUniqueIDFallsBack: a result whose unique id is not its
 // table's. RocksDB checks the id when it opens the installed table, after
-// WaitForCompleteV2 said success: a mismatch was a background error. The
+// Wait said success: a mismatch was a background error. The
 // outputs the worker uploaded are removed (issue 23).
 func TestMismatchedUniqueIDFallsBack(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {

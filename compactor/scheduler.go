@@ -332,6 +332,7 @@ func (s *Scheduler) Lease(ctx context.Context, req *compactorv1.LeaseRequest) (*
 			return &compactorv1.LeaseResponse{Job: &compactorv1.Job{
 				JobId: j.id, Attempt: j.attempt, Db: r.Db, Input: r.Input, TableOptions: r.TableOptions,
 				InputFiles: r.InputFiles, InputBytes: r.InputBytes, LeaseMillis: uint32(s.cfg.LeaseTTL / time.Millisecond),
+				ColdDb: r.ColdDb,
 			}}, nil
 		}
 		wake := s.wake

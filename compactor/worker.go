@@ -50,8 +50,14 @@ type WorkerConfig struct {
 	// files its view names are safe only for that long after it listed.
 	JobTimeout time.Duration
 	// OpenStore opens a database's store (default objstore.Open, which
-	// reads S3 credentials from the environment like a primary does).
+	// reads S3 credentials from the environment like a primary does), and
+	// a job's cold tier unless ColdEndpoint is set.
 	OpenStore func(url string) (objstore.Store, error)
+	// ColdEndpoint is the S3 endpoint of the databases' cold tiers when
+	// they are on another server than $AWS_ENDPOINT_URL (--cold-endpoint;
+	// same credentials). It is the worker's setting, not the job's: a
+	// primary does not choose where the worker sends its credentials.
+	ColdEndpoint string
 	// Security is how the worker reaches the scheduler: with TLS files,
 	// mutual TLS with a worker certificate of its pool
 	// (shale://NS/worker/POOL), and jobs are taken only from that pool's
@@ -484,6 +490,25 @@ func (w *Worker) store(url string) (objstore.Store, error) {
 	return s, nil
 }
 
+// coldStore opens (once) a job's cold tier.
+func (w *Worker) coldStore(url string) (objstore.Store, error) {
+	if w.cfg.ColdEndpoint == "" {
+		return w.store(url)
+	}
+	key := url + " via " + w.cfg.ColdEndpoint
+	w.storesMu.Lock()
+	defer w.storesMu.Unlock()
+	if s := w.stores[key]; s != nil {
+		return s, nil
+	}
+	s, err := shalefs.OpenTierStore(url, w.cfg.ColdEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	w.stores[key] = s
+	return s, nil
+}
+
 // execute runs OpenAndCompact on a read-only view of the database and
 // uploads the outputs into the job's directory. The store it uses refuses
 // every write outside that directory.
@@ -510,8 +535,19 @@ func (w *Worker) execute(ctx context.Context, j *compactorv1.Job, log *slog.Logg
 	for _, f := range j.InputFiles {
 		inputs[f] = true
 	}
+	// A tiered database's cold tables are read from its cold tier; the
+	// reader checks that tier is this database's (the pairing records,
+	// docs/tiering.md) and the worker writes nothing there.
+	var cold objstore.Store
+	if j.ColdDb != "" {
+		c, err := w.coldStore(j.ColdDb)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open the database's cold tier %s: %w", j.ColdDb, err)
+		}
+		cold = &readOnlyStore{c}
+	}
 	fs, err := shalefs.OpenReader(ctx, shalefs.Config{
-		Store: store, CacheDir: dbDir, NoReaderLease: true, SkipWALs: true, ReaderID: w.cfg.ID,
+		Store: store, Cold: cold, CacheDir: dbDir, NoReaderLease: true, SkipWALs: true, ReaderID: w.cfg.ID,
 		FetchWhole: func(name string) bool { return inputs[name] },
 		Logger:     log, Observe: w.io.Observe,
 	})
@@ -666,4 +702,34 @@ func (s *JobStore) DeleteMany(ctx context.Context, keys []string) error {
 		}
 	}
 	return s.Store.DeleteMany(ctx, keys)
+}
+
+// readOnlyStore is a cold tier as a worker sees it: it reads the job's
+// cold input tables and writes nothing (outputs go to the job's
+// directory in the hot store; the primary places them).
+type readOnlyStore struct{ objstore.Store }
+
+func (s *readOnlyStore) refuse(key string) error {
+	return fmt.Errorf("a compactor worker writes nothing in a cold tier (%s in %s)", key, s.Store.URL())
+}
+
+// Put implements objstore.Store.
+func (s *readOnlyStore) Put(_ context.Context, key string, _ io.Reader, _ int64, _ objstore.PutOptions) (objstore.ObjectInfo, error) {
+	return objstore.ObjectInfo{}, s.refuse(key)
+}
+
+// Copy implements objstore.Store.
+func (s *readOnlyStore) Copy(_ context.Context, _, dst string, _ objstore.PutOptions) (objstore.ObjectInfo, error) {
+	return objstore.ObjectInfo{}, s.refuse(dst)
+}
+
+// Delete implements objstore.Store.
+func (s *readOnlyStore) Delete(_ context.Context, key string) error { return s.refuse(key) }
+
+// DeleteMany implements objstore.Store.
+func (s *readOnlyStore) DeleteMany(_ context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	return s.refuse(keys[0])
 }

@@ -20,6 +20,9 @@
 # KEEP=1 keeps the logs, metrics and bench JSON.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/benchlib.sh
+source "$repo/hack/benchlib.sh"
+rocksdb_env
 DURATION=${DURATION:-180s}
 THREADS=${THREADS:-8}
 BATCH=${BATCH:-20}

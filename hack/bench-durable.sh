@@ -44,6 +44,8 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=hack/benchlib.sh
 source "$repo/hack/benchlib.sh"
+rocksdb_env
+rocksdb_tools
 
 # cpu PID: the process's user+system time in clock ticks.
 cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
@@ -54,7 +56,7 @@ builds=(new)
 if [ -n "$BASE" ]; then
   mkdir -p "$work/base-src"
   git -C "$repo" archive "$BASE" | tar -x -C "$work/base-src"
-  (cd "$work/base-src" && go build -o "$work/base/shale" ./cmd/shale)
+  base_build "$work/base-src" "$work/base/shale" ./cmd/shale
   builds=(base new)
 fi
 

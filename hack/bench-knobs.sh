@@ -15,7 +15,7 @@
 # server CPU per op, and ratios to default within each round.
 #
 # Then the same knobs in RocksDB alone, as the seeds measured them, with
-# Debian's db_bench on a local directory, each with and without the knob
+# db_bench (hack/rocksdb.sh tools) on a local directory, each with and without the knob
 # in turn (KNOB_ROUNDS times):
 #   hash        fillrandom, compact, readrandom from the block cache (1 thread)
 #   unordered   fillrandom, 16 threads (pipelined writes off, as RocksDB's default)
@@ -38,6 +38,8 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=hack/benchlib.sh
 source "$repo/hack/benchlib.sh"
+rocksdb_env
+rocksdb_tools
 flags() {
   case $1 in
     default) ;;

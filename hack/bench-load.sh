@@ -27,6 +27,7 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=hack/benchlib.sh
 source "$repo/hack/benchlib.sh"
+rocksdb_env
 
 go build -o "$work/loadbench" "$repo/hack/loadbench"
 go build -o "$work/shale" "$repo/cmd/shale"

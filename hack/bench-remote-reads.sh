@@ -12,6 +12,10 @@
 #           fetched whole), --block-cache-size CACHE (default 8MiB)
 #   new     this tree: --cache-size 1, RocksDB's block cache and the range
 #           cache CACHE/2 each (same memory as base)
+#   async   this tree as `new`, with --async-io --optimize-multiget-for-io:
+#           RocksDB's asynchronous prefetch and seeks (ReadAsync/Poll of
+#           the Shale FileSystem: ranged GETs in goroutines) against the
+#           synchronous path of `new`, alternating with it
 #   cached  this tree with its default caches (8 GiB of tables, 256 MiB
 #           block cache), after a warm-up that fetches every table: the
 #           data-in-the-cache reference
@@ -19,12 +23,14 @@
 # Each runs, for READ_SECONDS (default 20) each: readrandom (16 threads),
 # multireadrandom of 32 keys per MultiGet (16 threads), readrandom and
 # multireadrandom with 1 thread (what a single caller waits: 32 Gets one
-# after another vs one MultiGet of 32), and scan of 1,000 pairs (4 threads).
+# after another vs one MultiGet of 32), and scan of 1,000 pairs (4 threads
+# and 1 thread).
 # Ops count keys (a MultiGet of 32 is 32) or scans.
 #
 #   make bench-remote-reads                   # NUM=1000000 ROUNDS=1
 #   NUM=200000 READ_SECONDS=10 make bench-remote-reads
 #   REMOTE_JSON=/tmp/remote.jsonl             # one JSON object per benchmark
+#   SETUPS="new async"                        # a subset, in this order
 #
 # With PEER_PYTHON set to a Python with the `slatedb` package (pip install
 # slatedb), the embedded peer also loads the same NUM pairs into the same
@@ -37,6 +43,7 @@ ROUNDS=${ROUNDS:-1}
 SECONDS_EACH=${READ_SECONDS:-20}
 BASE=${BASE:-main}
 CACHE=${CACHE:-8MiB}
+SETUPS=${SETUPS:-base new async cached}
 work=$(mktemp -d "${TMPDIR:-/tmp}/shale-remote.XXXXXX")
 pids=()
 cleanup() {
@@ -47,18 +54,21 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=hack/benchlib.sh
 source "$repo/hack/benchlib.sh"
+rocksdb_env
 half=$(python3 -c "
 import re,sys; m=re.fullmatch(r'(\d+)(KiB|MiB|GiB)?','$CACHE'); n=int(m[1])*{None:1,'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}[m[2]]; print(n//2)")
 
 go build -o "$work/new/shale" "$repo/cmd/shale"
-mkdir -p "$work/base-src"
-git -C "$repo" archive "$BASE" | tar -x -C "$work/base-src"
-(cd "$work/base-src" && go build -o "$work/base/shale" ./cmd/shale)
+if [[ " $SETUPS " == *" base "* ]]; then
+  mkdir -p "$work/base-src"
+  git -C "$repo" archive "$BASE" | tar -x -C "$work/base-src"
+  base_build "$work/base-src" "$work/base/shale" ./cmd/shale
+fi
 shale=$work/new/shale
 
 bench_minio
 db=s3://bench/db
-echo "# MinIO on 127.0.0.1:$port; NUM=$NUM ROUNDS=$ROUNDS READ_SECONDS=$SECONDS_EACH CACHE=$CACHE BASE=$BASE; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "# MinIO on 127.0.0.1:$port; NUM=$NUM ROUNDS=$ROUNDS READ_SECONDS=$SECONDS_EACH CACHE=$CACHE BASE=$BASE SETUPS='$SETUPS'; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 # start BUILD NAME FLAGS...: a primary on $db in the background; sets kv, m, ppid.
 start() {
@@ -94,10 +104,14 @@ run() { # setup round benchmark threads extra...
         p99: .latencyMicros.p99, serverCpuMicrosPerOp, errors, load: $load}' >>"$results"
 }
 for round in $(seq "$ROUNDS"); do
-  for setup in base new cached; do
+  for setup in $SETUPS; do
     case $setup in
       base) start base "base-$round" --cache-size 1 --block-cache-size "$CACHE" ;;
       new) start new "new-$round" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" ;;
+      async)
+        start new "async-$round" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" \
+          --async-io --optimize-multiget-for-io
+        ;;
       cached)
         start new "cached-$round"
         # Warm up: open every table (each fetched whole into the cache).
@@ -109,7 +123,8 @@ for round in $(seq "$ROUNDS"); do
     run "$setup" "$round" readrandom 1
     run "$setup" "$round" multireadrandom 1 --batch 32
     run "$setup" "$round" scan 4 --scan-length 1000
-    if [ "$setup" = new ]; then
+    run "$setup" "$round" scan 1 --scan-length 1000
+    if [ "$setup" = new ] || [ "$setup" = async ]; then
       curl -fs "http://127.0.0.1:$m/metrics" | grep -E '^shale_range_cache' >&2 || true
     fi
     stop
@@ -131,17 +146,19 @@ printf '\n%-7s %-5s %-16s %7s %12s %9s %9s %12s %5s\n' setup round benchmark thr
 jq -r '[.setup, .round, .name, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor), ((.serverCpuMicrosPerOp // 0)*10|round/10), .load] | @tsv' "$results" |
   awk -F'\t' '{ printf "%-7s %-5s %-16s %7d %12d %9d %9d %12.1f %5s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
 echo
-echo "# means over the rounds; ratios: new/base, new/cached, multireadrandom/readrandom (same setup and threads)"
+echo "# means over the rounds; ratios: new/base, new/cached, async/new, multireadrandom/readrandom (same setup and threads)"
 jq -rs '
   def mean(s): [s] | if length == 0 then 0 else add / length end;
   (group_by([.name, .threads])[] | . as $g | [$g[0].name, $g[0].threads,
     mean($g[] | select(.setup=="base") | .opsPerSec), mean($g[] | select(.setup=="new") | .opsPerSec),
-    mean($g[] | select(.setup=="cached") | .opsPerSec), mean($g[] | select(.setup=="peer") | .opsPerSec)] | @tsv)' "$results" |
-  awk -F'\t' '{ printf "%-16s %2d threads: base %8.0f  new %8.0f  cached %8.0f   new/base %.2f  new/cached %.2f", $1, $2, $3, $4, $5, $4/$3, $4/$5
-    if ($6 > 0) printf "  peer %8.0f  new/peer %.2f", $6, $4/$6
+    mean($g[] | select(.setup=="cached") | .opsPerSec), mean($g[] | select(.setup=="peer") | .opsPerSec),
+    mean($g[] | select(.setup=="async") | .opsPerSec)] | @tsv)' "$results" |
+  awk -F'\t' 'function r(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "-" }
+    { printf "%-16s %2d threads: base %8.0f  new %8.0f  async %8.0f  cached %8.0f   new/base %s  new/cached %s  async/new %s", $1, $2, $3, $4, $7, $5, r($4, $3), r($4, $5), r($7, $4)
+    if ($6 > 0) printf "  peer %8.0f  new/peer %s", $6, r($4, $6)
     printf "\n" }'
 jq -rs '
   def mean(s): [s] | if length == 0 then 0 else add / length end;
   map(select((.name=="readrandom" or .name=="multireadrandom") and .setup != "peer")) | group_by([.setup, .threads])[] | . as $g | [$g[0].setup, $g[0].threads,
     mean($g[] | select(.name=="readrandom") | .opsPerSec), mean($g[] | select(.name=="multireadrandom") | .opsPerSec)] | @tsv' "$results" |
-  awk -F'\t' '{ printf "%-7s %2d threads: MultiGet of 32 %8.0f keys/s vs Gets %8.0f keys/s: %.2fx\n", $1, $2, $4, $3, $4/$3 }'
+  awk -F'\t' '{ printf "%-7s %2d threads: MultiGet of 32 %8.0f keys/s vs Gets %8.0f keys/s: %sx\n", $1, $2, $4, $3, ($3 > 0 ? sprintf("%.2f", $4/$3) : "-") }'

@@ -5,6 +5,9 @@
 #               (default 50/s) for SECONDARY_DURATION (default 30s), on a
 #               secondary that follows the primary's notifications;
 #   lag-poll    the same on a secondary that only polls (every 1s);
+#   lag-follower the same on a follower (--follower, experimental), which
+#               sees only flushed writes (SECONDARY_FLUSH_EVERY flushes the
+#               primary during every lag scenario; each ends with a flush);
 #   read        readrandom ops/s of one secondary and of the primary on the
 #               same SECONDARY_KEYS keys (default 200000), and the ratio.
 # Prints two tables. Results are noisy on shared machines: compare figures
@@ -16,6 +19,9 @@
 #   SECONDARY_ARGS='-poll 250ms -threads 8' more flags (secondarybench -h)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/benchlib.sh
+source "$repo/hack/benchlib.sh"
+rocksdb_env
 work=$(mktemp -d "${TMPDIR:-/tmp}/shale-secondary.XXXXXX")
 minio_pid=
 cleanup() {
@@ -44,6 +50,6 @@ echo "# MinIO on 127.0.0.1:$port, data and work files in $work" >&2
 # shellcheck disable=SC2086 # SECONDARY_ARGS is a list of flags
 AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ACCESS_KEY_ID=$MINIO_ROOT_USER AWS_SECRET_ACCESS_KEY=$MINIO_ROOT_PASSWORD AWS_REGION=us-east-1 \
   "$work/secondarybench" -work "$work" -s3 s3://secondary -shale "$repo/bin/shale" \
-  -scenarios "${SECONDARY_SCENARIOS:-lag-notify,lag-poll,read}" \
+  -scenarios "${SECONDARY_SCENARIOS:-lag-notify,lag-follower,lag-poll,read}" -flush-every "${SECONDARY_FLUSH_EVERY:-0}" \
   -rate "${SECONDARY_RATE:-50}" -lag-duration "${SECONDARY_DURATION:-30s}" -keys "${SECONDARY_KEYS:-200000}" \
   ${SECONDARY_JSON:+-json "$SECONDARY_JSON"} ${SECONDARY_ARGS:-}

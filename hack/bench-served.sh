@@ -44,6 +44,7 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=hack/benchlib.sh
 source "$repo/hack/benchlib.sh"
+rocksdb_env
 
 go build -o "$work/new/shale" "$repo/cmd/shale"
 # A build runs as build[:tls]; only this tree's has TLS.
@@ -52,7 +53,7 @@ builds=(new)
 if [ -n "${BASE:-}" ]; then
   mkdir -p "$work/base-src"
   git -C "$repo" archive "$BASE" | tar -x -C "$work/base-src"
-  (cd "$work/base-src" && go build -o "$work/base/shale" ./cmd/shale)
+  base_build "$work/base-src" "$work/base/shale" ./cmd/shale
   builds=(base "${builds[@]}")
 fi
 

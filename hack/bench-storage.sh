@@ -3,7 +3,8 @@
 # 400-byte values compressible to half, 8 KiB blocks, a block cache far
 # smaller than the data), scaled to this machine: fillrandom then readrandom
 # of NUM keys, one thread, on
-#   1. Debian's db_bench (RocksDB 7.8.3) on a local directory — the baseline,
+#   1. db_bench of the same RocksDB build (hack/rocksdb.sh tools) on a local
+#      directory — the baseline,
 #      and again with the options Shale's engine sets that db_bench's
 #      defaults lack (statistics without histograms, a finite table cache,
 #      bytes_per_sync),
@@ -24,14 +25,20 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# shellcheck source=hack/benchlib.sh
+source "$repo/hack/benchlib.sh"
+# shellcheck source=hack/versions.env
+source "$repo/hack/versions.env"
+rocksdb_env
+rocksdb_tools
 
 go build -o "$work/storagebench" "$repo/hack/storagebench"
-rows=("RocksDB 7.8.3 db_bench, local dir:local" "db_bench with the engine's options:local-opts" "Shale engine, no FileSystem:engine")
+rows=("RocksDB $ROCKSDB_VERSION db_bench, local dir:local" "db_bench with the engine's options:local-opts" "Shale engine, no FileSystem:engine")
 if [ -n "${BASE:-}" ]; then
   # The engine of another revision, for before/after figures in one run.
   mkdir -p "$work/base-src"
   git -C "$repo" archive "$BASE" | tar -x -C "$work/base-src"
-  (cd "$work/base-src" && go build -o "$work/storagebench-base" ./hack/storagebench)
+  base_build "$work/base-src" "$work/storagebench-base" ./hack/storagebench
   rows+=("Shale engine ($BASE), no FileSystem:engine-base")
 fi
 rows+=("Shale, file:// store:file" "Shale, MinIO on loopback:s3")

@@ -18,6 +18,9 @@
 #   TAKEOVER_ARGS='-lease 2s'         more flags (takeoverbench -h)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/benchlib.sh
+source "$repo/hack/benchlib.sh"
+rocksdb_env
 work=$(mktemp -d "${TMPDIR:-/tmp}/shale-takeover.XXXXXX")
 minio_pid=
 cleanup() {

@@ -15,6 +15,9 @@
 #   TIERING_JSON=/path/results.json  also write the results as JSON
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/benchlib.sh
+source "$repo/hack/benchlib.sh"
+rocksdb_env
 work=$(mktemp -d "${TMPDIR:-/tmp}/shale-tiering.XXXXXX")
 pids=()
 cleanup() {

@@ -13,6 +13,9 @@
 # GET and all other requests $0.0004 per 1,000; DELETE free.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/benchlib.sh
+source "$repo/hack/benchlib.sh"
+rocksdb_env
 IDLE_SECONDS=${IDLE_SECONDS:-300}
 WRITES=${WRITES:-1000}
 shale=${SHALE:-$repo/bin/shale}

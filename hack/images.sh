@@ -3,9 +3,10 @@
 # tagged with the git revision:
 #
 #   $IMAGE_PREFIX/shale-operator:<rev>  static bin/shale-operator, FROM scratch
-#   $IMAGE_PREFIX/shale:<rev>           bin/shale (cgo) plus exactly the shared
-#                                       libraries ldd finds for it (RocksDB
-#                                       7.8.3, its compression libs, libstdc++,
+#   $IMAGE_PREFIX/shale:<rev>           bin/shale (cgo, RocksDB and its
+#                                       compression libs linked statically)
+#                                       plus exactly the shared libraries ldd
+#                                       finds for it (libstdc++, libgcc_s,
 #                                       glibc and the loader), FROM scratch
 #   $IMAGE_PREFIX/minio:<rev>           the pinned MinIO that hack/install-deps.sh
 #                                       builds (static), FROM scratch
@@ -99,7 +100,11 @@ done
 interp=$(readelf -l "$bin/shale" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
 [ -n "$interp" ] && [ -f "$ctx/rootfs$interp" ] || die "the loader $interp of bin/shale was not collected"
 printf '%s\n' "${libs[@]}" >"$ctx/rootfs/etc/shale-libraries.txt"
-grep -q librocksdb "$ctx/rootfs/etc/shale-libraries.txt" || die "bin/shale does not link librocksdb?"
+# RocksDB is linked in (hack/rocksdb.sh): a shared librocksdb here would be
+# Debian's 7.8.3, not the version the binary was built for.
+if grep -E 'librocksdb|libzstd|liblz4|libsnappy|liburing' "$ctx/rootfs/etc/shale-libraries.txt"; then
+  die "bin/shale links RocksDB or its compression libraries dynamically; build it with make build (CGO_LDFLAGS from hack/rocksdb.sh)"
+fi
 cat >"$ctx/Dockerfile" <<EOF
 FROM scratch
 COPY rootfs/ /

@@ -2,7 +2,11 @@
 # Installs everything Shale needs to build and test on Debian 12 (bookworm).
 # Idempotent: a second run only checks. Run as root (or with sudo available).
 #
-#   apt:  RocksDB 7.8.3 headers/library/tools, protoc, compilers, compression libs
+#   apt:  protoc, compilers, cmake, compression libs, liburing, gflags
+#   RocksDB: $ROCKSDB_VERSION from Debian's source package, built once per
+#          machine as a static library by hack/rocksdb.sh into
+#          ${SHALE_CACHE:-~/.cache/shale}/rocksdb-<version> (the first time
+#          takes about 15 minutes on 2 cores; then it is instant)
 #   Go:   pinned protoc plugins and controller-gen into bin/
 #   MinIO: the pinned server built from its Go module, cached under
 #          ${SHALE_CACHE:-~/.cache/shale} and linked to bin/minio
@@ -26,9 +30,8 @@ as_root() {
 
 # --- apt packages -----------------------------------------------------------
 apt_pkgs=(
-  build-essential pkg-config git ca-certificates curl
-  librocksdb-dev rocksdb-tools
-  libzstd-dev liblz4-dev zlib1g-dev libsnappy-dev libbz2-dev
+  build-essential pkg-config git ca-certificates curl cmake
+  libzstd-dev liblz4-dev zlib1g-dev libsnappy-dev libbz2-dev liburing-dev libgflags-dev
   protobuf-compiler libprotobuf-dev
 )
 missing=()
@@ -42,11 +45,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-have_rocksdb=$(dpkg-query -W -f='${Version}' librocksdb-dev 2>/dev/null || true)
-case "$have_rocksdb" in
-  "$ROCKSDB_VERSION"*) ;;
-  *) die "librocksdb-dev is '$have_rocksdb', Shale needs $ROCKSDB_VERSION (Debian bookworm); grocksdb v1.7.14 is built for it" ;;
-esac
+# --- RocksDB (static, cached; Debian's librocksdb-dev is not used) -----------
+"$repo/hack/rocksdb.sh"
+have_rocksdb=$(sed -n '1s/^rocksdb //p' "$("$repo/hack/rocksdb.sh" --print)/.stamp")
 
 # --- Go ---------------------------------------------------------------------
 command -v go >/dev/null 2>&1 || die "Go is not installed; install Go 1.26 or newer (https://go.dev/doc/install)"

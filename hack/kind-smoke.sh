@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of the offline Kubernetes chain: creates the kind cluster
 # $KIND_CLUSTER, loads Shale's images, and checks that
-#   1. a pod of the shale image runs `shale --version` (RocksDB 7.8.3 inside),
+#   1. a pod of the shale image runs `shale --version` (RocksDB $ROCKSDB_VERSION inside, linked statically),
 #   2. a pod of the minio image serves behind a Service that another pod
 #      reaches by its cluster DNS name,
 # then deletes the cluster (KEEP_CLUSTER=1 keeps it for a look).

@@ -29,6 +29,8 @@ const (
 	eventWorkersScaled          = "WorkersScaled"
 	eventCompactorPoolProblem   = "CompactorPoolProblem"
 	eventColdTierMissing        = "ColdTierMissing"
+	eventColdAfterApplied       = "ColdAfterApplied"
+	eventColdAfterFailed        = "ColdAfterFailed"
 	eventDatabaseNotFound       = "DatabaseNotFound"
 	eventPrimaryFailed          = "PrimaryFailed"
 	eventOwnerRecordStale       = "OwnerRecordStale"

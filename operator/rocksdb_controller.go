@@ -59,6 +59,11 @@ type rocksDBReconciler struct {
 	// tiersPolled: when this process last asked a database's primary for
 	// its tiers (tiering.go).
 	tiersPolled map[types.NamespacedName]time.Time
+	// coldAfterSeen: the cold-after the primary last reported (or was
+	// set to), so that a spec change is applied at once (tiering.go).
+	coldAfterSeen map[types.NamespacedName]time.Duration
+	// setTiering calls a primary's SetTiering (grpcSetTiering).
+	setTiering setTieringFunc
 	// issuer issues the database's certificates (certificates.go); creds
 	// is the operator's own, for the Status calls.
 	issuer *issuer
@@ -446,4 +451,5 @@ func (r *rocksDBReconciler) forget(key types.NamespacedName) {
 	delete(r.failoverStarted, key)
 	delete(r.secondaryPolled, key)
 	delete(r.tiersPolled, key)
+	delete(r.coldAfterSeen, key)
 }

@@ -279,6 +279,8 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		failoverStarted: make(map[types.NamespacedName]failoverStart),
 		secondaryPolled: make(map[types.NamespacedName]time.Time),
 		tiersPolled:     make(map[types.NamespacedName]time.Time),
+		coldAfterSeen:   make(map[types.NamespacedName]time.Duration),
+		setTiering:      grpcSetTiering,
 		secondaryStatus: grpcSecondaryStatus,
 		issuer:          is,
 		creds:           creds,

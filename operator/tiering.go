@@ -6,6 +6,9 @@ import (
 	"path"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,8 +23,10 @@ import (
 // store records that cold tier, and a primary or secondary started without
 // it refuses to open; so from then on every primary and secondary is given
 // --cold-db, whether spec.tiering is still set or not (without it, no new
-// data goes cold: --cold-after is left out). Like the other primary
-// settings, a change reaches the primary when the next one starts.
+// data goes cold: --cold-after is left out). A change of coldAfter (or
+// turning tiering off) reaches the running primary through its SetTiering
+// call, without a new Pod (applyColdAfter); the next primary gets it as
+// --cold-after.
 
 // tieringPlan is what a database's tiering settings mean right now.
 type tieringPlan struct {
@@ -69,7 +74,7 @@ func planTiering(db *shalev1.RocksDB, store *shalev1.ObjectStore) tieringPlan {
 	}
 	if want {
 		p.args = append(p.args, "--cold-after", db.Spec.Tiering.ColdAfter.Duration.String())
-		cond(metav1.ConditionTrue, shalev1.ReasonColdTierInUse, fmt.Sprintf("data older than %s moves to %s (from the next primary on, if the running one predates the setting)", db.Spec.Tiering.ColdAfter.Duration, store.ColdDatabaseURL(coldPath)))
+		cond(metav1.ConditionTrue, shalev1.ReasonColdTierInUse, fmt.Sprintf("data older than %s moves to %s", db.Spec.Tiering.ColdAfter.Duration, store.ColdDatabaseURL(coldPath)))
 	} else {
 		cond(metav1.ConditionFalse, shalev1.ReasonTieringOff, fmt.Sprintf("spec.tiering is not set: no new data goes cold; the cold tables in %s are still read", store.ColdDatabaseURL(coldPath)))
 	}
@@ -119,25 +124,110 @@ func tieringRefusal(db *shalev1.RocksDB, store *shalev1.ObjectStore) error {
 }
 
 // tierStatusDue reports whether the primary is to be asked for its tiers
-// now, and if so records the poll (the secondaries' interval).
-func (r *rocksDBReconciler) tierStatusDue(key types.NamespacedName, now time.Time) bool {
+// now, and if so records the poll: at the secondaries' interval, and at
+// once when the wanted cold-after is not the one last seen.
+func (r *rocksDBReconciler) tierStatusDue(key types.NamespacedName, want time.Duration, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if last, ok := r.tiersPolled[key]; ok && now.Sub(last) < r.opts.SecondaryStatusInterval {
+	seen, known := r.coldAfterSeen[key]
+	if last, ok := r.tiersPolled[key]; ok && now.Sub(last) < r.opts.SecondaryStatusInterval && (!known || seen == want) {
 		return false
 	}
 	r.tiersPolled[key] = now
 	return true
 }
 
-// pollTiers asks the current primary for its Status and returns its live
-// tables per tier (nil when it cannot be asked: the status keeps its last
-// report).
+// wantColdAfter is the cold-after spec.tiering asks for (0: off).
+func wantColdAfter(db *shalev1.RocksDB) time.Duration {
+	if db.Spec.Tiering == nil {
+		return 0
+	}
+	return db.Spec.Tiering.ColdAfter.Duration
+}
+
+// coldAfterAction is what applyColdAfter does about a running primary.
+type coldAfterAction int
+
+const (
+	coldAfterKeep   coldAfterAction = iota // it has the wanted setting
+	coldAfterSet                           // call SetTiering
+	coldAfterNoTier                        // it cannot: started without a cold tier
+)
+
+// decideColdAfter compares the cold-after wanted with the one the primary
+// reports in its Status (a pure function, table-tested).
+func decideColdAfter(want time.Duration, st *kvv1.StatusResponse) coldAfterAction {
+	if st == nil || st.Role != kvv1.Role_ROLE_PRIMARY {
+		return coldAfterKeep
+	}
+	if st.GetColdAfter().AsDuration() == want {
+		return coldAfterKeep
+	}
+	if want > 0 && !st.ColdTier {
+		return coldAfterNoTier
+	}
+	return coldAfterSet
+}
+
+// setTieringFunc calls SetTiering on the server at addr.
+type setTieringFunc func(ctx context.Context, addr string, dial grpc.DialOption, coldAfter time.Duration) error
+
+// grpcSetTiering dials addr and calls SetTiering.
+func grpcSetTiering(ctx context.Context, addr string, dial grpc.DialOption, coldAfter time.Duration) error {
+	conn, err := grpc.NewClient(addr, dial)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = kvv1.NewKVClient(conn).SetTiering(ctx, &kvv1.SetTieringRequest{ColdAfter: durationpb.New(coldAfter)})
+	return err
+}
+
+// applyColdAfter brings the running primary's cold-after to the spec's,
+// live (the operator's identity may call SetTiering and Status only), and
+// says in an event when it cannot.
+func (r *rocksDBReconciler) applyColdAfter(ctx context.Context, db *shalev1.RocksDB, addr string, dial grpc.DialOption, st *kvv1.StatusResponse) {
+	key := client.ObjectKeyFromObject(db)
+	want := wantColdAfter(db)
+	seen := st.GetColdAfter().AsDuration()
+	switch decideColdAfter(want, st) {
+	case coldAfterSet:
+		c, cancel := context.WithTimeout(ctx, secondaryStatusTimeout)
+		err := r.setTiering(c, addr, dial, want)
+		cancel()
+		// Either way the next try is at the next poll, not at every
+		// reconcile: that poll's Status says whether it took.
+		seen = want
+		if err != nil {
+			r.recorder.Eventf(db, corev1.EventTypeWarning, eventColdAfterFailed, "could not change the cold-after of primary %s from %s to %s: %v (tried again at the next poll)", db.Status.CurrentPrimary, coldAfterText(st.GetColdAfter().AsDuration()), coldAfterText(want), err)
+			break
+		}
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventColdAfterApplied, "primary %s: cold-after %s (was %s), applied live", db.Status.CurrentPrimary, coldAfterText(want), coldAfterText(st.GetColdAfter().AsDuration()))
+	case coldAfterNoTier:
+		// Asked again at the next poll, not at every reconcile.
+		seen = want
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventColdAfterFailed, "primary %s was started without a cold tier and cannot turn tiering on live: cold-after %s applies from the next primary on", db.Status.CurrentPrimary, coldAfterText(want))
+	}
+	r.mu.Lock()
+	r.coldAfterSeen[key] = seen
+	r.mu.Unlock()
+}
+
+func coldAfterText(d time.Duration) string {
+	if d <= 0 {
+		return "off"
+	}
+	return d.String()
+}
+
+// pollTiers asks the current primary for its Status, applies the spec's
+// cold-after to it (applyColdAfter), and returns its live tables per tier
+// (nil when it cannot be asked: the status keeps its last report).
 func (r *rocksDBReconciler) pollTiers(ctx context.Context, db *shalev1.RocksDB) []shalev1.TierStatus {
 	if db.Status.CurrentPrimary == "" || !db.ConditionTrue(shalev1.ConditionPrimaryAvailable) {
 		return nil
 	}
-	if !r.tierStatusDue(client.ObjectKeyFromObject(db), r.now()) {
+	if !r.tierStatusDue(client.ObjectKeyFromObject(db), wantColdAfter(db), r.now()) {
 		return nil
 	}
 	pod, err := r.primaryPod(ctx, db, db.Status.Epoch, false)
@@ -158,6 +248,7 @@ func (r *rocksDBReconciler) pollTiers(ctx context.Context, db *shalev1.RocksDB) 
 	if err != nil {
 		return nil
 	}
+	r.applyColdAfter(ctx, db, addr, dial, st)
 	return tierStatus(st)
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/auth"
 )
 
 func TestPlanTiering(t *testing.T) {
@@ -66,6 +68,36 @@ func TestPlanTiering(t *testing.T) {
 		}
 		if p.setColdPath != tc.setPath || !reflect.DeepEqual(p.args, tc.args) || reason != tc.reason || (p.refuse != "") != tc.refusing {
 			t.Errorf("%s: plan %+v (condition %q), want path %q, args %v, condition %q, refusing %v", tc.name, p, reason, tc.setPath, tc.args, tc.reason, tc.refusing)
+		}
+	}
+}
+
+func TestDecideColdAfter(t *testing.T) {
+	primary := func(coldAfter time.Duration, coldTier bool) *kvv1.StatusResponse {
+		st := &kvv1.StatusResponse{Role: kvv1.Role_ROLE_PRIMARY, ColdTier: coldTier}
+		if coldAfter > 0 {
+			st.ColdAfter = durationpb.New(coldAfter)
+		}
+		return st
+	}
+	for _, tc := range []struct {
+		name string
+		want time.Duration
+		st   *kvv1.StatusResponse
+		out  coldAfterAction
+	}{
+		{"no answer", time.Hour, nil, coldAfterKeep},
+		{"the same", time.Hour, primary(time.Hour, true), coldAfterKeep},
+		{"off and off", 0, primary(0, true), coldAfterKeep},
+		{"off and off, no cold tier", 0, primary(0, false), coldAfterKeep},
+		{"changed", 2 * time.Hour, primary(time.Hour, true), coldAfterSet},
+		{"turned off", 0, primary(time.Hour, true), coldAfterSet},
+		{"turned on", time.Hour, primary(0, true), coldAfterSet},
+		{"turned on, no cold tier", time.Hour, primary(0, false), coldAfterNoTier},
+		{"a secondary answered", time.Hour, &kvv1.StatusResponse{Role: kvv1.Role_ROLE_SECONDARY}, coldAfterKeep},
+	} {
+		if got := decideColdAfter(tc.want, tc.st); got != tc.out {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.out)
 		}
 	}
 }
@@ -122,8 +154,9 @@ func testTiering(h *harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.guardedKV(lis, ns, "tiered-primary-tls", "tiered-access", &kvv1.StatusResponse{Role: kvv1.Role_ROLE_PRIMARY, Tiers: []*kvv1.TierUsage{
-		{Tier: "hot", Files: 3, Bytes: 3000}, {Tier: "cold", Files: 7, Bytes: 70000}}})
+	g := h.guardedKV(lis, ns, "tiered-primary-tls", "tiered-access", &kvv1.StatusResponse{Role: kvv1.Role_ROLE_PRIMARY, Tiers: []*kvv1.TierUsage{
+		{Tier: "hot", Files: 3, Bytes: 3000}, {Tier: "cold", Files: 7, Bytes: 70000}},
+		ColdAfter: durationpb.New(time.Hour), ColdTier: true})
 	pod = h.waitPod(ns, "tiered-primary-1")
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.PodIP = ip
@@ -135,6 +168,34 @@ func testTiering(h *harness) {
 		want := []shalev1.TierStatus{{Tier: "hot", Files: 3, Bytes: 3000}, {Tier: "cold", Files: 7, Bytes: 70000}}
 		return reflect.DeepEqual(db.Status.Tiers, want), fmt.Sprintf("tiers %+v", db.Status.Tiers)
 	})
+	if calls := g.tieringCalls(); len(calls) != 0 {
+		t.Errorf("SetTiering calls %+v while the primary had spec's cold-after", calls)
+	}
+
+	// A new coldAfter reaches the running primary through SetTiering, with
+	// the operator's own certificate, and no new primary starts.
+	h.updateDB(ns, "tiered", func(db *shalev1.RocksDB) { db.Spec.Tiering.ColdAfter.Duration = 2 * time.Hour })
+	eventually(t, "SetTiering(2h)", func() (bool, string) {
+		calls := g.tieringCalls()
+		return len(calls) > 0 && calls[len(calls)-1].coldAfter == 2*time.Hour, fmt.Sprintf("calls %+v", calls)
+	})
+	for _, c := range g.tieringCalls() {
+		if c.id.Kind != auth.KindOperator || c.coldAfter != 2*time.Hour {
+			t.Errorf("SetTiering call %+v: want the operator asking for 2h", c)
+		}
+	}
+	if db := h.db(ns, "tiered"); db.Status.Epoch != 1 || db.Status.CurrentPrimary != "tiered-primary-1" {
+		t.Errorf("epoch %d, primary %s after a coldAfter change: want the same primary", db.Status.Epoch, db.Status.CurrentPrimary)
+	}
+	var pods corev1.PodList
+	if err := h.c.List(h.ctx, &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Name != "tiered-primary-1" {
+			t.Errorf("Pod %s exists after a coldAfter change: want no new Pod", p.Name)
+		}
+	}
 
 	// Secondaries get the cold tier but never --cold-after; so do they
 	// once tiering is off.
@@ -153,6 +214,11 @@ func testTiering(h *harness) {
 	if sargs := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(sargs, "--cold-db s3://shale/"+coldPath) {
 		t.Errorf("secondary args %q after tiering was turned off: the cold tables must still be read", sargs)
 	}
+	// Turning tiering off reaches the running primary too.
+	eventually(t, "SetTiering(off)", func() (bool, string) {
+		calls := g.tieringCalls()
+		return len(calls) > 0 && calls[len(calls)-1].coldAfter == 0, fmt.Sprintf("calls %+v", calls)
+	})
 
 	// CEL: coldAfter is a duration of at least a second.
 	for _, bad := range []string{"500ms", "0s", "soon"} {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,20 +96,47 @@ func verifyLeaf(t *testing.T, s *corev1.Secret, dnsName string) *x509.Certificat
 }
 
 // guardedStatus answers Status behind the real guard and records who
-// asked.
+// asked; SetTiering changes the cold_after Status reports, and is
+// recorded.
 type guardedStatus struct {
 	kvv1.UnimplementedKVServer
 	st     *kvv1.StatusResponse
 	mu     sync.Mutex
 	caller []auth.Identity
+	sets   []tieringCall
+}
+
+// tieringCall is one SetTiering: who asked for what.
+type tieringCall struct {
+	id        auth.Identity
+	coldAfter time.Duration
 }
 
 func (g *guardedStatus) Status(ctx context.Context, _ *kvv1.StatusRequest) (*kvv1.StatusResponse, error) {
 	id, _ := auth.FromContext(ctx)
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.caller = append(g.caller, id)
-	g.mu.Unlock()
-	return g.st, nil
+	return proto.Clone(g.st).(*kvv1.StatusResponse), nil
+}
+
+func (g *guardedStatus) SetTiering(ctx context.Context, r *kvv1.SetTieringRequest) (*kvv1.SetTieringResponse, error) {
+	id, _ := auth.FromContext(ctx)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	prev := g.st.ColdAfter
+	g.sets = append(g.sets, tieringCall{id, r.GetColdAfter().AsDuration()})
+	g.st.ColdAfter = nil
+	if r.GetColdAfter().AsDuration() > 0 {
+		g.st.ColdAfter = r.ColdAfter
+	}
+	return &kvv1.SetTieringResponse{Previous: prev, ColdAfter: r.ColdAfter}, nil
+}
+
+func (g *guardedStatus) tieringCalls() []tieringCall {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.sets)
 }
 
 func (g *guardedStatus) callers() []auth.Identity {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,6 +64,11 @@ type Server struct {
 	ep        *kvserver.Endpoint
 	durable   *kvserver.Notifier // wakes, and at Stop ends, Watch streams
 	compactor *compactor.Client  // nil: local compaction
+	// tiered: tiering has been on since open. From then on compactions
+	// into the last level stay local (engine.KeepCompactionLocal), even
+	// after SetColdAfter(0): one RocksDB picked under the old options may
+	// still split its output by key.
+	tiered atomic.Bool
 }
 
 // Start opens the database and starts serving. On error nothing is left
@@ -116,16 +122,23 @@ func Start(cfg Config) (_ *Server, err error) {
 	}()
 	eo := cfg.Engine
 	eo.FileSystem = s.fs
+	s.tiered.Store(eo.ColdAfter > 0)
 	if cfg.CompactionMode == "remote" {
 		cc := cfg.Compaction
 		cc.DB, cc.Logger, cc.Registerer = n.URL, cfg.Logger, n.Registry
+		if n.Cold != nil {
+			cc.ColdDB = n.Cold.URL()
+		}
 		// The primary is the scheduler's client with its own certificate,
 		// which names the database it may submit compactions for.
 		if cfg.Security.TLS.Enabled() {
 			cc.Security = auth.ClientConfig{TLS: cfg.Security.TLS}
 		}
-		coldAfter := cfg.Engine.ColdAfter
 		cc.KeepLocal = func(outputLevel int32) bool {
+			var coldAfter time.Duration
+			if s.tiered.Load() {
+				coldAfter = time.Second // on, now or earlier (SetColdAfter)
+			}
 			return engine.KeepCompactionLocal(int(outputLevel), engine.NumLevels, coldAfter)
 		}
 		if s.compactor, err = compactor.NewClient(cc, s.fs); err != nil {
@@ -160,7 +173,8 @@ func Start(cfg Config) (_ *Server, err error) {
 	reg.MustRegister(engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, s.db.AgeOutStats)
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: n.URL, Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs)}), reg, cfg.Limits, n.Secured, cfg.Logger)
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: n.URL, Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs),
+		SetColdAfter: s.SetColdAfter, ColdTier: n.Cold != nil}), reg, cfg.Limits, n.Secured, cfg.Logger)
 	cfg.Logger.Info("primary serving", "db", n.URL, "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(),
 		"transport", kvserver.TransportName(n.Secured), "compaction", s.compactionMode())
 	return s, nil
@@ -171,6 +185,23 @@ func (s *Server) compactionMode() string {
 		return "remote via " + s.cfg.Compaction.Scheduler
 	}
 	return "local"
+}
+
+// SetColdAfter changes the running primary's cold-after (SetTiering, the
+// operator's spec.tiering.coldAfter): RocksDB's options and the age-out
+// pass, without a restart. The KV service checks that a cold tier exists
+// before turning tiering on.
+func (s *Server) SetColdAfter(d time.Duration) error {
+	if d > 0 {
+		// Before RocksDB's options change: no compaction into the last
+		// level goes remote from here on.
+		s.tiered.Store(true)
+	}
+	if err := s.db.SetColdAfter(d); err != nil {
+		return err
+	}
+	s.cfg.Logger.Info("cold-after changed", "coldAfter", d)
+	return nil
 }
 
 // Compactor is the remote compaction client, or nil (local compaction).
@@ -196,13 +227,28 @@ func (s *Server) Done() <-chan error { return s.ep.Done() }
 // period), and closes the database.
 func (s *Server) Stop(grace time.Duration) {
 	s.durable.Close()
-	s.ep.Stop(grace)
+	stopped := make(chan struct{})
+	go func() {
+		s.ep.Stop(grace)
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(grace):
+		// A request still running after the grace, such as a Compact
+		// whose compaction waits for a worker, ends with the database's
+		// shutdown, which begins now.
+		s.db.CancelBackgroundWork()
+		<-stopped
+	}
+	// Closing RocksDB cancels the compactions waiting for a worker
+	// (CancelAwaitingJobs: the client ends their streams, so the
+	// scheduler drops them from its queue, and RocksDB abandons them);
+	// the client closes after, with no job left to wait for.
+	s.db.Close()
 	if s.compactor != nil {
-		// First: a compaction waiting for a worker would hold up the
-		// close; it falls back, and RocksDB abandons it (shutting down).
 		s.compactor.Close()
 	}
-	s.db.Close()
 	s.fs.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := s.fs.Release(ctx); err != nil {

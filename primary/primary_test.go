@@ -177,7 +177,7 @@ func TestEveryRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Role != kvv1.Role_ROLE_PRIMARY || st.LatestSequence < 6 || st.RocksdbVersion != "7.8.3" ||
+	if st.Role != kvv1.Role_ROLE_PRIMARY || st.LatestSequence < 6 || st.RocksdbVersion != "9.11.2" ||
 		!strings.HasPrefix(st.Db, "file:///") || st.Stats.SstFiles != 1 || st.Stats.LiveSstBytes == 0 || len(st.Stats.FilesPerLevel) != 7 {
 		t.Fatalf("status after flush+compact: %v", st)
 	}

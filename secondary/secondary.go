@@ -62,6 +62,11 @@ type Config struct {
 	// ColdDB and ColdEndpoint name the database's cold tier, if it has one
 	// (docs/tiering.md).
 	ColdDB, ColdEndpoint string
+	// Follower opens RocksDB as a follower (DB::OpenAsFollower, RocksDB
+	// 9.x; experimental) instead of a secondary: its own thread tails the
+	// MANIFEST every CatchupInterval and it reads no WAL, so it applies
+	// only flushed writes (docs/secondary.md, "Followers (RocksDB 9.x)").
+	Follower bool
 }
 
 // Server is a running secondary.
@@ -141,8 +146,16 @@ func Start(cfg Config) (_ *Server, err error) {
 	eo := cfg.Engine
 	eo.FileSystem = s.fs
 	eo.SecondaryDir = filepath.Join(sc.CacheDir, "secondary")
+	if cfg.Follower {
+		eo.SecondaryDir = filepath.Join(sc.CacheDir, "follower")
+		eo.FollowerRefresh = cfg.CatchupInterval
+	}
 	if s.db, err = engine.Open(sc.CacheDir, eo); err != nil {
-		return nil, fmt.Errorf("--db %s: open as secondary: %w", n.URL, err)
+		mode := "secondary"
+		if cfg.Follower {
+			mode = "follower"
+		}
+		return nil, fmt.Errorf("--db %s: open as %s: %w", n.URL, mode, err)
 	}
 	s.fs.Serving()
 
@@ -166,6 +179,10 @@ func Start(cfg Config) (_ *Server, err error) {
 	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: n.URL, Guard: s.fs, Lag: s.lag}), reg, cfg.Limits, n.Secured, cfg.Logger)
 	s.wg.Add(1)
 	go s.catchUpLoop()
+	if cfg.Follower {
+		s.wg.Add(1)
+		go s.followApplied()
+	}
 	if cfg.Primary != "" {
 		s.wg.Add(1)
 		go s.watchPrimary(watchDial)
@@ -186,11 +203,45 @@ func (s *Server) catchUp(ctx context.Context, h *shalefs.Hint) error {
 	if err := s.fs.RefreshHinted(ctx, h); err != nil {
 		return err
 	}
+	if s.cfg.Follower {
+		// RocksDB's own thread applies the refreshed MANIFEST later. Not
+		// knowing when, a follower never declares itself caught up: one
+		// whose lease lapsed stays NOT_SERVING (fails closed).
+		return nil
+	}
 	if err := s.db.TryCatchUp(); err != nil {
 		return err
 	}
 	s.fs.CaughtUp()
 	return nil
+}
+
+// followApplied reports what a follower's own catch-up thread applies:
+// RocksDB says nothing when it does, so its sequence number is sampled
+// every 10 ms (a follower's lag is bounded below by its refresh period).
+func (s *Server) followApplied() {
+	defer s.wg.Done()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	var last uint64 // 0: what it opened with is reported too
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		seq := s.db.LatestSequence()
+		if seq == last {
+			continue
+		}
+		last = seq
+		if s.cfg.OnCatchUp != nil {
+			s.cfg.OnCatchUp(seq)
+		}
+		if seq >= s.primarySeq.Load() {
+			s.pendingSince.Store(0)
+		}
+	}
 }
 
 func (s *Server) catchUpLoop() {
@@ -260,7 +311,7 @@ func (s *Server) catchUpLoop() {
 		failing, retry = false, 0
 		s.catchups.Inc()
 		s.lastCatchup.SetToCurrentTime()
-		if s.cfg.OnCatchUp != nil {
+		if s.cfg.OnCatchUp != nil && !s.cfg.Follower {
 			s.cfg.OnCatchUp(s.db.LatestSequence())
 		}
 		if s.db.LatestSequence() >= s.primarySeq.Load() {

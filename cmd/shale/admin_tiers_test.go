@@ -123,3 +123,36 @@ func tierFiles(t *testing.T, out string) string {
 	}
 	return fmt.Sprintf("%d/%d", st.Tiers[0].Files, st.Tiers[1].Files)
 }
+
+// `shale kv set-tiering` changes a running primary's cold-after, which
+// `kv status` then reports; without a cold tier it is refused, naming the
+// flag that gives one.
+func TestKVSetTiering(t *testing.T) {
+	root := t.TempDir()
+	db, cold := "file://"+filepath.Join(root, "db"), "file://"+filepath.Join(root, "cold")
+	p := startPrimary(t, db, filepath.Join(root, "cache"), "--cold-db", cold)
+	a := "--addr=" + p.addr
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"kv", "status", a}, 0, "cold-after:          off"},
+		{[]string{"kv", "set-tiering", a, "1h"}, 0, "cold-after: 1h0m0s (was off)"},
+		{[]string{"kv", "status", a}, 0, "cold-after:          1h0m0s"},
+		{[]string{"kv", "set-tiering", a, "90s"}, 0, "cold-after: 1m30s (was 1h0m0s)"},
+		{[]string{"kv", "set-tiering", a, "off"}, 0, "cold-after: off (was 1m30s)"},
+		{[]string{"kv", "set-tiering", a, "500ms"}, 2, `COLD-AFTER "500ms": want a duration of at least 1s, such as 24h, or off`},
+		{[]string{"kv", "set-tiering", a, "soon"}, 2, `COLD-AFTER "soon"`},
+	} {
+		code, out, e := shale(tc.args...)
+		if code != tc.code || !strings.Contains(out+e, tc.out) {
+			t.Errorf("shale %q: exit %d, %q %q; want exit %d with %q", tc.args, code, out, e, tc.code, tc.out)
+		}
+	}
+	plain := startPrimary(t, "file://"+filepath.Join(root, "plain"), filepath.Join(root, "plain-cache"))
+	code, _, e := shale("kv", "set-tiering", "--addr="+plain.addr, "1h")
+	if code != 1 || !strings.Contains(e, "restart it with --cold-db") {
+		t.Errorf("set-tiering on a primary without a cold tier: exit %d, %q; want 1 naming --cold-db", code, e)
+	}
+}

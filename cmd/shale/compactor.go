@@ -164,6 +164,7 @@ takes jobs only from the scheduler of its own pool.`,
 	fs.Var(uintValue{&concurrency}, "concurrency", "jobs to run at once")
 	fs.StringVar(&cfg.ID, "id", "", "this worker's name at the scheduler (default: host and pid; in Kubernetes, the Pod name)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9081", "HTTP `address` for Prometheus /metrics and /healthz (empty: off)")
+	fs.StringVar(&cfg.ColdEndpoint, "cold-endpoint", "", "S3 endpoint `URL` of the databases' cold tiers when they are on another server than $AWS_ENDPOINT_URL (same credentials)")
 	fs.Var(newDuration(&cfg.JobTimeout, 30*time.Minute), "job-timeout", "give up a job after this long; keep it well under the databases' --delete-grace")
 	fs.StringVar(&cfg.Security.TLS.Cert, "tls-cert", "", "PEM `file` of this worker's certificate (shale://NAMESPACE/worker/POOL; read again when it changes)")
 	fs.StringVar(&cfg.Security.TLS.Key, "tls-key", "", "PEM `file` of the certificate's private key")

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/auth"
@@ -59,7 +60,7 @@ func newKVCmd() *cobra.Command {
 	kc := &kvClient{}
 	c := &cobra.Command{
 		Use:   "kv",
-		Short: "Talk to a running server: put, get, delete, scan, load, flush, compact, status",
+		Short: "Talk to a running server: put, get, delete, scan, load, flush, compact, status, set-tiering",
 		Long: `Kv talks to a running Shale server (shale primary or shale dev) over gRPC.
 
 Flags may appear anywhere on the line; "--" ends them, for keys that start
@@ -99,8 +100,50 @@ address once, in YAML:
 		newKVCompactCmd(kc),
 		newKVStatusCmd(kc),
 		newKVLoadCmd(kc),
+		newKVSetTieringCmd(kc),
 	)
 	return c
+}
+
+func newKVSetTieringCmd(kc *kvClient) *cobra.Command {
+	return &cobra.Command{
+		Use:   "set-tiering COLD-AFTER",
+		Short: "Change how old data must be to move to the cold tier, on a running primary",
+		Long: `Set-tiering changes a running primary's --cold-after without a restart
+(docs/tiering.md): data older than COLD-AFTER (a duration of at least 1s,
+such as 24h) moves to the cold tier from now on; "off" (or 0) stops moving
+data there (cold tables stay). The primary must have a cold tier
+(--cold-db). It needs the admin role. The setting lasts until the primary
+stops: pass --cold-after to the next one (the operator applies
+spec.tiering.coldAfter by itself).`,
+		Example: `  shale kv set-tiering 24h
+  shale kv set-tiering off`,
+		Args: exactArgs("COLD-AFTER"),
+		RunE: func(c *cobra.Command, args []string) error {
+			var d time.Duration
+			if args[0] != "off" {
+				var err error
+				if d, err = time.ParseDuration(args[0]); err != nil || d < 0 || d > 0 && d < time.Second {
+					return usageErrorf("COLD-AFTER %q: want a duration of at least 1s, such as 24h, or off", args[0])
+				}
+			}
+			return kc.call(func(ctx context.Context, kv kvv1.KVClient) error {
+				r, err := kv.SetTiering(ctx, &kvv1.SetTieringRequest{ColdAfter: durationpb.New(d)})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "cold-after: %s (was %s)\n", coldAfterString(r.GetColdAfter().AsDuration()), coldAfterString(r.GetPrevious().AsDuration()))
+				return nil
+			})
+		},
+	}
+}
+
+func coldAfterString(d time.Duration) string {
+	if d <= 0 {
+		return "off"
+	}
+	return d.String()
 }
 
 func newKVPutCmd(kc *kvClient) *cobra.Command {
@@ -421,6 +464,9 @@ func printStatus(w io.Writer, st *kvv1.StatusResponse) {
 	fmt.Fprintf(w, "SST files per level: %v\n", s.GetFilesPerLevel())
 	fmt.Fprintf(w, "pending compaction:  %d bytes\n", s.GetPendingCompactionBytes())
 	fmt.Fprintf(w, "background errors:   %d\n", s.GetBackgroundErrors())
+	if st.Role == kvv1.Role_ROLE_PRIMARY && (st.ColdTier || st.ColdAfter != nil) {
+		fmt.Fprintf(w, "cold-after:          %s\n", coldAfterString(st.GetColdAfter().AsDuration()))
+	}
 	for _, t := range st.GetTiers() {
 		if t.GetFiles() > 0 {
 			fmt.Fprintf(w, "%-21s%d tables, %d bytes\n", t.GetTier()+" tier:", t.GetFiles(), t.GetBytes())

@@ -277,8 +277,8 @@ func TestHelpVersionCompletion(t *testing.T) {
 			"--epoch uint", "--wal-storage-class", "--sst-storage-class", "--cache-dir"}},
 		{[]string{"dev", "--help"}, []string{"--data directory", "--cache-size size", "--lease duration"}},
 		{[]string{"admin", "fence-status", "--help"}, []string{"--db URL", "-o, --output format"}},
-		{[]string{"version"}, []string{"shale dev (RocksDB 7.8.3)\n"}},
-		{[]string{"--version"}, []string{"shale dev (RocksDB 7.8.3)\n"}},
+		{[]string{"version"}, []string{"shale dev (RocksDB 9.11.2)\n"}},
+		{[]string{"--version"}, []string{"shale dev (RocksDB 9.11.2)\n"}},
 		{[]string{"completion", "bash"}, []string{"# bash completion V2 for shale", "__start_shale", "complete -o default -F __start_shale shale"}},
 		{[]string{"completion", "zsh"}, []string{"#compdef shale", "compdef _shale shale"}},
 		{[]string{"completion", "fish"}, []string{"# fish completion for shale", "complete -c shale"}},
@@ -335,7 +335,7 @@ func TestStatusJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("kv status %s: not JSON: %v\n%s", flag, err, out)
 		}
-		if st.Role != "ROLE_PRIMARY" || st.Epoch != "3" || st.LatestSequence != "5" || st.RocksdbVersion != "7.8.3" ||
+		if st.Role != "ROLE_PRIMARY" || st.Epoch != "3" || st.LatestSequence != "5" || st.RocksdbVersion != "9.11.2" ||
 			!strings.HasSuffix(st.Db, "/db") || st.Stats == nil {
 			t.Errorf("kv status %s: %+v\n%s", flag, st, out)
 		}

@@ -6,6 +6,12 @@
 //	            notifications (--primary);
 //	lag-poll    the same on a secondary that only polls the store every
 //	            -poll (Shale's default --catchup-interval);
+//	lag-follower the same on a follower (--follower, DB::OpenAsFollower)
+//	            that follows the notifications and whose RocksDB thread
+//	            tails the MANIFEST every -follower-refresh; it reads no WAL,
+//	            so a write shows once the primary flushed it (-flush-every
+//	            flushes the primary during every lag scenario alike; each
+//	            one ends with a flush);
 //	read        readrandom throughput (`shale bench`'s engine,
 //	            internal/bench) of one secondary and of the primary on the
 //	            same data, alternately, and the ratio.
@@ -15,13 +21,14 @@
 // applied its sequence number (from then on its reads return it); a
 // catch-up that ends before the acknowledgement arrives counts as 0. The
 // store requests the secondary made during the run are counted too, per
-// catch-up and per second. The primary is a `shale primary` process; the
-// lag scenarios' secondaries and the writer run in this process. In the
-// read scenario the secondary is a `shale secondary` process too, with the
-// same defaults as the primary, and this process is the client: neither
-// server shares a Go scheduler with it or with the other. All share the
-// machine with MinIO. Compare figures from one run: a shared machine's
-// load changes between runs.
+// catch-up and per second, and this process's CPU time (the secondary and
+// the writer, which is the same in every scenario). The primary is a
+// `shale primary` process; the lag scenarios' secondaries and the writer
+// run in this process. In the read scenario the secondary is a `shale
+// secondary` process too, with the same defaults as the primary, and this
+// process is the client: neither server shares a Go scheduler with it or
+// with the other. All share the machine with MinIO. Compare figures from
+// one run: a shared machine's load changes between runs.
 package main
 
 import (
@@ -62,6 +69,8 @@ type config struct {
 	rate            float64
 	lagFor          time.Duration
 	poll            time.Duration
+	followerRefresh time.Duration
+	flushEvery      time.Duration
 	keys, threads   int
 	valueSize       int
 	readFor         time.Duration
@@ -79,6 +88,8 @@ func main() {
 	flag.Float64Var(&c.rate, "rate", 50, "lag: synced writes per second on the primary")
 	flag.DurationVar(&c.lagFor, "lag-duration", 30*time.Second, "lag: how long the writes go on, per scenario")
 	flag.DurationVar(&c.poll, "poll", time.Second, "lag-poll: the secondary's --catchup-interval (also the fallback of lag-notify)")
+	flag.DurationVar(&c.followerRefresh, "follower-refresh", 100*time.Millisecond, "lag-follower: how often the follower's RocksDB tails the MANIFEST")
+	flag.DurationVar(&c.flushEvery, "flush-every", 0, "lag: flush the primary this often while writing (0: only at the end)")
 	flag.IntVar(&c.keys, "keys", 200000, "read: keys loaded (fillseq) and read (readrandom)")
 	flag.IntVar(&c.valueSize, "value-size", 100, "read: bytes per value")
 	flag.IntVar(&c.threads, "threads", 16, "read: client threads (shale bench --threads)")
@@ -93,10 +104,10 @@ func main() {
 	for _, s := range strings.Split(scenarios, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "lag-notify", "lag-poll", "read":
+		case "lag-notify", "lag-poll", "lag-follower", "read":
 			c.scenarios = append(c.scenarios, s)
 		default:
-			fmt.Fprintf(os.Stderr, "secondarybench: unknown scenario %q (lag-notify, lag-poll, read)\n", s)
+			fmt.Fprintf(os.Stderr, "secondarybench: unknown scenario %q (lag-notify, lag-poll, lag-follower, read)\n", s)
 			os.Exit(2)
 		}
 	}
@@ -120,6 +131,10 @@ type lagResult struct {
 	ListsPerSecond  float64        `json:"listsPerSecond"`
 	RequestsPerSec  float64        `json:"requestsPerSecond"`
 	DurationSeconds float64        `json:"durationSeconds"`
+	RequestsPerMin  float64        `json:"requestsPerMinute"`
+	// CPU of this process (secondary and writer) over the run, in
+	// seconds per second.
+	CPUPerSecond float64 `json:"cpuPerSecond"`
 	// The machine's 1-minute load average at the end: on a shared machine
 	// the lag's tail follows it.
 	LoadAverage float64 `json:"loadAverage"`
@@ -156,7 +171,7 @@ func run(c config) error {
 	var lags []lagResult
 	for _, s := range c.scenarios {
 		switch s {
-		case "lag-notify", "lag-poll":
+		case "lag-notify", "lag-poll", "lag-follower":
 			r, err := measureLag(c, s, db, p.addr, pkv, logger)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s, err)
@@ -186,7 +201,7 @@ func run(c config) error {
 
 // startSecondary starts a secondary on db with a counting store; notify
 // makes it follow the primary's notifications.
-func startSecondary(c config, name, db, paddr string, notify bool, onCatchUp func(uint64), logger *slog.Logger) (*secondary.Server, *storetest.Counting, error) {
+func startSecondary(c config, name, db, paddr string, notify, follower bool, onCatchUp func(uint64), logger *slog.Logger) (*secondary.Server, *storetest.Counting, error) {
 	store, err := objstore.Open(db)
 	if err != nil {
 		return nil, nil, err
@@ -196,6 +211,9 @@ func startSecondary(c config, name, db, paddr string, notify bool, onCatchUp fun
 		Storage: shalefs.Config{Store: counting, CacheDir: filepath.Join(c.work, name)}, CatchupInterval: c.poll, Logger: logger, OnCatchUp: onCatchUp}
 	if notify {
 		cfg.Primary = paddr
+	}
+	if follower {
+		cfg.Follower, cfg.CatchupInterval = true, c.followerRefresh
 	}
 	s, err := secondary.Start(cfg)
 	return s, counting, err
@@ -210,7 +228,7 @@ func measureLag(c config, scenario, db, paddr string, pkv kvv1.KVClient, logger 
 	res := lagResult{Scenario: scenario}
 	var mu sync.Mutex
 	var cus []catchUp
-	s, counting, err := startSecondary(c, scenario, db, paddr, scenario == "lag-notify", func(applied uint64) {
+	s, counting, err := startSecondary(c, scenario, db, paddr, scenario != "lag-poll", scenario == "lag-follower", func(applied uint64) {
 		mu.Lock()
 		cus = append(cus, catchUp{time.Now(), applied})
 		mu.Unlock()
@@ -234,11 +252,12 @@ func measureLag(c config, scenario, db, paddr string, pkv kvv1.KVClient, logger 
 	if err := waitUntil(time.Minute, func() bool { return applied() >= st.LatestSequence }); err != nil {
 		return res, fmt.Errorf("the secondary did not catch up with the primary at start: %w", err)
 	}
-	time.Sleep(2 * c.poll) // settle: the first catch-ups list everything
+	time.Sleep(2 * max(c.poll, c.followerRefresh)) // settle: the first catch-ups list everything
 	mu.Lock()
 	cus = cus[:0]
 	mu.Unlock()
 	before := counting.Counts()
+	cpu0 := cpuTime()
 
 	type write struct {
 		seq uint64
@@ -246,6 +265,32 @@ func measureLag(c config, scenario, db, paddr string, pkv kvv1.KVClient, logger 
 		dur time.Duration
 	}
 	var writes []write
+	flush := func() error {
+		_, err := pkv.Flush(context.Background(), &kvv1.FlushRequest{})
+		return err
+	}
+	stopFlushing := make(chan struct{})
+	flushed := make(chan error, 1)
+	go func() {
+		if c.flushEvery <= 0 {
+			flushed <- nil
+			return
+		}
+		t := time.NewTicker(c.flushEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopFlushing:
+				flushed <- nil
+				return
+			case <-t.C:
+				if err := flush(); err != nil {
+					flushed <- err
+					return
+				}
+			}
+		}
+	}()
 	start := time.Now()
 	tick := time.NewTicker(time.Duration(float64(time.Second) / c.rate))
 	for n := 0; time.Since(start) < c.lagFor; n++ {
@@ -254,18 +299,28 @@ func measureLag(c config, scenario, db, paddr string, pkv kvv1.KVClient, logger 
 		r, err := pkv.Put(context.Background(), &kvv1.PutRequest{Key: []byte(fmt.Sprintf("%s/%08d", scenario, n)), Value: []byte(t0.Format(time.RFC3339Nano)), Sync: true})
 		if err != nil {
 			tick.Stop()
+			close(stopFlushing)
 			return res, err
 		}
 		now := time.Now()
 		writes = append(writes, write{r.Sequence, now, now.Sub(t0)})
 	}
 	tick.Stop()
+	close(stopFlushing)
+	if err := <-flushed; err != nil {
+		return res, err
+	}
+	// Every scenario ends with a flush: a follower applies nothing else.
+	if err := flush(); err != nil {
+		return res, err
+	}
 	last := writes[len(writes)-1].seq
 	if err := waitUntil(time.Minute, func() bool { return applied() >= last }); err != nil {
 		return res, fmt.Errorf("the secondary did not apply the last write: %w", err)
 	}
 	elapsed := time.Since(start)
 	after := counting.Counts()
+	cpu := cpuTime() - cpu0
 	mu.Lock()
 	events := append([]catchUp(nil), cus...)
 	mu.Unlock()
@@ -297,8 +352,19 @@ func measureLag(c config, scenario, db, paddr string, pkv kvv1.KVClient, logger 
 	}
 	res.ListsPerSecond = float64(res.Requests["list"]) / elapsed.Seconds()
 	res.RequestsPerSec = float64(total) / elapsed.Seconds()
+	res.RequestsPerMin = 60 * res.RequestsPerSec
+	res.CPUPerSecond = cpu.Seconds() / elapsed.Seconds()
 	res.LoadAverage = loadAverage()
 	return res, nil
+}
+
+// cpuTime is the CPU time (user and system) this process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // loadAverage is the 1-minute load average (0 if unknown).
@@ -484,12 +550,12 @@ func median(v []float64) float64 {
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e4) / 100 }
 
 func printLags(c config, lags []lagResult) {
-	fmt.Printf("\nVisibility lag of synced writes (%.0f/s for %s; polling every %s)\n\n", c.rate, c.lagFor, c.poll)
-	fmt.Printf("| %-10s | %6s | %9s | %8s | %8s | %8s | %9s | %12s | %9s | %6s |\n", "secondary", "writes", "write p50", "lag p50", "lag p99", "lag max", "catch-ups", "requests/cu", "LISTs/s", "load")
-	fmt.Printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", dash(12), dash(8), dash(11), dash(10), dash(10), dash(10), dash(11), dash(14), dash(11), dash(8))
+	fmt.Printf("\nVisibility lag of synced writes (%.0f/s for %s; polling every %s; follower refresh %s; flush every %s)\n\n", c.rate, c.lagFor, c.poll, c.followerRefresh, c.flushEvery)
+	fmt.Printf("| %-10s | %6s | %9s | %9s | %9s | %9s | %9s | %12s | %9s | %9s | %8s | %6s |\n", "secondary", "writes", "write p50", "lag p50", "lag p99", "lag max", "catch-ups", "requests/cu", "LISTs/s", "req/min", "CPU", "load")
+	fmt.Printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", dash(12), dash(8), dash(11), dash(11), dash(11), dash(11), dash(11), dash(14), dash(11), dash(11), dash(10), dash(8))
 	for _, r := range lags {
-		fmt.Printf("| %-10s | %6d | %6.1f ms | %5.1f ms | %5.1f ms | %5.1f ms | %9d | %12.1f | %9.1f | %6.1f |\n",
-			strings.TrimPrefix(r.Scenario, "lag-"), r.Writes, r.WriteP50Ms, r.LagP50Ms, r.LagP99Ms, r.LagMaxMs, r.CatchUps, r.RequestsPerCU, r.ListsPerSecond, r.LoadAverage)
+		fmt.Printf("| %-10s | %6d | %6.1f ms | %6.0f ms | %6.0f ms | %6.0f ms | %9d | %12.1f | %9.1f | %9.0f | %7.1f%% | %6.1f |\n",
+			strings.TrimPrefix(r.Scenario, "lag-"), r.Writes, r.WriteP50Ms, r.LagP50Ms, r.LagP99Ms, r.LagMaxMs, r.CatchUps, r.RequestsPerCU, r.ListsPerSecond, r.RequestsPerMin, 100*r.CPUPerSecond, r.LoadAverage)
 	}
 }
 

@@ -29,14 +29,25 @@ func KVRole(self, id Identity, access *AccessList) Role {
 	return RoleNone
 }
 
+// operatorKV are the KV methods the operator may call, whatever their
+// role: Status (secondaries' lag, tiers) and SetTiering (it applies
+// spec.tiering.coldAfter to the running primary). Neither reads or
+// changes data: a stolen operator certificate can at most move data
+// between the tiers, losing none. Admin, the role SetTiering needs
+// otherwise, would give it Flush, Compact and Ingest too.
+var operatorKV = map[string]bool{"/shale.kv.v1.KV/Status": true, "/shale.kv.v1.KV/SetTiering": true}
+
 // RequireKV refuses method unless role grants it, naming the role needed.
-// The operator, whose identity every database trusts, gets Status and
+// The operator, whose identity every database trusts, gets operatorKV and
 // health checks only: it never needs the data, so a stolen operator
 // certificate reads none.
 func RequireKV(id Identity, role Role, method string) error {
 	need := MethodRole(method)
-	if id.Kind == KindOperator && need > RoleNone && method != "/shale.kv.v1.KV/Status" {
-		return status.Errorf(codes.PermissionDenied, "%s may call Status only; %s is not for the operator", id, shortMethod(method))
+	if id.Kind == KindOperator && need > RoleNone {
+		if operatorKV[method] {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "%s may call Status and SetTiering only; %s is not for the operator", id, shortMethod(method))
 	}
 	if role >= need {
 		return nil

@@ -13,7 +13,7 @@ const (
 	RoleNone  Role = iota // health checks only
 	RoleRead              // Get, MultiGet, Scan, Status, Watch
 	RoleWrite             // + Put, Delete, Write, Load
-	RoleAdmin             // + Flush, Compact, Ingest, reflection
+	RoleAdmin             // + Flush, Compact, Ingest, SetTiering, reflection
 )
 
 func (r Role) String() string {
@@ -45,7 +45,7 @@ func ParseRole(s string) (Role, error) {
 var kvRoles = map[string]Role{
 	"Get": RoleRead, "MultiGet": RoleRead, "Scan": RoleRead, "Status": RoleRead, "Watch": RoleRead,
 	"Put": RoleWrite, "Delete": RoleWrite, "Write": RoleWrite, "Load": RoleWrite,
-	"Flush": RoleAdmin, "Compact": RoleAdmin, "Ingest": RoleAdmin,
+	"Flush": RoleAdmin, "Compact": RoleAdmin, "Ingest": RoleAdmin, "SetTiering": RoleAdmin,
 }
 
 // MethodRole is the role a gRPC method of a KV server needs. Health

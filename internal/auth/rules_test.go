@@ -102,6 +102,7 @@ func TestMethodRole(t *testing.T) {
 		"/shale.kv.v1.KV/Flush":                                     RoleAdmin,
 		"/shale.kv.v1.KV/Compact":                                   RoleAdmin,
 		"/shale.kv.v1.KV/Ingest":                                    RoleAdmin,
+		"/shale.kv.v1.KV/SetTiering":                                RoleAdmin,
 		"/shale.kv.v1.KV/NewMethod":                                 RoleAdmin, // closed until decided
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": RoleAdmin,
 	} {
@@ -152,10 +153,31 @@ func TestRequireKV(t *testing.T) {
 	if err := RequireKV(op, KVRole(Identity{Namespace: "ns", Kind: KindPrimary, Name: "db"}, op, nil), "/shale.kv.v1.KV/Status"); err != nil {
 		t.Errorf("the operator's Status: %v", err)
 	}
-	for _, m := range []string{"/shale.kv.v1.KV/Get", "/shale.kv.v1.KV/Scan", "/shale.kv.v1.KV/MultiGet", "/shale.kv.v1.KV/Watch", "/shale.kv.v1.KV/Put"} {
-		if err := RequireKV(op, RoleRead, m); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "Status only") {
-			t.Errorf("the operator's %s: %v, want PermissionDenied (Status only)", m, err)
+	// SetTiering: the operator applies spec.tiering.coldAfter live, with
+	// no other admin method.
+	if err := RequireKV(op, KVRole(Identity{Namespace: "ns", Kind: KindPrimary, Name: "db"}, op, nil), "/shale.kv.v1.KV/SetTiering"); err != nil {
+		t.Errorf("the operator's SetTiering: %v", err)
+	}
+	for _, m := range []string{"/shale.kv.v1.KV/Get", "/shale.kv.v1.KV/Scan", "/shale.kv.v1.KV/MultiGet", "/shale.kv.v1.KV/Watch", "/shale.kv.v1.KV/Put",
+		"/shale.kv.v1.KV/Flush", "/shale.kv.v1.KV/Compact", "/shale.kv.v1.KV/Ingest", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"} {
+		if err := RequireKV(op, RoleRead, m); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "Status and SetTiering only") {
+			t.Errorf("the operator's %s: %v, want PermissionDenied (Status and SetTiering only)", m, err)
 		}
+	}
+	// Everyone else needs admin for SetTiering: a writer or a secondary
+	// may not move the database's data between tiers.
+	for _, tc := range []struct {
+		role Role
+		ok   bool
+	}{{RoleRead, false}, {RoleWrite, false}, {RoleAdmin, true}} {
+		err := RequireKV(id, tc.role, "/shale.kv.v1.KV/SetTiering")
+		if tc.ok && err != nil || !tc.ok && (status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "SetTiering needs role admin")) {
+			t.Errorf("role %s on SetTiering: %v, want allowed=%v (else PermissionDenied naming admin)", tc.role, err, tc.ok)
+		}
+	}
+	sec := Identity{Namespace: "ns", Kind: KindSecondary, Name: "db"}
+	if err := RequireKV(sec, KVRole(Identity{Namespace: "ns", Kind: KindPrimary, Name: "db"}, sec, nil), "/shale.kv.v1.KV/SetTiering"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a secondary's SetTiering: %v, want PermissionDenied", err)
 	}
 	err = RequireKV(id, RoleWrite, "/shale.kv.v1.KV/Ingest")
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "needs role admin") {

@@ -53,6 +53,11 @@ type Options struct {
 	// (DB::OpenAsSecondary) that keeps its own files there; it follows the
 	// primary with TryCatchUp.
 	SecondaryDir string
+	// FollowerRefresh, with SecondaryDir, opens a follower instead
+	// (DB::OpenAsFollower, RocksDB 9.x, experimental): its own thread
+	// tails the MANIFEST this often, and it never reads a WAL, so it
+	// applies flushed writes only (docs/secondary.md, "Followers").
+	FollowerRefresh time.Duration
 	// Tuning is the RocksDB features a user may turn on per database
 	// (docs/performance.md measures each).
 	Tuning Tuning
@@ -111,7 +116,7 @@ const DefaultGroupCommitWindow = 2 * time.Millisecond
 func (t Tuning) Validate() error {
 	switch {
 	case t.UnorderedWrite && t.PipelinedWrite:
-		// RocksDB 7.8.3 rejects this pair when the database opens
+		// RocksDB (7.8.3 as 9.11) rejects this pair when the database opens
 		// (ValidateOptions) and on every write (WriteImpl).
 		return errors.New("--unordered-write and --pipelined-write cannot be combined (RocksDB refuses it: pipelined writes keep the write order that unordered writes give up); choose one")
 	case t.DataBlockHashRatio < 0 || t.DataBlockHashRatio > 1:
@@ -168,7 +173,7 @@ type DB struct {
 	lockFile *os.File // flock on <dir>/LOCK, held while open
 	fs       *rocksshim.FileSystem
 	cs       *rocksshim.CompactionAttachment
-	tier     *ageOut // nil without tiering
+	tier     *ageOut // nil on a secondary
 }
 
 // Open opens the database in dir, creating it (and missing parent
@@ -281,7 +286,9 @@ func Open(dir string, o Options) (_ *DB, err error) {
 		// A secondary keeps every table open (RocksDB requires it) and
 		// writes only its info log, to its own directory.
 		d.opts.SetMaxOpenFiles(-1)
-		if err = os.MkdirAll(o.SecondaryDir, 0o755); err == nil {
+		if err = os.MkdirAll(o.SecondaryDir, 0o755); err == nil && o.FollowerRefresh > 0 {
+			d.db, err = rocksshim.OpenFollower(d.opts, dir, o.SecondaryDir, o.FollowerRefresh)
+		} else if err == nil {
 			d.db, err = grocksdb.OpenDbAsSecondary(d.opts, dir, o.SecondaryDir)
 		}
 	} else {
@@ -295,7 +302,8 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.wSync.SetSync(true)
 	d.wNoSync = grocksdb.NewDefaultWriteOptions()
 	d.ro = d.newReadOptions()
-	if o.ColdAfter > 0 && o.SecondaryDir == "" {
+	if o.SecondaryDir == "" {
+		// Also without tiering: SetColdAfter may turn it on.
 		d.startAgeOut(o.ColdAfter)
 	}
 	return d, nil
@@ -426,6 +434,10 @@ func (d *DB) free() {
 
 // Close closes the database after running calls finish.
 func (d *DB) Close() {
+	// A manual compaction waiting for a worker would otherwise hold up
+	// DisableManualCompaction (stopAgeOut) and this Close's lock (Compact
+	// holds it shared) until the job ended.
+	d.CancelBackgroundWork()
 	d.stopAgeOut()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -436,6 +448,19 @@ func (d *DB) Close() {
 	d.db.Close()
 	d.free()
 	d.lockFile.Close()
+}
+
+// CancelBackgroundWork begins RocksDB's shutdown (DB::Close does the
+// same, later): it flushes the memtables, cancels the compactions waiting
+// for a remote worker (CompactionService::CancelAwaitingJobs), and stops
+// local ones at their next check, so a Compact call returns. Only Close
+// may follow.
+func (d *DB) CancelBackgroundWork() {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if !d.closed {
+		d.db.CancelAllBackgroundWork(false)
+	}
 }
 
 // Dir is the directory holding the database.

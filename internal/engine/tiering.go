@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -8,7 +10,7 @@ import (
 	"github.com/shale-rocks/shale/internal/rocksshim"
 )
 
-// Tiering (docs/tiering.md). RocksDB 7.8.3 with leveled compaction marks
+// Tiering (docs/tiering.md). RocksDB with leveled compaction marks
 // last-level tables cold and, with preclude_last_level_data_seconds, keeps
 // keys younger than ColdAfter out of the last level: a compaction into the
 // last level writes old keys to cold tables there and recent keys to hot
@@ -18,16 +20,20 @@ import (
 // for good. The age-out pass below compacts penultimate-level tables that
 // hold keys older than ColdAfter into the last level, a few at a time.
 
-// ageOut is the age-out pass of one open primary.
+// ageOut is the age-out pass of one open primary. Every primary has one;
+// it idles while ColdAfter is 0 (tiering off), and SetColdAfter changes
+// ColdAfter while the database is open.
 type ageOut struct {
-	coldAfter time.Duration
-	stop      chan struct{}
-	done      chan struct{}
-	stopOnce  sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+	changed  chan struct{} // coldAfter changed (buffered, one)
+	stopOnce sync.Once
+	setMu    sync.Mutex // one SetColdAfter at a time
 
-	mu      sync.Mutex
-	samples []seqSample // sequence number by time, oldest first
-	stats   AgeOutStats
+	mu        sync.Mutex
+	coldAfter time.Duration // 0: tiering off
+	samples   []seqSample   // sequence number by time, oldest first
+	stats     AgeOutStats
 	// After a pass that moved nothing, the next passes only sample until
 	// idleUntil (see ageOutBackoff).
 	backoff   time.Duration
@@ -98,8 +104,11 @@ func pruneSamples(samples []seqSample, now time.Time, coldAfter time.Duration) [
 // Only the penultimate level: a compaction that starts there cannot
 // overlap the penultimate-level output of a running compaction without
 // sharing an input with it (CompactFiles then refuses), which 7.8.3's
-// CompactFiles does not check by itself (fixed upstream in #12628).
-// Tables above it reach it through RocksDB's own compactions.
+// CompactFiles did not check by itself (fixed upstream in #12628, which
+// 9.11 has). The restriction stays for another reason: tables above it
+// reach it through RocksDB's own compactions, which the pass would
+// otherwise compete with for L0-L4 tables (docs/tiering.md, "What RocksDB
+// 9.11 changed").
 func pickAgeOut(files []rocksshim.LiveFile, lastLevel int, cutoff uint64, now time.Time, minAge time.Duration, limit int) []string {
 	var cands []rocksshim.LiveFile
 	for _, f := range files {
@@ -129,7 +138,7 @@ func pickAgeOut(files []rocksshim.LiveFile, lastLevel int, cutoff uint64, now ti
 
 // ageOutBackoff is how long the pass rests after one that compacted
 // tables: not at all if some of it went to the last level, else twice as
-// long as the last rest, from one tick up to coldAfter. RocksDB 7.8.3 ages
+// long as the last rest, from one tick up to coldAfter. RocksDB ages
 // keys by (sequence number, time) samples stored in the tables, which can
 // trail Shale's own samples: while the database is idle the last sample's
 // time keeps moving forward, and a table flushed right after its writes
@@ -144,17 +153,19 @@ func ageOutBackoff(prev, tick, coldAfter time.Duration, moved bool) time.Duratio
 }
 
 // KeepCompactionLocal tells a CompactionService to run a compaction
-// locally: RocksDB 7.8.3 installs every output of a remote compaction in
-// its output level, so a compaction into the last level with per-key
-// placement on (its recent keys go to the level above) must not run
-// remotely; upstream fixed this in 10.1. numLevels counts levels (7 by
+// locally: RocksDB 9.11, as 7.8.3, installs every output of a remote
+// compaction in its output level (compaction_service_job.cc adds each
+// result file to SubcompactionState::Current(), the output level's
+// outputs; CompactionServiceOutputFile carries no level), so a compaction
+// into the last level with per-key placement on (its recent keys go to the
+// level above) must not run remotely; upstream fixed this in 10.1. numLevels counts levels (7 by
 // default) and outputLevel is the compaction's output level.
 func KeepCompactionLocal(outputLevel, numLevels int, coldAfter time.Duration) bool {
 	return coldAfter > 0 && outputLevel == numLevels-1
 }
 
 func (d *DB) startAgeOut(coldAfter time.Duration) {
-	a := &ageOut{coldAfter: coldAfter, stop: make(chan struct{}), done: make(chan struct{})}
+	a := &ageOut{coldAfter: coldAfter, stop: make(chan struct{}), done: make(chan struct{}), changed: make(chan struct{}, 1)}
 	a.samples = []seqSample{{at: time.Now(), seq: d.db.GetLatestSequenceNumber()}}
 	d.tier = a
 	go d.ageOutLoop(a)
@@ -180,31 +191,50 @@ func (d *DB) stopAgeOut() {
 
 func (d *DB) ageOutLoop(a *ageOut) {
 	defer close(a.done)
-	tick := ageOutTick(a.coldAfter)
-	t := time.NewTicker(tick)
-	defer t.Stop()
+	for {
+		a.mu.Lock()
+		coldAfter := a.coldAfter
+		a.mu.Unlock()
+		if !d.ageOutRun(a, coldAfter) {
+			return
+		}
+	}
+}
+
+// ageOutRun runs passes for one ColdAfter (none when it is 0) until it
+// changes (true) or the pass stops (false).
+func (d *DB) ageOutRun(a *ageOut, coldAfter time.Duration) bool {
+	var tickC <-chan time.Time
+	tick := ageOutTick(coldAfter)
+	if coldAfter > 0 {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		tickC = t.C
+	}
 	for {
 		select {
 		case <-a.stop:
-			return
-		case <-t.C:
+			return false
+		case <-a.changed:
+			return true
+		case <-tickC:
 		}
-		d.ageOutOnce(a, time.Now(), tick)
+		d.ageOutOnce(a, coldAfter, time.Now(), tick)
 	}
 }
 
 // ageOutOnce samples the sequence number and compacts what pickAgeOut
 // chooses, one table per CompactFiles (RocksDB adds the last-level
 // tables it overlaps).
-func (d *DB) ageOutOnce(a *ageOut, now time.Time, minAge time.Duration) {
+func (d *DB) ageOutOnce(a *ageOut, coldAfter time.Duration, now time.Time, minAge time.Duration) {
 	if err := d.enter(); err != nil {
 		return
 	}
 	defer d.leave()
 	a.mu.Lock()
 	a.samples = append(a.samples, seqSample{at: now, seq: d.db.GetLatestSequenceNumber()})
-	a.samples = pruneSamples(a.samples, now, a.coldAfter)
-	cutoff, ok := cutoffSeq(a.samples, now, a.coldAfter)
+	a.samples = pruneSamples(a.samples, now, coldAfter)
+	cutoff, ok := cutoffSeq(a.samples, now, coldAfter)
 	resting := now.Before(a.idleUntil)
 	a.mu.Unlock()
 	if !ok || resting {
@@ -236,9 +266,62 @@ func (d *DB) ageOutOnce(a *ageOut, now time.Time, minAge time.Duration) {
 		a.mu.Unlock()
 	}
 	a.mu.Lock()
-	a.backoff = ageOutBackoff(a.backoff, minAge, a.coldAfter, moved)
+	a.backoff = ageOutBackoff(a.backoff, minAge, coldAfter, moved)
 	a.idleUntil = now.Add(a.backoff)
 	a.mu.Unlock()
+}
+
+// SetColdAfter changes ColdAfter of an open primary: RocksDB's tiering
+// options (mutable since 9.x: SetOptions) and the age-out pass's. 0 turns
+// tiering off: new last-level tables are hot again and no key is kept out
+// of the last level; the tables already cold stay where they are.
+// Turning it on places data written before by the samples from now on:
+// it counts as old once now is coldAfter past. The FileSystem must have a
+// cold tier for cold tables to go anywhere but the hot store (the caller
+// checks).
+func (d *DB) SetColdAfter(coldAfter time.Duration) error {
+	if coldAfter < 0 {
+		return fmt.Errorf("cold-after %s is negative: want 0 (off) or a duration of at least 1s", coldAfter)
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.leave()
+	a := d.tier
+	if a == nil {
+		return errors.New("a secondary places no data: change cold-after on the primary")
+	}
+	a.setMu.Lock()
+	defer a.setMu.Unlock()
+	keys, values := rocksshim.TieringOptions(coldAfter)
+	if err := d.db.SetOptions(keys, values); err != nil {
+		return fmt.Errorf("set RocksDB's tiering options: %w", err)
+	}
+	now := time.Now()
+	a.mu.Lock()
+	if a.coldAfter == 0 {
+		// Nothing sampled while off: what is in the database now was
+		// written by now.
+		a.samples = append(a.samples, seqSample{at: now, seq: d.db.GetLatestSequenceNumber()})
+	}
+	a.coldAfter = coldAfter
+	a.backoff, a.idleUntil = 0, time.Time{}
+	a.mu.Unlock()
+	select {
+	case a.changed <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// ColdAfter is the current ColdAfter (0: tiering off or a secondary).
+func (d *DB) ColdAfter() time.Duration {
+	if d.tier == nil {
+		return 0
+	}
+	d.tier.mu.Lock()
+	defer d.tier.mu.Unlock()
+	return d.tier.coldAfter
 }
 
 // AgeOutStats reports the age-out pass's work since open (zero without

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -260,5 +261,109 @@ func TestTieredPlacement(t *testing.T) {
 				t.Fatalf("key %d-%s: %q %v %v", i, p, v, ok, err)
 			}
 		}
+	}
+}
+
+// TestSetColdAfterLive changes ColdAfter of an open database (RocksDB's
+// SetOptions, 9.x): keys kept hot under a 1h cold-after go cold without a
+// restart or a manual compaction once the cold-after is 2s, and with
+// tiering turned off a compaction writes no cold table.
+func TestSetColdAfterLive(t *testing.T) {
+	o := DefaultOptions()
+	o.ColdAfter = time.Hour
+	d, err := Open(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	const n = 2000
+	for i := 0; i < n; i++ {
+		if err := d.Put([]byte(fmt.Sprintf("k%05d", i)), []byte("v"), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cold, hot := tierEntries(t, d); cold != 0 || hot != n {
+		t.Fatalf("with a 1h cold-after: %d keys cold, %d hot; want all %d hot", cold, hot, n)
+	}
+	oldSeq := d.LatestSequence()
+	// oldHot: a hot table holds one of the keys written so far.
+	oldHot := func() bool {
+		for _, f := range d.LiveFiles() {
+			if f.Temperature != rocksshim.TemperatureCold && f.SmallestSeqno <= oldSeq {
+				return true
+			}
+		}
+		return false
+	}
+
+	const coldAfter = 2 * time.Second
+	if err := d.SetColdAfter(coldAfter); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.ColdAfter(); got != coldAfter {
+		t.Fatalf("ColdAfter() = %s after SetColdAfter(%s)", got, coldAfter)
+	}
+	// A trickle of writes among the keys, as in a live database: RocksDB
+	// ages a key by the (sequence number, time) samples in the tables a
+	// compaction reads, and the table written under the 1h setting (one
+	// sample every 36s) holds none after its keys: they age once a
+	// compaction merges it with a table flushed after the change, whose
+	// samples (every second now) say when they were written.
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		if !oldHot() {
+			break
+		}
+		if time.Now().After(deadline) {
+			cold, _ := tierEntries(t, d)
+			t.Fatalf("30s after the change to %s, keys written before it are still hot (%d keys cold in all, %d written before; age-out %+v; files %+v)", coldAfter, cold, n, d.AgeOutStats(), d.LiveFiles())
+		}
+		if err := d.Put([]byte(fmt.Sprintf("k%05d-%d", i%n, i)), []byte("v"), false); err != nil {
+			t.Fatal(err)
+		}
+		if i%20 == 19 {
+			if err := d.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	if err := d.SetColdAfter(0); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]bool{}
+	for _, f := range d.LiveFiles() {
+		before[f.Name] = true
+	}
+	for i := 0; i < n; i++ {
+		if err := d.Put([]byte(fmt.Sprintf("k%05d-off", i)), []byte("v"), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range d.LiveFiles() {
+		if !before[f.Name] && f.Temperature == rocksshim.TemperatureCold {
+			t.Fatalf("tiering off, the compaction wrote table %s at L%d cold: want every new table hot (files %+v)", f.Name, f.Level, d.LiveFiles())
+		}
+	}
+	for i := 0; i < n; i++ {
+		if _, ok, err := d.Get([]byte(fmt.Sprintf("k%05d", i))); err != nil || !ok {
+			t.Fatalf("key %d: %v %v", i, ok, err)
+		}
+	}
+	if err := d.SetColdAfter(-time.Second); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Fatalf("SetColdAfter(-1s) = %v, want an error naming the negative value", err)
 	}
 }

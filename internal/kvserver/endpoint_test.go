@@ -109,6 +109,12 @@ type served struct {
 // serve starts an endpoint on listen with sec (nil: plaintext).
 func serve(t *testing.T, listen string, sec *auth.Secured) *served {
 	t.Helper()
+	return serveInfo(t, listen, sec, func(*engine.DB) Info { return Info{Role: kvv1.Role_ROLE_PRIMARY, DB: "file:///db/orders"} })
+}
+
+// serveInfo is serve with the Info info gives for the database.
+func serveInfo(t *testing.T, listen string, sec *auth.Secured, info func(*engine.DB) Info) *served {
+	t.Helper()
 	db, err := engine.Open(t.TempDir(), engine.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +124,7 @@ func serve(t *testing.T, listen string, sec *auth.Secured) *served {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	ep.Serve(New(db, DefaultLimits(), Info{Role: kvv1.Role_ROLE_PRIMARY, DB: "file:///db/orders"}), reg, DefaultLimits(), sec,
+	ep.Serve(New(db, DefaultLimits(), info(db)), reg, DefaultLimits(), sec,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { ep.Stop(time.Second); db.Close() })
 	return &served{ep: ep, reg: reg}

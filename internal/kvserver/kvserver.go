@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/engine"
@@ -72,6 +73,11 @@ type Info struct {
 	Guard Guard
 	// Tiers, when set, reports the live tables per storage tier.
 	Tiers func() []*kvv1.TierUsage
+	// SetColdAfter, on a primary, changes its cold-after (SetTiering);
+	// nil on a secondary. ColdTier: the primary has a cold tier
+	// (--cold-db), without which tiering cannot be turned on.
+	SetColdAfter func(time.Duration) error
+	ColdTier     bool
 }
 
 // Guard reports whether a server may serve. Errors that implement
@@ -422,6 +428,36 @@ func (s *Server) Compact(ctx context.Context, r *kvv1.CompactRequest) (*kvv1.Com
 	return &kvv1.CompactResponse{}, nil
 }
 
+// SetTiering implements KV: a primary's cold-after, changed live.
+func (s *Server) SetTiering(ctx context.Context, r *kvv1.SetTieringRequest) (*kvv1.SetTieringResponse, error) {
+	if s.info.SetColdAfter == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this server places no data (a secondary): call SetTiering on the primary (the <name>-rw Service, or the address of `shale primary`)")
+	}
+	var d time.Duration
+	if r.ColdAfter != nil {
+		if err := r.ColdAfter.CheckValid(); err != nil {
+			return nil, invalid("cold_after: %v", err)
+		}
+		d = r.ColdAfter.AsDuration()
+	}
+	switch {
+	case d < 0:
+		return nil, invalid("cold_after %s is negative: want a duration of at least 1s, such as 24h, or 0 to turn tiering off", d)
+	case d > 0 && d < time.Second:
+		return nil, invalid("cold_after %s is under 1s (RocksDB ages data in seconds): want at least 1s, such as 24h, or 0 to turn tiering off", d)
+	case d > 0 && !s.info.ColdTier:
+		return nil, status.Error(codes.FailedPrecondition, "this primary has no cold tier: restart it with --cold-db (and --cold-after) to turn tiering on; the operator's next primary gets both from spec.tiering")
+	}
+	if err := s.canWrite(); err != nil {
+		return nil, err
+	}
+	prev := s.db.ColdAfter()
+	if err := s.info.SetColdAfter(d); err != nil {
+		return nil, dbError(ctx, err)
+	}
+	return &kvv1.SetTieringResponse{Previous: durationpb.New(prev), ColdAfter: durationpb.New(d)}, nil
+}
+
 // Status implements KV.
 func (s *Server) Status(ctx context.Context, _ *kvv1.StatusRequest) (*kvv1.StatusResponse, error) {
 	st, err := s.db.Stats()
@@ -437,7 +473,13 @@ func (s *Server) Status(ctx context.Context, _ *kvv1.StatusRequest) (*kvv1.Statu
 	if s.info.Tiers != nil {
 		tiers = s.info.Tiers()
 	}
+	var coldAfter *durationpb.Duration
+	if d := s.db.ColdAfter(); d > 0 {
+		coldAfter = durationpb.New(d)
+	}
 	return &kvv1.StatusResponse{
+		ColdAfter:       coldAfter,
+		ColdTier:        s.info.ColdTier,
 		Tiers:           tiers,
 		Role:            s.info.Role,
 		Epoch:           s.info.Epoch,

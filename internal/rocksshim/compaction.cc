@@ -1,7 +1,7 @@
 // Remote compaction (docs/rfcs/0008-compaction-install.md): the primary's
 // CompactionService, which hands each compaction to Go (compaction.go) to
 // submit and wait for, and the worker's side, DB::OpenAndCompact. RocksDB
-// 7.8.3's C API has neither.
+// 9.11's C API has neither (its remote compaction C API arrived in 10.10).
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -40,6 +40,8 @@ extern "C" {
 int shaleCompactionStart(uintptr_t h, char* session, int slen, uint64_t job, char* input, size_t n,
                          shale_compaction_input_t* inputs, int ninputs);
 int shaleCompactionWait(uintptr_t h, char* session, int slen, uint64_t job, char** result, size_t* n);
+void shaleCompactionInstalled(uintptr_t h, char* session, int slen, uint64_t job, int ok);
+void shaleCompactionCancelAwaiting(uintptr_t h);
 }
 
 namespace {
@@ -125,6 +127,7 @@ std::vector<shale_compaction_input_t> InputsOf(InputsListener* l, uint64_t compa
     c.largest_len = keep->back().size();
     c.smallest_seqno = f.smallest_seqno;
     c.largest_seqno = f.largest_seqno;
+    c.epoch_number = f.epoch_number;
     if (in.props) {
       const TableProperties& p = *in.props;
       c.has_props = 1;
@@ -145,32 +148,41 @@ std::vector<shale_compaction_input_t> InputsOf(InputsListener* l, uint64_t compa
   return out;
 }
 
-// The service never answers kFailure: in 7.8.3 that is a background error
-// that stops writes until the database is reopened. Any trouble is
-// kUseLocal, and RocksDB runs the compaction itself.
+// The service never answers kFailure: in RocksDB (7.8.3 as in 9.11,
+// db/compaction/compaction_service_job.cc) that is a background error that
+// stops writes until the database is reopened. Any trouble is kUseLocal,
+// and RocksDB runs the compaction itself.
 class ShaleCompactionService : public CompactionService {
  public:
   ShaleCompactionService(uintptr_t h, std::shared_ptr<InputsListener> inputs)
       : h_(h), inputs_(std::move(inputs)) {}
   const char* Name() const override { return "ShaleCompactionService"; }
 
-  CompactionServiceJobStatus StartV2(const CompactionServiceJobInfo& info,
-                                     const std::string& input) override {
+  // Schedule hands the job to Go; the scheduled job id RocksDB gives back
+  // to Wait is "<job id>/<db session id>" (the job id is unique within a
+  // session, and sessions are unique), so the Go side keeps identifying a
+  // job by session and id.
+  CompactionServiceScheduleResponse Schedule(const CompactionServiceJobInfo& info,
+                                             const std::string& input) override {
     std::vector<std::string> keep;
     std::vector<shale_compaction_input_t> in = InputsOf(inputs_.get(), info.job_id, &keep);
     int code = shaleCompactionStart(h_, const_cast<char*>(info.db_session_id.data()),
                                     static_cast<int>(info.db_session_id.size()), info.job_id,
                                     const_cast<char*>(input.data()), input.size(), in.data(),
                                     static_cast<int>(in.size()));
-    return code == kSuccess ? CompactionServiceJobStatus::kSuccess : CompactionServiceJobStatus::kUseLocal;
+    if (code != kSuccess) return CompactionServiceScheduleResponse(CompactionServiceJobStatus::kUseLocal);
+    return CompactionServiceScheduleResponse(std::to_string(info.job_id) + "/" + info.db_session_id,
+                                             CompactionServiceJobStatus::kSuccess);
   }
 
-  CompactionServiceJobStatus WaitForCompleteV2(const CompactionServiceJobInfo& info,
-                                               std::string* result) override {
+  CompactionServiceJobStatus Wait(const std::string& scheduled_job_id, std::string* result) override {
+    uint64_t job_id;
+    std::string session;
+    if (!Split(scheduled_job_id, &job_id, &session)) return CompactionServiceJobStatus::kUseLocal;
     char* buf = nullptr;
     size_t n = 0;
-    int code = shaleCompactionWait(h_, const_cast<char*>(info.db_session_id.data()),
-                                   static_cast<int>(info.db_session_id.size()), info.job_id, &buf, &n);
+    int code = shaleCompactionWait(h_, const_cast<char*>(session.data()), static_cast<int>(session.size()),
+                                   job_id, &buf, &n);
     if (buf) {
       result->assign(buf, n);
       free(buf);
@@ -178,7 +190,32 @@ class ShaleCompactionService : public CompactionService {
     return code == kSuccess ? CompactionServiceJobStatus::kSuccess : CompactionServiceJobStatus::kUseLocal;
   }
 
+  // After a Wait that answered kSuccess (db/compaction/
+  // compaction_service_job.cc): kSuccess once every output is installed;
+  // kFailure when the result could not be read or an output could not be
+  // renamed or sized, which RocksDB also makes a background error.
+  void OnInstallation(const std::string& scheduled_job_id, CompactionServiceJobStatus status) override {
+    uint64_t job_id;
+    std::string session;
+    if (!Split(scheduled_job_id, &job_id, &session)) return;
+    shaleCompactionInstalled(h_, const_cast<char*>(session.data()), static_cast<int>(session.size()), job_id,
+                             status == CompactionServiceJobStatus::kSuccess ? 1 : 0);
+  }
+
+  // Called by DB::Close (DBImpl::CancelAllBackgroundWork, before it sets
+  // shutting_down_): every Wait returns at once, kUseLocal, and RocksDB's
+  // local run of the compaction stops at its first shutdown check.
+  void CancelAwaitingJobs() override { shaleCompactionCancelAwaiting(h_); }
+
  private:
+  static bool Split(const std::string& scheduled_job_id, uint64_t* job_id, std::string* session) {
+    size_t slash = scheduled_job_id.find('/');
+    if (slash == std::string::npos) return false;
+    *job_id = std::strtoull(scheduled_job_id.substr(0, slash).c_str(), nullptr, 10);
+    *session = scheduled_job_id.substr(slash + 1);
+    return true;
+  }
+
   uintptr_t h_;
   std::shared_ptr<InputsListener> inputs_;
 };
@@ -195,13 +232,13 @@ char* Copy(const std::string& s) {
 const size_t kFormatHeader = 4;
 
 // ---- Reading a result as RocksDB does ------------------------------------
-// RocksDB 7.8.3 reads a CompactionServiceResult with OptionTypeInfo
+// RocksDB 9.11 reads a CompactionServiceResult with OptionTypeInfo
 // (db/compaction/compaction_service_job.cc) into types its headers do not
 // export. These mirror them, field for field and type for type, so that
 // the primary parses a result exactly as RocksDB will: a result that
-// parses here parses there (a result RocksDB cannot read after
-// WaitForCompleteV2 said success is a background error that stops writes),
-// and the primary judges the same values RocksDB installs.
+// parses here parses there (a result RocksDB cannot read after Wait said
+// success is a background error that stops writes), and the primary
+// judges the same values RocksDB installs.
 
 struct ResultFile {  // CompactionServiceOutputFile
   std::string file_name;
@@ -211,9 +248,13 @@ struct ResultFile {  // CompactionServiceOutputFile
   std::string largest_internal_key;
   uint64_t oldest_ancester_time = 0;
   uint64_t file_creation_time = 0;
+  uint64_t epoch_number = 0;
+  std::string file_checksum;
+  std::string file_checksum_func_name;
   uint64_t paranoid_hash = 0;
   bool marked_for_compaction = false;
   std::array<uint64_t, 2> unique_id{};  // UniqueId64x2
+  TableProperties table_properties;
 };
 
 struct ResultStatus {  // StatusSerializationAdapter
@@ -228,8 +269,6 @@ struct Result {  // CompactionServiceResult
   std::vector<ResultFile> output_files;
   int output_level = 0;
   std::string output_path;
-  uint64_t num_output_records = 0;
-  uint64_t total_bytes = 0;
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
   CompactionJobStats stats;
@@ -246,11 +285,21 @@ const std::unordered_map<std::string, OptionTypeInfo> kResultFileInfo = {
     SHALE_FIELD(ResultFile, largest_internal_key, kEncodedString),
     SHALE_FIELD(ResultFile, oldest_ancester_time, kUInt64T),
     SHALE_FIELD(ResultFile, file_creation_time, kUInt64T),
+    SHALE_FIELD(ResultFile, epoch_number, kUInt64T),
+    SHALE_FIELD(ResultFile, file_checksum, kEncodedString),
+    SHALE_FIELD(ResultFile, file_checksum_func_name, kEncodedString),
     SHALE_FIELD(ResultFile, paranoid_hash, kUInt64T),
     SHALE_FIELD(ResultFile, marked_for_compaction, kBoolean),
     {"unique_id",
      OptionTypeInfo::Array<uint64_t, 2>(offsetof(ResultFile, unique_id), OptionVerificationType::kNormal,
                                         OptionTypeFlags::kNone, {0, OptionType::kUInt64T})},
+    {"table_properties",
+     {offsetof(ResultFile, table_properties), OptionType::kStruct, OptionVerificationType::kNormal,
+      OptionTypeFlags::kNone,
+      [](const ConfigOptions& opts, const std::string&, const std::string& value, void* addr) {
+        return TableProperties::Parse(opts, value, static_cast<TableProperties*>(addr));
+      },
+      nullptr, nullptr}},
 };
 
 const std::unordered_map<std::string, OptionTypeInfo> kStatsInfo = {
@@ -265,6 +314,7 @@ const std::unordered_map<std::string, OptionTypeInfo> kStatsInfo = {
     SHALE_FIELD(CompactionJobStats, num_output_files_blob, kSizeT),
     SHALE_FIELD(CompactionJobStats, is_full_compaction, kBoolean),
     SHALE_FIELD(CompactionJobStats, is_manual_compaction, kBoolean),
+    SHALE_FIELD(CompactionJobStats, is_remote_compaction, kBoolean),
     SHALE_FIELD(CompactionJobStats, total_input_bytes, kUInt64T),
     SHALE_FIELD(CompactionJobStats, total_blob_bytes_read, kUInt64T),
     SHALE_FIELD(CompactionJobStats, total_output_bytes, kUInt64T),
@@ -307,8 +357,6 @@ const std::unordered_map<std::string, OptionTypeInfo> kResultInfo = {
                                 OptionTypeFlags::kNone))},
     SHALE_FIELD(Result, output_level, kInt),
     SHALE_FIELD(Result, output_path, kEncodedString),
-    SHALE_FIELD(Result, num_output_records, kUInt64T),
-    SHALE_FIELD(Result, total_bytes, kUInt64T),
     SHALE_FIELD(Result, bytes_read, kUInt64T),
     SHALE_FIELD(Result, bytes_written, kUInt64T),
     {"stats", OptionTypeInfo::Struct("stats", &kStatsInfo, offsetof(Result, stats),
@@ -392,7 +440,8 @@ int shale_compaction_result_parse(const char* data, size_t n, shale_compaction_r
   out->message = Copy(r.status.message);
   out->output_path = Copy(r.output_path);
   out->output_level = r.output_level;
-  out->num_output_records = r.num_output_records;
+  // 9.11 has no top-level count; it installs the stats' (SetNumOutputRecords).
+  out->num_output_records = r.stats.num_output_records;
   out->nfiles = static_cast<int>(r.output_files.size());
   out->files = static_cast<shale_result_file_t*>(calloc(r.output_files.size() + 1, sizeof(shale_result_file_t)));
   for (size_t i = 0; i < r.output_files.size(); i++) {
@@ -403,6 +452,7 @@ int shale_compaction_result_parse(const char* data, size_t n, shale_compaction_r
     o.largest = CopyBytes(f.largest_internal_key, &o.largest_len);
     o.smallest_seqno = f.smallest_seqno;
     o.largest_seqno = f.largest_seqno;
+    o.epoch_number = f.epoch_number;
     o.unique_id[0] = f.unique_id[0];
     o.unique_id[1] = f.unique_id[1];
   }

@@ -30,8 +30,8 @@ const (
 	// ready to install (Wait).
 	CompactionSuccess CompactionStatus = 0
 	// CompactionUseLocal: RocksDB runs the compaction itself. There is no
-	// failure status on purpose: RocksDB 7.8.3 turns kFailure into a
-	// background error that stops writes.
+	// failure status on purpose: RocksDB (7.8.3 as 9.11) turns kFailure
+	// into a background error that stops writes.
 	CompactionUseLocal CompactionStatus = 1
 )
 
@@ -59,12 +59,14 @@ type CompactionInput struct {
 	// included) and sequence numbers, from the database's live files.
 	Smallest, Largest           []byte
 	SmallestSeqno, LargestSeqno uint64
+	// EpochNumber orders level-0 tables (newer is larger); 0: unknown.
+	EpochNumber uint64
 	// From its table properties; nil if RocksDB had none.
 	Props *TableCounts
 }
 
 // TableCounts are the counts a table's properties record. In RocksDB
-// 7.8.3 Entries and Deletions include range deletions.
+// (7.8.3 as 9.11) Entries and Deletions include range deletions.
 type TableCounts struct {
 	Entries, Deletions, RangeDeletions, MergeOperands uint64
 	// FilterEntries is the number of keys in the table's filter; with
@@ -80,6 +82,23 @@ type TableCounts struct {
 type CompactionService interface {
 	Start(job CompactionJob) CompactionStatus
 	Wait(job CompactionJob) (CompactionStatus, []byte)
+}
+
+// CompactionInstallObserver is a CompactionService that learns whether
+// RocksDB installed the result of a job whose Wait answered
+// CompactionSuccess (CompactionService::OnInstallation). ok false means
+// RocksDB could not read the result or install an output, which it also
+// made a background error.
+type CompactionInstallObserver interface {
+	Installed(job CompactionJob, ok bool)
+}
+
+// CompactionCanceler is a CompactionService whose waiting jobs RocksDB
+// cancels when the database closes (CompactionService::
+// CancelAwaitingJobs): every Wait should then return CompactionUseLocal
+// at once, and later Starts too.
+type CompactionCanceler interface {
+	CancelAwaiting()
 }
 
 // CompactionAttachment is a CompactionService installed in a database's
@@ -158,6 +177,7 @@ func shaleCompactionStart(h C.uintptr_t, session *C.char, slen C.int, id C.uint6
 				Smallest:      C.GoBytes(unsafe.Pointer(in.smallest), C.int(in.smallest_len)),
 				Largest:       C.GoBytes(unsafe.Pointer(in.largest), C.int(in.largest_len)),
 				SmallestSeqno: uint64(in.smallest_seqno), LargestSeqno: uint64(in.largest_seqno),
+				EpochNumber: uint64(in.epoch_number),
 			}
 			if in.has_props != 0 {
 				ci.Props = &TableCounts{
@@ -179,6 +199,20 @@ func shaleCompactionWait(h C.uintptr_t, session *C.char, slen C.int, id C.uint64
 		*n = C.size_t(len(res))
 	}
 	return C.int(st)
+}
+
+//export shaleCompactionInstalled
+func shaleCompactionInstalled(h C.uintptr_t, session *C.char, slen C.int, id C.uint64_t, ok C.int) {
+	if o, is := attachmentOf(h).svc.(CompactionInstallObserver); is {
+		o.Installed(CompactionJob{Session: C.GoStringN(session, slen), ID: uint64(id)}, ok != 0)
+	}
+}
+
+//export shaleCompactionCancelAwaiting
+func shaleCompactionCancelAwaiting(h C.uintptr_t) {
+	if c, is := attachmentOf(h).svc.(CompactionCanceler); is {
+		c.CancelAwaiting()
+	}
 }
 
 // CompactionField returns a top-level field of a serialized
@@ -225,8 +259,8 @@ func CompactionInputFiles(input []byte) ([]string, error) {
 	return out, nil
 }
 
-// decodeString decodes RocksDB's kEncodedString option values: hex in
-// 7.8.3 (Slice::ToString(true)).
+// decodeString decodes RocksDB's kEncodedString option values: hex
+// (Slice::ToString(true), 7.8.3 as 9.11).
 func decodeString(v string) (string, error) {
 	b, err := hex.DecodeString(v)
 	if err != nil {
@@ -357,6 +391,9 @@ type CompactionOutput struct {
 	// Internal keys: user key, then 8 bytes of sequence number and type.
 	SmallestKey, LargestKey     []byte
 	SmallestSeqno, LargestSeqno uint64
+	// EpochNumber is installed as the table's epoch (9.11 takes it from
+	// the result): it orders level-0 tables for reads.
+	EpochNumber uint64
 	// RocksDB's internal form; {0, 0} means none (RocksDB then does not
 	// verify the table's id when it opens it).
 	UniqueID [2]uint64
@@ -388,8 +425,9 @@ func (s ResultStatus) String() string {
 }
 
 // ParseCompactionResult reads a serialized CompactionServiceResult with
-// RocksDB's own parser and its 7.8.3 field table (compaction.cc): what
+// RocksDB's own parser and its 9.11 field table (compaction.cc): what
 // parses here, RocksDB reads, and the values are the ones it installs.
+// NumOutputRecords is the stats' count (9.11 has no top-level one).
 func ParseCompactionResult(data []byte) (*CompactionResult, error) {
 	if len(data) == 0 {
 		return nil, errors.New("empty compaction result")
@@ -410,7 +448,8 @@ func ParseCompactionResult(data []byte) (*CompactionResult, error) {
 			SmallestKey:   C.GoBytes(unsafe.Pointer(f.smallest), C.int(f.smallest_len)),
 			LargestKey:    C.GoBytes(unsafe.Pointer(f.largest), C.int(f.largest_len)),
 			SmallestSeqno: uint64(f.smallest_seqno), LargestSeqno: uint64(f.largest_seqno),
-			UniqueID: [2]uint64{uint64(f.unique_id[0]), uint64(f.unique_id[1])},
+			EpochNumber: uint64(f.epoch_number),
+			UniqueID:    [2]uint64{uint64(f.unique_id[0]), uint64(f.unique_id[1])},
 		})
 	}
 	return r, nil
@@ -437,7 +476,7 @@ func TableUniqueID(dbID, session string, fileNumber uint64) ([2]uint64, error) {
 
 // ExternalUniqueID turns a unique id in RocksDB's internal form (as a
 // MANIFEST and a compaction result hold it) into the external form
-// TableUniqueID returns. RocksDB 7.8.3 exports only the latter; this is
+// TableUniqueID returns. RocksDB (7.8.3 as 9.11) exports only the latter; this is
 // its InternalUniqueIdToExternal (table/unique_id.cc), a bijection built
 // on BijectiveHash2x64 (util/hash.cc). TestRemoteCompactionInProcess
 // checks it against real results.

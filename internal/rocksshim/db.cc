@@ -16,7 +16,7 @@
 
 using namespace ROCKSDB_NAMESPACE;
 
-// As in RocksDB's db/c.cc (7.8.3): every C handle holds its C++ object as
+// As in RocksDB's db/c.cc (7.8.3 and 9.11): every C handle holds its C++ object as
 // its first member, `rep`.
 struct rocksdb_t {
   DB* rep;

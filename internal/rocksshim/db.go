@@ -236,7 +236,7 @@ func appendVarint32(dst []byte, v uint32) []byte {
 }
 
 // SetAsyncIO sets ReadOptions.async_io and optimize_multiget_for_io, which
-// the C API of 7.8.3 lacks.
+// the C API of 7.8.3 lacks (9.11's has async_io only).
 func SetAsyncIO(ro *grocksdb.ReadOptions, asyncIO, optimizeMultiGetForIO bool) {
 	b := func(v bool) C.int {
 		if v {

@@ -5,7 +5,9 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -39,6 +41,8 @@ int shaleFSReadAt(uintptr_t h, char* name, int n, uint64_t off, size_t len, char
                   uint64_t* got, int activity, char** err_out);
 int shaleFSMultiReadAt(uintptr_t h, char* name, int n, int count, uint64_t* offs, size_t* lens,
                        char** bufs, uint64_t* gots, int activity, char** err_out);
+void shaleFSReadAsync(uintptr_t h, char* name, int n, uint64_t off, size_t len, char* buf,
+                      uintptr_t token, int activity);
 }
 
 namespace {
@@ -59,6 +63,23 @@ int CurrentActivity() {
   if (strncmp(name, "rocksdb:high", 12) == 0) return kFlush;
   if (strncmp(name, "rocksdb:low", 11) == 0 || strncmp(name, "rocksdb:bott", 12) == 0) return kCompaction;
   return kForeground;
+}
+
+// ReadActivity prefers what RocksDB says a read is for over the thread's
+// name: a Go thread started while Go ran a callback on a RocksDB pool thread
+// inherits that thread's name ("rocksdb:low"), and would label the
+// foreground reads it later makes as compaction reads.
+int ReadActivity(const IOOptions& o) {
+  switch (o.io_activity) {
+    case Env::IOActivity::kFlush:
+      return kFlush;
+    case Env::IOActivity::kCompaction:
+      return kCompaction;
+    case Env::IOActivity::kUnknown:
+      return CurrentActivity();
+    default:
+      return kForeground;  // Get, MultiGet, iterators, open, checksums
+  }
 }
 
 IOStatus ToStatus(int code, char* msg) {
@@ -84,6 +105,46 @@ IOStatus ToStatus(int code, char* msg) {
 
 class ShaleFS;
 
+// One ReadAsync of a remote table in flight: filled by the goroutine that
+// reads it (shale_fs_async_done), delivered to RocksDB's callback by Poll
+// or AbortIO on RocksDB's thread, freed by RocksDB's del_fn.
+struct AsyncRead {
+  FSReadRequest req;
+  std::function<void(FSReadRequest&, void*)> cb;
+  void* cb_arg = nullptr;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;       // the goroutine finished (it no longer touches req.scratch)
+  bool delivered = false;  // the callback ran
+  int code = 0;
+  uint64_t got = 0;
+  char* err = nullptr;
+
+  void Wait() {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+  }
+  // Deliver waits for the read and runs the callback once, with the
+  // result, or with Aborted (AbortIO: RocksDB drops the buffer, and the
+  // callback frees its per-read state, as POSIX's AbortIO does).
+  void Deliver(bool abort) {
+    Wait();
+    if (delivered) return;
+    delivered = true;
+    IOStatus s = ToStatus(code, err);
+    err = nullptr;
+    if (abort) {
+      s.PermitUncheckedError();
+      req.status = IOStatus::Aborted();
+      req.result = Slice();
+    } else {
+      req.status = s;
+      req.result = s.ok() ? Slice(req.scratch, got) : Slice();
+    }
+    cb(req, cb_arg);
+  }
+};
+
 // A table read from the local cache while it holds a copy, and from the
 // object store (ranged reads through Go) once the copy is evicted or when
 // the table was never cached.
@@ -97,9 +158,19 @@ class ShaleRandomAccessFile : public FSRandomAccessFile {
   // RocksDB's MultiGet reads the blocks it needs from one table in one
   // MultiRead: without a local copy they are fetched concurrently (one Go
   // call for all of them), which is where MultiGet's parallelism comes
-  // from in this build (no io_uring, no coroutines: async_io does nothing).
+  // from in this build: without coroutines (USE_COROUTINES, folly) RocksDB
+  // visits the tables of a MultiGet one after another and never calls
+  // ReadAsync for it.
   IOStatus MultiRead(FSReadRequest* reqs, size_t num, const IOOptions& o,
                      IODebugContext* dbg) override;
+  // RocksDB's asynchronous prefetch (ReadOptions.async_io: an iterator
+  // reads the next readahead while it consumes the current one) and its
+  // asynchronous seeks. A remote read is started in a goroutine and
+  // completed by ShaleFS::Poll on RocksDB's thread; a local copy is read at
+  // once (a local read is cheap, and no io_uring handle is mixed in).
+  IOStatus ReadAsync(FSReadRequest& req, const IOOptions& o,
+                     std::function<void(FSReadRequest&, void*)> cb, void* cb_arg,
+                     void** io_handle, IOHandleDeleter* del_fn, IODebugContext* dbg) override;
   // A remote table says NotSupported, so that RocksDB's iterators read
   // ahead themselves (FilePrefetchBuffer: growing reads, up to 256 KiB by
   // default) instead of assuming the OS does and reading block by block.
@@ -260,6 +331,7 @@ class ShaleFS : public FileSystemWrapper {
   IOStatus NewRandomAccessFile(const std::string& f, const FileOptions& fo,
                                std::unique_ptr<FSRandomAccessFile>* r, IODebugContext* dbg) override {
     std::string name;
+    if (Alias(f, &name)) return NewRandomAccessFile(dir_ + "/" + name, fo, r, dbg);
     if (!Managed(f, &name) || !IsTable(name)) {
       IOStatus s = EnsureLocal(f, fo.io_options, dbg);
       if (!s.ok()) return s;
@@ -311,14 +383,15 @@ class ShaleFS : public FileSystemWrapper {
     for (auto* f : it->second) f->DropLocal();
   }
 
-  IOStatus ReadRemote(const std::string& name, uint64_t off, size_t n, char* buf, uint64_t* got) {
+  IOStatus ReadRemote(const std::string& name, uint64_t off, size_t n, char* buf, uint64_t* got,
+                      int activity) {
     char* err = nullptr;
     int code = shaleFSReadAt(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), off, n,
-                             buf, got, CurrentActivity(), &err);
+                             buf, got, activity, &err);
     return ToStatus(code, err);
   }
 
-  IOStatus MultiReadRemote(const std::string& name, FSReadRequest* reqs, size_t num) {
+  IOStatus MultiReadRemote(const std::string& name, FSReadRequest* reqs, size_t num, int activity) {
     std::vector<uint64_t> offs(num), gots(num);
     std::vector<size_t> lens(num);
     std::vector<char*> bufs(num);
@@ -330,13 +403,50 @@ class ShaleFS : public FileSystemWrapper {
     char* err = nullptr;
     int code = shaleFSMultiReadAt(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()),
                                   static_cast<int>(num), offs.data(), lens.data(), bufs.data(),
-                                  gots.data(), CurrentActivity(), &err);
+                                  gots.data(), activity, &err);
     IOStatus s = ToStatus(code, err);
     for (size_t i = 0; i < num; i++) {
       reqs[i].status = s;
       reqs[i].result = s.ok() ? Slice(reqs[i].scratch, gots[i]) : Slice();
     }
     return IOStatus::OK();
+  }
+
+  // StartAsync hands a remote read to Go; it completes in a goroutine.
+  void StartAsync(const std::string& name, AsyncRead* a, int activity) {
+    {
+      std::lock_guard<std::mutex> l(async_mu_);
+      async_.insert(a);
+    }
+    shaleFSReadAsync(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), a->req.offset,
+                     a->req.len, a->req.scratch, reinterpret_cast<uintptr_t>(a), activity);
+  }
+  void Forget(AsyncRead* a) {
+    std::lock_guard<std::mutex> l(async_mu_);
+    async_.erase(a);
+  }
+
+  // Remote tables read asynchronously whatever the local file system does
+  // (POSIX reports kAsyncIO only with io_uring); nothing else is claimed
+  // (no kFSBuffer, no kVerifyAndReconstructRead).
+  void SupportedOps(int64_t& ops) override { ops = 1 << FSSupportedOps::kAsyncIO; }
+
+  // Poll completes this FileSystem's reads (waiting for each, then running
+  // its callback here, on the caller's thread, as RocksDB expects) and
+  // hands other handles (a local file's io_uring reads) to the base.
+  IOStatus Poll(std::vector<void*>& handles, size_t min) override {
+    std::vector<void*> others;
+    for (AsyncRead* a : Split(handles, &others)) a->Deliver(false);
+    if (others.empty()) return IOStatus::OK();
+    return target()->Poll(others, min);
+  }
+  // AbortIO cannot stop a GET under way: it waits for it (the buffer is
+  // then free for RocksDB to reuse) and reports the read aborted.
+  IOStatus AbortIO(std::vector<void*>& handles) override {
+    std::vector<void*> others;
+    for (AsyncRead* a : Split(handles, &others)) a->Deliver(true);
+    if (others.empty()) return IOStatus::OK();
+    return target()->AbortIO(others);
   }
 
   IOStatus NewRandomRWFile(const std::string& f, const FileOptions& fo,
@@ -348,6 +458,7 @@ class ShaleFS : public FileSystemWrapper {
 
   IOStatus FileExists(const std::string& f, const IOOptions& io, IODebugContext* dbg) override {
     std::string name;
+    if (Alias(f, &name)) return IOStatus::OK();
     if (!Managed(f, &name)) return target()->FileExists(f, io, dbg);
     uint64_t size;
     if (shaleFSStat(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), &size))
@@ -358,6 +469,7 @@ class ShaleFS : public FileSystemWrapper {
   IOStatus GetFileSize(const std::string& f, const IOOptions& io, uint64_t* size,
                        IODebugContext* dbg) override {
     std::string name;
+    if (Alias(f, &name)) return GetFileSize(dir_ + "/" + name, io, size, dbg);
     if (!Managed(f, &name)) return target()->GetFileSize(f, io, size, dbg);
     if (shaleFSStat(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), size))
       return IOStatus::OK();
@@ -378,7 +490,11 @@ class ShaleFS : public FileSystemWrapper {
                        IODebugContext* dbg) override {
     std::string d = dir;
     while (d.size() > 1 && d.back() == '/') d.pop_back();
-    if (d != dir_) return target()->GetChildren(dir, io, r, dbg);
+    if (d != dir_) {
+      IOStatus s = target()->GetChildren(dir, io, r, dbg);
+      if (s.ok()) AliasesIn(d, r);
+      return s;
+    }
     std::vector<std::string> local;
     IOStatus s = target()->GetChildren(dir, io, &local, dbg);
     if (!s.ok()) return s;
@@ -408,6 +524,7 @@ class ShaleFS : public FileSystemWrapper {
 
   IOStatus DeleteFile(const std::string& f, const IOOptions& io, IODebugContext* dbg) override {
     std::string name;
+    if (Unalias(f)) return IOStatus::OK();  // a follower's link: the store's file stays
     if (!Managed(f, &name)) return target()->DeleteFile(f, io, dbg);
     IOStatus s = Event(kDelete, name, "", 0, CurrentActivity());
     if (!s.ok()) return s;
@@ -432,15 +549,72 @@ class ShaleFS : public FileSystemWrapper {
     return target()->RenameFile(src, dst, io, dbg);
   }
 
+  // A follower (DB::OpenAsFollower, RocksDB 9.x) links each table of the
+  // leader's directory into its own (env/fs_on_demand.cc) so that the
+  // leader deleting it does not pull it from under the follower. Here the
+  // link is a name: the follower's path reads the same file of the view
+  // (locally cached or from the store), and the reader's lease, not the
+  // link, keeps the store's object while it is read. Deleting the link
+  // forgets the name only.
   IOStatus LinkFile(const std::string& src, const std::string& dst, const IOOptions& io,
                     IODebugContext* dbg) override {
-    std::string name;
+    std::string name, dname;
+    if (Managed(src, &name) && IsTable(name) && !Managed(dst, &dname)) {
+      std::string ddir, dbase;
+      if (!InDir(dst, &ddir, &dbase) || dbase != name)
+        return IOStatus::NotSupported("Shale FileSystem links a table only under its own name: " + dst);
+      uint64_t size;
+      if (!shaleFSStat(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), &size))
+        return IOStatus::PathNotFound(src);
+      std::lock_guard<std::mutex> l(alias_mu_);
+      aliases_[ddir + "/" + dbase] = name;
+      return IOStatus::OK();
+    }
     if (Managed(src, &name) || Managed(dst, &name))
       return IOStatus::NotSupported("Shale FileSystem cannot hard-link " + name);
     return target()->LinkFile(src, dst, io, dbg);
   }
 
  private:
+  std::vector<AsyncRead*> Split(std::vector<void*>& handles, std::vector<void*>* others) {
+    std::vector<AsyncRead*> mine;
+    std::lock_guard<std::mutex> l(async_mu_);
+    for (void* h : handles) {
+      if (h == nullptr) continue;
+      if (async_.count(h)) {
+        mine.push_back(static_cast<AsyncRead*>(h));
+      } else {
+        others->push_back(h);
+      }
+    }
+    return mine;
+  }
+
+  // Alias reports whether f is a follower's link to a table, and its name.
+  bool Alias(const std::string& f, std::string* name) {
+    std::string dir, base;
+    if (!InDir(f, &dir, &base)) return false;
+    std::lock_guard<std::mutex> l(alias_mu_);
+    auto it = aliases_.find(dir + "/" + base);
+    if (it == aliases_.end()) return false;
+    *name = it->second;
+    return true;
+  }
+  bool Unalias(const std::string& f) {
+    std::string dir, base;
+    if (!InDir(f, &dir, &base)) return false;
+    std::lock_guard<std::mutex> l(alias_mu_);
+    return aliases_.erase(dir + "/" + base) > 0;
+  }
+  void AliasesIn(const std::string& dir, std::vector<std::string>* r) {
+    std::lock_guard<std::mutex> l(alias_mu_);
+    for (auto& a : aliases_) {
+      if (a.first.size() > dir.size() && a.first.compare(0, dir.size(), dir) == 0 &&
+          a.first[dir.size()] == '/' && a.first.find('/', dir.size() + 1) == std::string::npos)
+        r->push_back(a.second);
+    }
+  }
+
   static bool InDir(const std::string& f, std::string* dir, std::string* base) {
     size_t slash = f.find_last_of('/');
     if (slash == std::string::npos) return false;
@@ -454,6 +628,12 @@ class ShaleFS : public FileSystemWrapper {
   std::string dir_;
   std::mutex open_mu_;
   std::unordered_map<std::string, std::unordered_set<ShaleRandomAccessFile*>> open_;
+  // A follower's links: its path (directory/name) -> the table's name.
+  std::mutex alias_mu_;
+  std::unordered_map<std::string, std::string> aliases_;
+  // Reads started by StartAsync and not yet freed by RocksDB.
+  std::mutex async_mu_;
+  std::unordered_set<void*> async_;
 };
 
 ShaleRandomAccessFile::ShaleRandomAccessFile(ShaleFS* fs, std::string name,
@@ -471,7 +651,7 @@ IOStatus ShaleRandomAccessFile::Read(uint64_t offset, size_t n, const IOOptions&
     if (local_) return local_->Read(offset, n, o, result, scratch, dbg);
   }
   uint64_t got = 0;
-  IOStatus s = fs_->ReadRemote(name_, offset, n, scratch, &got);
+  IOStatus s = fs_->ReadRemote(name_, offset, n, scratch, &got, ReadActivity(o));
   if (!s.ok()) return s;
   *result = Slice(scratch, got);
   return s;
@@ -483,7 +663,40 @@ IOStatus ShaleRandomAccessFile::MultiRead(FSReadRequest* reqs, size_t num, const
     std::shared_lock<std::shared_mutex> l(mu_);
     if (local_) return local_->MultiRead(reqs, num, o, dbg);
   }
-  return fs_->MultiReadRemote(name_, reqs, num);
+  return fs_->MultiReadRemote(name_, reqs, num, ReadActivity(o));
+}
+
+IOStatus ShaleRandomAccessFile::ReadAsync(FSReadRequest& req, const IOOptions& o,
+                                          std::function<void(FSReadRequest&, void*)> cb,
+                                          void* cb_arg, void** io_handle, IOHandleDeleter* del_fn,
+                                          IODebugContext* dbg) {
+  {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    if (local_) {
+      req.status = local_->Read(req.offset, req.len, o, &req.result, req.scratch, dbg);
+      cb(req, cb_arg);
+      return IOStatus::OK();
+    }
+  }
+  auto* a = new AsyncRead;
+  a->req.offset = req.offset;
+  a->req.len = req.len;
+  a->req.scratch = req.scratch;
+  a->cb = std::move(cb);
+  a->cb_arg = cb_arg;
+  ShaleFS* fs = fs_;
+  *io_handle = a;
+  // RocksDB frees a handle after its callback ran (Poll or AbortIO); it
+  // still waits for the goroutine, which writes into req.scratch.
+  *del_fn = [fs](void* p) {
+    auto* a = static_cast<AsyncRead*>(p);
+    a->Wait();
+    fs->Forget(a);
+    free(a->err);
+    delete a;
+  };
+  fs_->StartAsync(name_, a, ReadActivity(o));
+  return IOStatus::OK();
 }
 
 IOStatus ShaleWritableFile::Upload(const IOOptions&, IODebugContext*, int op) {
@@ -511,6 +724,16 @@ shale_fs_t* shale_fs_attach(rocksdb_options_t* opts, uintptr_t handle, const cha
 }
 
 void shale_fs_evict(shale_fs_t* s, const char* name, int n) { s->fs->Evict(std::string(name, n)); }
+
+void shale_fs_async_done(uintptr_t token, int code, uint64_t got, char* err) {
+  auto* a = reinterpret_cast<AsyncRead*>(token);
+  std::lock_guard<std::mutex> l(a->mu);
+  a->code = code;
+  a->got = got;
+  a->err = err;
+  a->done = true;
+  a->cv.notify_all();
+}
 
 void shale_fs_destroy(shale_fs_t* s) { delete s; }
 

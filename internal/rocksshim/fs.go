@@ -250,6 +250,40 @@ func shaleFSMultiReadAt(h C.uintptr_t, name *C.char, n C.int, count C.int, offs 
 	return codeIOError
 }
 
+// asyncSlots bounds the ReadAsync reads of all databases in the process
+// that wait on the store at once; more wait for a slot in their goroutine
+// (RocksDB's thread never blocks on it: it waits in Poll).
+var asyncSlots = make(chan struct{}, 64)
+
+//export shaleFSReadAsync
+func shaleFSReadAsync(h C.uintptr_t, name *C.char, n C.int, off C.uint64_t, length C.size_t, buf *C.char, token C.uintptr_t, activity C.int) {
+	nm := C.GoStringN(name, n)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(length))
+	hooks := hooksOf(h)
+	act := activityName(activity, nm, false)
+	go func() {
+		asyncSlots <- struct{}{}
+		read, err := hooks.ReadAt(nm, int64(off), b, act)
+		<-asyncSlots
+		var code C.int = codeOK
+		var msg *C.char
+		if err != nil {
+			code, msg = readErrorCode(err), C.CString(err.Error())
+		}
+		// After this the C++ side may free buf: nothing touches it below.
+		C.shale_fs_async_done(token, code, C.uint64_t(read), msg)
+	}()
+}
+
+// readErrorCode maps a read's error as ReadAt's callers do.
+func readErrorCode(err error) C.int {
+	var retry interface{ Retryable() bool }
+	if errors.As(err, &retry) && retry.Retryable() {
+		return codeRetryable
+	}
+	return codeIOError
+}
+
 //export shaleFSStat
 func shaleFSStat(h C.uintptr_t, name *C.char, n C.int, size *C.uint64_t) C.int {
 	sz, ok := hooksOf(h).Stat(C.GoStringN(name, n))

@@ -1,10 +1,15 @@
-// Package rocksshim is Shale's C++ bridge to RocksDB 7.8.3: what the C API
-// that grocksdb wraps does not offer. It is compiled by cgo against
-// Debian's /usr/include/rocksdb and linked with librocksdb.
+// Package rocksshim is Shale's C++ bridge to RocksDB 9.11: what the C API
+// that grocksdb wraps does not offer. It is compiled by cgo against the
+// headers hack/rocksdb.sh installs (CGO_CFLAGS) and linked with its static
+// librocksdb.a (CGO_LDFLAGS; the Makefile and hack/*.sh set both).
+//
+// -Wno-invalid-offsetof: the result mirror in compaction.cc describes
+// fields of structs holding TableProperties with offsetof, as RocksDB's
+// own field tables do.
 package rocksshim
 
 /*
-#cgo CXXFLAGS: -std=c++17 -O2 -Wall
+#cgo CXXFLAGS: -std=c++17 -O2 -Wall -Wno-invalid-offsetof
 #cgo LDFLAGS: -lrocksdb -lstdc++
 #include <stdlib.h>
 #include "shim.h"

@@ -8,8 +8,8 @@ import (
 )
 
 func TestRocksDBVersion(t *testing.T) {
-	if v := RocksDBVersion(); v != "7.8.3" {
-		t.Fatalf("linked RocksDB is %q, Shale is built for 7.8.3", v)
+	if v := RocksDBVersion(); v != "9.11.2" {
+		t.Fatalf("linked RocksDB is %q, Shale is built for 9.11.2", v)
 	}
 }
 

@@ -8,10 +8,18 @@
 #include <rocksdb/statistics.h>
 #include <rocksdb/version.h>
 
+// The shim mirrors structs of this exact release (compaction.cc, the C
+// handles below): compiled against other headers (Debian's
+// /usr/include/rocksdb, say, because CGO_CXXFLAGS was not set), it fails
+// here rather than misreading memory.
+static_assert(ROCKSDB_MAJOR == 9 && ROCKSDB_MINOR == 11,
+              "rocksshim needs RocksDB 9.11's headers: run hack/rocksdb.sh and build with the CGO_CFLAGS, "
+              "CGO_CXXFLAGS and CGO_LDFLAGS that `hack/rocksdb.sh --cgo-env` prints (make sets them)");
+
 using ROCKSDB_NAMESPACE::Options;
 using ROCKSDB_NAMESPACE::Statistics;
 
-// Same definition as in RocksDB's db/c.cc (7.8.3): the C handle wraps the
+// Same definition as in RocksDB's db/c.cc (7.8.3 and 9.11): the C handle wraps the
 // C++ Options by value, so the shim can reach fields the C API omits.
 struct rocksdb_options_t {
   Options rep;

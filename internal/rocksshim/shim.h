@@ -1,6 +1,6 @@
-// C interface to the parts of RocksDB 7.8.3's C++ API that its C API
-// (rocksdb/c.h, wrapped by grocksdb) lacks. Later releases add the Shale
-// FileSystem, CompactionService and temperature options here.
+// C interface to the parts of RocksDB 9.11's C++ API that its C API
+// (rocksdb/c.h, wrapped by grocksdb) lacks: the Shale FileSystem, the
+// CompactionService, temperature options and statistics.
 #ifndef SHALE_ROCKSSHIM_H
 #define SHALE_ROCKSSHIM_H
 
@@ -37,7 +37,7 @@ int shale_histogram_count(void);
 const char* shale_histogram_name(int i);
 void shale_statistics_histogram(shale_statistics_t* s, int i, shale_histogram_t* out);
 
-// The RocksDB version of the loaded library, e.g. "7.8.3" (malloc'd).
+// The RocksDB version linked in, e.g. "9.11.2" (malloc'd).
 char* shale_rocksdb_version(void);
 
 // ---- Shale FileSystem -------------------------------------------------------
@@ -51,9 +51,12 @@ void shale_fs_destroy(shale_fs_t* fs);
 // Makes open readers of the table `name` read from the store from now on
 // (its local copy is about to be deleted).
 void shale_fs_evict(shale_fs_t* fs, const char* name, int n);
+// shale_fs_async_done completes a ReadAsync of a remote table (called by the
+// Go goroutine that read it; err is malloc'ed or NULL, and taken).
+void shale_fs_async_done(uintptr_t token, int code, uint64_t got, char* err);
 
 // ---- Remote compaction (compaction.cc) ---------------------------------------
-// One input table of a compaction, as StartV2 hands it to Go: its file
+// One input table of a compaction, as Schedule hands it to Go: its file
 // boundaries (user keys) and sequence numbers from the live files'
 // metadata, and counts from its table properties when has_props.
 typedef struct {
@@ -65,6 +68,7 @@ typedef struct {
   size_t largest_len;
   uint64_t smallest_seqno;
   uint64_t largest_seqno;
+  uint64_t epoch_number;     // 0: unknown
   int has_props;
   uint64_t entries;          // every entry, range deletions included
   uint64_t deletions;        // point and range deletions
@@ -96,6 +100,7 @@ typedef struct {
   size_t largest_len;
   uint64_t smallest_seqno;
   uint64_t largest_seqno;
+  uint64_t epoch_number;  // 0: unknown
   uint64_t unique_id[2];
 } shale_result_file_t;
 typedef struct {
@@ -109,7 +114,7 @@ typedef struct {
   int nfiles;
   shale_result_file_t* files;
 } shale_compaction_result_t;
-// Parses a serialized CompactionServiceResult the way RocksDB 7.8.3 reads
+// Parses a serialized CompactionServiceResult the way RocksDB 9.11 reads
 // it: 0 and *out (free with shale_compaction_result_free), or 1 and *err.
 int shale_compaction_result_parse(const char* data, size_t n, shale_compaction_result_t* out,
                                   char** err);

@@ -1,5 +1,5 @@
-// Tiered SST placement (docs/tiering.md): the temperature options RocksDB
-// 7.8.3's C API lacks, the live-file metadata the age-out pass needs
+// Tiered SST placement (docs/tiering.md): the temperature options RocksDB's
+// C API lacks (9.11 as 7.8.3), the live-file metadata the age-out pass needs
 // (levels, sequence numbers, creation times), and CompactFiles into the
 // last level, where per-key placement splits old keys (cold) from recent
 // ones (hot).
@@ -24,7 +24,7 @@ using ROCKSDB_NAMESPACE::Options;
 using ROCKSDB_NAMESPACE::Status;
 using ROCKSDB_NAMESPACE::Temperature;
 
-// Same definitions as in RocksDB's db/c.cc (7.8.3).
+// Same definitions as in RocksDB's db/c.cc (7.8.3 and 9.11).
 struct rocksdb_options_t {
   Options rep;
 };

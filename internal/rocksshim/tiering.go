@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -22,7 +23,7 @@ import (
 // MANIFEST.
 type Temperature uint8
 
-// RocksDB 7.8.3's values (include/rocksdb/types.h).
+// RocksDB's values (include/rocksdb/types.h, unchanged from 7.8.3 to 9.11).
 const (
 	TemperatureUnknown Temperature = 0x00
 	TemperatureHot     Temperature = 0x04
@@ -61,9 +62,27 @@ func init() {
 // coldAfter out of the last level (per-key placement); call before the
 // DB opens. Seconds are RocksDB's unit: coldAfter is rounded up to one.
 func SetTiering(opts *grocksdb.Options, coldAfter time.Duration) {
-	secs := uint64((coldAfter + time.Second - 1) / time.Second)
-	C.shale_options_set_tiering(optionsHandle(opts), C.uint64_t(max(secs, 1)))
+	C.shale_options_set_tiering(optionsHandle(opts), C.uint64_t(tieringSeconds(coldAfter)))
 	runtime.KeepAlive(opts)
+}
+
+// tieringSeconds is coldAfter in RocksDB's unit, rounded up, at least 1.
+func tieringSeconds(coldAfter time.Duration) uint64 {
+	return max(uint64((coldAfter+time.Second-1)/time.Second), 1)
+}
+
+// TieringOptions are the DB::SetOptions keys and values that give an open
+// database SetTiering's settings (0: tiering off, as when SetTiering was
+// never called). RocksDB 9.x made all three mutable (cf_options.cc:
+// kMutable); SetOptions also restarts its (sequence number, time)
+// sampling at the new cadence.
+func TieringOptions(coldAfter time.Duration) (keys, values []string) {
+	keys = []string{"last_level_temperature", "preclude_last_level_data_seconds", "preserve_internal_time_seconds"}
+	if coldAfter <= 0 {
+		return keys, []string{"kUnknown", "0", "0"}
+	}
+	secs := strconv.FormatUint(tieringSeconds(coldAfter), 10)
+	return keys, []string{"kCold", secs, secs}
 }
 
 // NumLevels is the number of LSM levels opts configure.

@@ -180,7 +180,8 @@ func dataTime(props map[string][]byte) time.Time {
 // TableProps are the properties of a table a primary checks a remote
 // compaction's output by (RocksDB's table/table_properties.cc names).
 type TableProps struct {
-	// In RocksDB 7.8.3 Entries and Deletions count range deletions too.
+	// In RocksDB (7.8.3 as 9.11) Entries and Deletions count range
+	// deletions too.
 	Entries, Deletions, RangeDeletions, MergeOperands uint64
 	// What RocksDB derives the table's unique id from.
 	DBID, SessionID string

@@ -23,7 +23,9 @@ import (
 // holds it: an object exists in exactly one tier, so every reader (a
 // primary opening on an empty cache, a secondary, a compactor) lists both
 // stores and finds every table whatever temperature the MANIFEST shows
-// (7.8.3 loses it for remote compaction outputs). A deposed owner can only
+// (RocksDB records none for remote compaction outputs: 9.11's
+// CompactionServiceOutputFile, as 7.8.3's, carries no temperature). A
+// deposed owner can only
 // add objects of its own epoch, as in the hot store; deletes go through the
 // same trash markers, and the trash loop deletes a trashed table's key in
 // both stores.

@@ -129,8 +129,8 @@ func (f *Owner) checkEpoch(ctx context.Context, activity Activity) (uint64, erro
 // of that sync, but their bytes may be in the store (a reply lost, then
 // read-backs failing until the retries ran out), and they are in the
 // local log file either way: a later sync of the log would upload them.
-// Left alone, RocksDB resumes on its own after a retryable error (7.8.3:
-// max_bgerror_resume_count is unlimited), flushes, and serves a database
+// Left alone, RocksDB resumes on its own after a retryable error (7.8.3 as
+// 9.11: max_bgerror_resume_count is unlimited by default), flushes, and serves a database
 // without writes that secondaries and the next owner replay from the
 // store. Only a reopen from the store makes the two agree, so the owner
 // stops as a fenced one does: it uploads nothing more, RocksDB gets

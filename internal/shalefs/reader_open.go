@@ -25,9 +25,10 @@ import (
 //
 //   - every table the MANIFEST bytes it will read name: tables are listed
 //     after the MANIFEST, since the primary uploads a table before it writes
-//     the edit that names it. RocksDB 7.8.3's catch-up takes a table it
+//     the edit that names it. RocksDB's catch-up (7.8.3 and 9.11: its
+//     ManifestTailer is a VersionEditHandlerPointInTime) takes a table it
 //     cannot find for missing and freezes its version there until that
-//     table is deleted again (VersionEditHandlerPointInTime);
+//     table is deleted again;
 //   - the MANIFEST that CURRENT names, else the catch-up fails with TryAgain;
 //   - a local copy of every WAL and of that MANIFEST, holding every byte
 //     listed: the catch-up then reads nothing from the store, so a WAL the

@@ -105,7 +105,11 @@ type CompactRequest struct {
 	OutputLevel int32    `protobuf:"varint,8,opt,name=output_level,json=outputLevel,proto3" json:"output_level,omitempty"`
 	// Compactions this primary ran locally because remote compaction failed
 	// since its last accepted submission (counted in the scheduler's stats).
-	Fallbacks     uint64 `protobuf:"varint,9,opt,name=fallbacks,proto3" json:"fallbacks,omitempty"`
+	Fallbacks uint64 `protobuf:"varint,9,opt,name=fallbacks,proto3" json:"fallbacks,omitempty"`
+	// The database's cold tier (docs/tiering.md), "" when it has none: the
+	// worker reads the job's cold input tables there and writes nothing
+	// there. The worker checks it is this database's paired cold tier.
+	ColdDb        string `protobuf:"bytes,10,opt,name=cold_db,json=coldDb,proto3" json:"cold_db,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -201,6 +205,13 @@ func (x *CompactRequest) GetFallbacks() uint64 {
 		return x.Fallbacks
 	}
 	return 0
+}
+
+func (x *CompactRequest) GetColdDb() string {
+	if x != nil {
+		return x.ColdDb
+	}
+	return ""
 }
 
 type CompactEvent struct {
@@ -466,7 +477,9 @@ type Job struct {
 	InputFiles   []string               `protobuf:"bytes,6,rep,name=input_files,json=inputFiles,proto3" json:"input_files,omitempty"`
 	InputBytes   uint64                 `protobuf:"varint,7,opt,name=input_bytes,json=inputBytes,proto3" json:"input_bytes,omitempty"`
 	// Heartbeat at least this often, or the job goes back to the queue.
-	LeaseMillis   uint32 `protobuf:"varint,8,opt,name=lease_millis,json=leaseMillis,proto3" json:"lease_millis,omitempty"`
+	LeaseMillis uint32 `protobuf:"varint,8,opt,name=lease_millis,json=leaseMillis,proto3" json:"lease_millis,omitempty"`
+	// The database's cold tier (CompactRequest.cold_db), read only.
+	ColdDb        string `protobuf:"bytes,9,opt,name=cold_db,json=coldDb,proto3" json:"cold_db,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -555,6 +568,13 @@ func (x *Job) GetLeaseMillis() uint32 {
 		return x.LeaseMillis
 	}
 	return 0
+}
+
+func (x *Job) GetColdDb() string {
+	if x != nil {
+		return x.ColdDb
+	}
+	return ""
 }
 
 type JobRef struct {
@@ -1304,7 +1324,7 @@ var File_api_compactor_v1_compactor_proto protoreflect.FileDescriptor
 
 const file_api_compactor_v1_compactor_proto_rawDesc = "" +
 	"\n" +
-	" api/compactor/v1/compactor.proto\x12\x12shale.compactor.v1\"\x91\x02\n" +
+	" api/compactor/v1/compactor.proto\x12\x12shale.compactor.v1\"\xaa\x02\n" +
 	"\x0eCompactRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1a\n" +
 	"\bpriority\x18\x02 \x01(\rR\bpriority\x12\x15\n" +
@@ -1316,7 +1336,9 @@ const file_api_compactor_v1_compactor_proto_rawDesc = "" +
 	"\vinput_bytes\x18\a \x01(\x04R\n" +
 	"inputBytes\x12!\n" +
 	"\foutput_level\x18\b \x01(\x05R\voutputLevel\x12\x1c\n" +
-	"\tfallbacks\x18\t \x01(\x04R\tfallbacks\"\xda\x02\n" +
+	"\tfallbacks\x18\t \x01(\x04R\tfallbacks\x12\x17\n" +
+	"\acold_db\x18\n" +
+	" \x01(\tR\x06coldDb\"\xda\x02\n" +
 	"\fCompactEvent\x12<\n" +
 	"\x05state\x18\x01 \x01(\x0e2&.shale.compactor.v1.CompactEvent.StateR\x05state\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -1344,7 +1366,7 @@ const file_api_compactor_v1_compactor_proto_rawDesc = "" +
 	"\vwait_millis\x18\x03 \x01(\rR\n" +
 	"waitMillis\":\n" +
 	"\rLeaseResponse\x12)\n" +
-	"\x03job\x18\x01 \x01(\v2\x17.shale.compactor.v1.JobR\x03job\"\xe6\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x17.shale.compactor.v1.JobR\x03job\"\xff\x01\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x0e\n" +
@@ -1355,7 +1377,8 @@ const file_api_compactor_v1_compactor_proto_rawDesc = "" +
 	"inputFiles\x12\x1f\n" +
 	"\vinput_bytes\x18\a \x01(\x04R\n" +
 	"inputBytes\x12!\n" +
-	"\flease_millis\x18\b \x01(\rR\vleaseMillis\"9\n" +
+	"\flease_millis\x18\b \x01(\rR\vleaseMillis\x12\x17\n" +
+	"\acold_db\x18\t \x01(\tR\x06coldDb\"9\n" +
 	"\x06JobRef\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\"p\n" +

@@ -36,7 +36,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type CompactorClient interface {
-	// Compact submits one job (a primary's CompactionService::StartV2) and
+	// Compact submits one job (a primary's CompactionService::Schedule) and
 	// streams its progress: ACCEPTED first, RUNNING each time a worker
 	// leases it, QUEUED again if a worker lost it, and a final DONE or
 	// FAILED. Closing the stream cancels the job (the primary gave up and
@@ -138,7 +138,7 @@ func (c *compactorClient) Stats(ctx context.Context, in *StatsRequest, opts ...g
 // All implementations must embed UnimplementedCompactorServer
 // for forward compatibility.
 type CompactorServer interface {
-	// Compact submits one job (a primary's CompactionService::StartV2) and
+	// Compact submits one job (a primary's CompactionService::Schedule) and
 	// streams its progress: ACCEPTED first, RUNNING each time a worker
 	// leases it, QUEUED again if a worker lost it, and a final DONE or
 	// FAILED. Closing the stream cancels the job (the primary gave up and

@@ -12,6 +12,7 @@ package kvv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -73,6 +74,105 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{0}
 }
 
+type SetTieringRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Data older than this moves to the cold tier: at least 1s, or 0 (or
+	// absent) to turn tiering off (nothing new goes cold; cold tables stay).
+	ColdAfter     *durationpb.Duration `protobuf:"bytes,1,opt,name=cold_after,json=coldAfter,proto3" json:"cold_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTieringRequest) Reset() {
+	*x = SetTieringRequest{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTieringRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTieringRequest) ProtoMessage() {}
+
+func (x *SetTieringRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTieringRequest.ProtoReflect.Descriptor instead.
+func (*SetTieringRequest) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetTieringRequest) GetColdAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ColdAfter
+	}
+	return nil
+}
+
+type SetTieringResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The setting before and after the call.
+	Previous      *durationpb.Duration `protobuf:"bytes,1,opt,name=previous,proto3" json:"previous,omitempty"`
+	ColdAfter     *durationpb.Duration `protobuf:"bytes,2,opt,name=cold_after,json=coldAfter,proto3" json:"cold_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTieringResponse) Reset() {
+	*x = SetTieringResponse{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTieringResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTieringResponse) ProtoMessage() {}
+
+func (x *SetTieringResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTieringResponse.ProtoReflect.Descriptor instead.
+func (*SetTieringResponse) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetTieringResponse) GetPrevious() *durationpb.Duration {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
+func (x *SetTieringResponse) GetColdAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ColdAfter
+	}
+	return nil
+}
+
 type PutRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -85,7 +185,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -97,7 +197,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -110,7 +210,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{0}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PutRequest) GetKey() []byte {
@@ -144,7 +244,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -156,7 +256,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -169,7 +269,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{1}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PutResponse) GetSequence() uint64 {
@@ -188,7 +288,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -200,7 +300,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -213,7 +313,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{2}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetRequest) GetKey() []byte {
@@ -232,7 +332,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +344,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +357,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{3}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -277,7 +377,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -289,7 +389,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -302,7 +402,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{4}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeleteRequest) GetKey() []byte {
@@ -328,7 +428,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +440,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +453,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{5}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteResponse) GetSequence() uint64 {
@@ -376,7 +476,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +488,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +501,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{6}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Mutation) GetOp() isMutation_Op {
@@ -455,7 +555,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +567,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +580,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{7}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WriteRequest) GetMutations() []*Mutation {
@@ -506,7 +606,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +618,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +631,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{8}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WriteResponse) GetSequence() uint64 {
@@ -550,7 +650,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +662,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +675,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{9}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MultiGetRequest) GetKeys() [][]byte {
@@ -595,7 +695,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +707,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +720,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{10}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResponse_Result {
@@ -650,7 +750,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +762,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +775,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{11}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ScanRequest) GetStart() []byte {
@@ -730,7 +830,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +842,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +855,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{12}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -782,7 +882,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +894,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +907,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{13}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ScanResponse) GetPairs() []*KeyValue {
@@ -825,7 +925,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +937,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +950,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{14}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{16}
 }
 
 type FlushResponse struct {
@@ -861,7 +961,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +973,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +986,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{15}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{17}
 }
 
 type CompactRequest struct {
@@ -901,7 +1001,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1013,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1026,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{16}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CompactRequest) GetStart() []byte {
@@ -951,7 +1051,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1063,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1076,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{17}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19}
 }
 
 type LoadRequest struct {
@@ -998,7 +1098,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1110,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1123,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{18}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LoadRequest) GetPairs() []*KeyValue {
@@ -1060,7 +1160,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1172,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1185,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LoadResponse) GetPairs() uint64 {
@@ -1119,7 +1219,7 @@ type IngestRequest struct {
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1231,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1244,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{20}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IngestRequest) GetData() []byte {
@@ -1166,7 +1266,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1278,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1291,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *IngestResponse) GetBytes() uint64 {
@@ -1216,7 +1316,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1328,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1341,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{24}
 }
 
 type WatchRequest struct {
@@ -1252,7 +1352,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1364,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1377,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{25}
 }
 
 type WatchEvent struct {
@@ -1299,7 +1399,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1411,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1424,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{24}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchEvent) GetLatestSequence() uint64 {
@@ -1372,7 +1472,7 @@ type LogTail struct {
 
 func (x *LogTail) Reset() {
 	*x = LogTail{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1484,7 @@ func (x *LogTail) String() string {
 func (*LogTail) ProtoMessage() {}
 
 func (x *LogTail) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1497,7 @@ func (x *LogTail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogTail.ProtoReflect.Descriptor instead.
 func (*LogTail) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{25}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LogTail) GetName() string {
@@ -1451,14 +1551,19 @@ type StatusResponse struct {
 	LagSeconds      float64 `protobuf:"fixed64,9,opt,name=lag_seconds,json=lagSeconds,proto3" json:"lag_seconds,omitempty"`
 	// Live tables per storage tier (hot, cold) as this server's FileSystem
 	// lists them (docs/tiering.md).
-	Tiers         []*TierUsage `protobuf:"bytes,10,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	Tiers []*TierUsage `protobuf:"bytes,10,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	// Primaries: how old data must be to move to the cold tier (0 or absent:
+	// tiering off), and whether the primary has a cold tier (--cold-db), which
+	// SetTiering needs to turn tiering on.
+	ColdAfter     *durationpb.Duration `protobuf:"bytes,11,opt,name=cold_after,json=coldAfter,proto3" json:"cold_after,omitempty"`
+	ColdTier      bool                 `protobuf:"varint,12,opt,name=cold_tier,json=coldTier,proto3" json:"cold_tier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1575,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1588,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{26}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatusResponse) GetRole() Role {
@@ -1556,6 +1661,20 @@ func (x *StatusResponse) GetTiers() []*TierUsage {
 	return nil
 }
 
+func (x *StatusResponse) GetColdAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ColdAfter
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetColdTier() bool {
+	if x != nil {
+		return x.ColdTier
+	}
+	return false
+}
+
 type TierUsage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tier          string                 `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"`
@@ -1567,7 +1686,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1698,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1711,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{27}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -1635,7 +1754,7 @@ type DBStats struct {
 
 func (x *DBStats) Reset() {
 	*x = DBStats{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1766,7 @@ func (x *DBStats) String() string {
 func (*DBStats) ProtoMessage() {}
 
 func (x *DBStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1779,7 @@ func (x *DBStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DBStats.ProtoReflect.Descriptor instead.
 func (*DBStats) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{28}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DBStats) GetEstimatedKeys() uint64 {
@@ -1736,7 +1855,7 @@ type Mutation_Put struct {
 
 func (x *Mutation_Put) Reset() {
 	*x = Mutation_Put{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1867,7 @@ func (x *Mutation_Put) String() string {
 func (*Mutation_Put) ProtoMessage() {}
 
 func (x *Mutation_Put) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1880,7 @@ func (x *Mutation_Put) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation_Put.ProtoReflect.Descriptor instead.
 func (*Mutation_Put) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{6, 0}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{8, 0}
 }
 
 func (x *Mutation_Put) GetKey() []byte {
@@ -1787,7 +1906,7 @@ type Mutation_Delete struct {
 
 func (x *Mutation_Delete) Reset() {
 	*x = Mutation_Delete{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1918,7 @@ func (x *Mutation_Delete) String() string {
 func (*Mutation_Delete) ProtoMessage() {}
 
 func (x *Mutation_Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1931,7 @@ func (x *Mutation_Delete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation_Delete.ProtoReflect.Descriptor instead.
 func (*Mutation_Delete) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{6, 1}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{8, 1}
 }
 
 func (x *Mutation_Delete) GetKey() []byte {
@@ -1833,7 +1952,7 @@ type MultiGetResponse_Result struct {
 
 func (x *MultiGetResponse_Result) Reset() {
 	*x = MultiGetResponse_Result{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1964,7 @@ func (x *MultiGetResponse_Result) String() string {
 func (*MultiGetResponse_Result) ProtoMessage() {}
 
 func (x *MultiGetResponse_Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1977,7 @@ func (x *MultiGetResponse_Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse_Result.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse_Result) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{10, 0}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{12, 0}
 }
 
 func (x *MultiGetResponse_Result) GetKey() []byte {
@@ -1886,7 +2005,14 @@ var File_api_kv_v1_kv_proto protoreflect.FileDescriptor
 
 const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\n" +
-	"\x12api/kv/v1/kv.proto\x12\vshale.kv.v1\"H\n" +
+	"\x12api/kv/v1/kv.proto\x12\vshale.kv.v1\x1a\x1egoogle/protobuf/duration.proto\"M\n" +
+	"\x11SetTieringRequest\x128\n" +
+	"\n" +
+	"cold_after\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\tcoldAfter\"\x85\x01\n" +
+	"\x12SetTieringResponse\x125\n" +
+	"\bprevious\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bprevious\x128\n" +
+	"\n" +
+	"cold_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\tcoldAfter\"H\n" +
 	"\n" +
 	"PutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
@@ -1969,7 +2095,7 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
 	"\flast_segment\x18\x03 \x01(\x04R\vlastSegment\x12\x14\n" +
-	"\x05bytes\x18\x04 \x01(\x04R\x05bytes\"\xef\x02\n" +
+	"\x05bytes\x18\x04 \x01(\x04R\x05bytes\"\xc6\x03\n" +
 	"\x0eStatusResponse\x12%\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x11.shale.kv.v1.RoleR\x04role\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12'\n" +
@@ -1982,7 +2108,10 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\vlag_seconds\x18\t \x01(\x01R\n" +
 	"lagSeconds\x12,\n" +
 	"\x05tiers\x18\n" +
-	" \x03(\v2\x16.shale.kv.v1.TierUsageR\x05tiers\"K\n" +
+	" \x03(\v2\x16.shale.kv.v1.TierUsageR\x05tiers\x128\n" +
+	"\n" +
+	"cold_after\x18\v \x01(\v2\x19.google.protobuf.DurationR\tcoldAfter\x12\x1b\n" +
+	"\tcold_tier\x18\f \x01(\bR\bcoldTier\"K\n" +
 	"\tTierUsage\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x12\x14\n" +
 	"\x05files\x18\x02 \x01(\x04R\x05files\x12\x14\n" +
@@ -2000,7 +2129,7 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PRIMARY\x10\x01\x12\x12\n" +
-	"\x0eROLE_SECONDARY\x10\x022\x8f\x06\n" +
+	"\x0eROLE_SECONDARY\x10\x022\xde\x06\n" +
 	"\x02KV\x128\n" +
 	"\x03Put\x12\x17.shale.kv.v1.PutRequest\x1a\x18.shale.kv.v1.PutResponse\x128\n" +
 	"\x03Get\x12\x17.shale.kv.v1.GetRequest\x1a\x18.shale.kv.v1.GetResponse\x12A\n" +
@@ -2013,7 +2142,9 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x06Status\x12\x1a.shale.kv.v1.StatusRequest\x1a\x1b.shale.kv.v1.StatusResponse\x12=\n" +
 	"\x05Watch\x12\x19.shale.kv.v1.WatchRequest\x1a\x17.shale.kv.v1.WatchEvent0\x01\x12=\n" +
 	"\x04Load\x12\x18.shale.kv.v1.LoadRequest\x1a\x19.shale.kv.v1.LoadResponse(\x01\x12C\n" +
-	"\x06Ingest\x12\x1a.shale.kv.v1.IngestRequest\x1a\x1b.shale.kv.v1.IngestResponse(\x01B-Z+github.com/shale-rocks/shale/api/kv/v1;kvv1b\x06proto3"
+	"\x06Ingest\x12\x1a.shale.kv.v1.IngestRequest\x1a\x1b.shale.kv.v1.IngestResponse(\x01\x12M\n" +
+	"\n" +
+	"SetTiering\x12\x1e.shale.kv.v1.SetTieringRequest\x1a\x1f.shale.kv.v1.SetTieringResponseB-Z+github.com/shale-rocks/shale/api/kv/v1;kvv1b\x06proto3"
 
 var (
 	file_api_kv_v1_kv_proto_rawDescOnce sync.Once
@@ -2028,82 +2159,91 @@ func file_api_kv_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_api_kv_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_api_kv_v1_kv_proto_goTypes = []any{
 	(Role)(0),                       // 0: shale.kv.v1.Role
-	(*PutRequest)(nil),              // 1: shale.kv.v1.PutRequest
-	(*PutResponse)(nil),             // 2: shale.kv.v1.PutResponse
-	(*GetRequest)(nil),              // 3: shale.kv.v1.GetRequest
-	(*GetResponse)(nil),             // 4: shale.kv.v1.GetResponse
-	(*DeleteRequest)(nil),           // 5: shale.kv.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 6: shale.kv.v1.DeleteResponse
-	(*Mutation)(nil),                // 7: shale.kv.v1.Mutation
-	(*WriteRequest)(nil),            // 8: shale.kv.v1.WriteRequest
-	(*WriteResponse)(nil),           // 9: shale.kv.v1.WriteResponse
-	(*MultiGetRequest)(nil),         // 10: shale.kv.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),        // 11: shale.kv.v1.MultiGetResponse
-	(*ScanRequest)(nil),             // 12: shale.kv.v1.ScanRequest
-	(*KeyValue)(nil),                // 13: shale.kv.v1.KeyValue
-	(*ScanResponse)(nil),            // 14: shale.kv.v1.ScanResponse
-	(*FlushRequest)(nil),            // 15: shale.kv.v1.FlushRequest
-	(*FlushResponse)(nil),           // 16: shale.kv.v1.FlushResponse
-	(*CompactRequest)(nil),          // 17: shale.kv.v1.CompactRequest
-	(*CompactResponse)(nil),         // 18: shale.kv.v1.CompactResponse
-	(*LoadRequest)(nil),             // 19: shale.kv.v1.LoadRequest
-	(*LoadResponse)(nil),            // 20: shale.kv.v1.LoadResponse
-	(*IngestRequest)(nil),           // 21: shale.kv.v1.IngestRequest
-	(*IngestResponse)(nil),          // 22: shale.kv.v1.IngestResponse
-	(*StatusRequest)(nil),           // 23: shale.kv.v1.StatusRequest
-	(*WatchRequest)(nil),            // 24: shale.kv.v1.WatchRequest
-	(*WatchEvent)(nil),              // 25: shale.kv.v1.WatchEvent
-	(*LogTail)(nil),                 // 26: shale.kv.v1.LogTail
-	(*StatusResponse)(nil),          // 27: shale.kv.v1.StatusResponse
-	(*TierUsage)(nil),               // 28: shale.kv.v1.TierUsage
-	(*DBStats)(nil),                 // 29: shale.kv.v1.DBStats
-	(*Mutation_Put)(nil),            // 30: shale.kv.v1.Mutation.Put
-	(*Mutation_Delete)(nil),         // 31: shale.kv.v1.Mutation.Delete
-	(*MultiGetResponse_Result)(nil), // 32: shale.kv.v1.MultiGetResponse.Result
+	(*SetTieringRequest)(nil),       // 1: shale.kv.v1.SetTieringRequest
+	(*SetTieringResponse)(nil),      // 2: shale.kv.v1.SetTieringResponse
+	(*PutRequest)(nil),              // 3: shale.kv.v1.PutRequest
+	(*PutResponse)(nil),             // 4: shale.kv.v1.PutResponse
+	(*GetRequest)(nil),              // 5: shale.kv.v1.GetRequest
+	(*GetResponse)(nil),             // 6: shale.kv.v1.GetResponse
+	(*DeleteRequest)(nil),           // 7: shale.kv.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 8: shale.kv.v1.DeleteResponse
+	(*Mutation)(nil),                // 9: shale.kv.v1.Mutation
+	(*WriteRequest)(nil),            // 10: shale.kv.v1.WriteRequest
+	(*WriteResponse)(nil),           // 11: shale.kv.v1.WriteResponse
+	(*MultiGetRequest)(nil),         // 12: shale.kv.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),        // 13: shale.kv.v1.MultiGetResponse
+	(*ScanRequest)(nil),             // 14: shale.kv.v1.ScanRequest
+	(*KeyValue)(nil),                // 15: shale.kv.v1.KeyValue
+	(*ScanResponse)(nil),            // 16: shale.kv.v1.ScanResponse
+	(*FlushRequest)(nil),            // 17: shale.kv.v1.FlushRequest
+	(*FlushResponse)(nil),           // 18: shale.kv.v1.FlushResponse
+	(*CompactRequest)(nil),          // 19: shale.kv.v1.CompactRequest
+	(*CompactResponse)(nil),         // 20: shale.kv.v1.CompactResponse
+	(*LoadRequest)(nil),             // 21: shale.kv.v1.LoadRequest
+	(*LoadResponse)(nil),            // 22: shale.kv.v1.LoadResponse
+	(*IngestRequest)(nil),           // 23: shale.kv.v1.IngestRequest
+	(*IngestResponse)(nil),          // 24: shale.kv.v1.IngestResponse
+	(*StatusRequest)(nil),           // 25: shale.kv.v1.StatusRequest
+	(*WatchRequest)(nil),            // 26: shale.kv.v1.WatchRequest
+	(*WatchEvent)(nil),              // 27: shale.kv.v1.WatchEvent
+	(*LogTail)(nil),                 // 28: shale.kv.v1.LogTail
+	(*StatusResponse)(nil),          // 29: shale.kv.v1.StatusResponse
+	(*TierUsage)(nil),               // 30: shale.kv.v1.TierUsage
+	(*DBStats)(nil),                 // 31: shale.kv.v1.DBStats
+	(*Mutation_Put)(nil),            // 32: shale.kv.v1.Mutation.Put
+	(*Mutation_Delete)(nil),         // 33: shale.kv.v1.Mutation.Delete
+	(*MultiGetResponse_Result)(nil), // 34: shale.kv.v1.MultiGetResponse.Result
+	(*durationpb.Duration)(nil),     // 35: google.protobuf.Duration
 }
 var file_api_kv_v1_kv_proto_depIdxs = []int32{
-	30, // 0: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
-	31, // 1: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
-	7,  // 2: shale.kv.v1.WriteRequest.mutations:type_name -> shale.kv.v1.Mutation
-	32, // 3: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
-	13, // 4: shale.kv.v1.ScanResponse.pairs:type_name -> shale.kv.v1.KeyValue
-	13, // 5: shale.kv.v1.LoadRequest.pairs:type_name -> shale.kv.v1.KeyValue
-	26, // 6: shale.kv.v1.WatchEvent.logs:type_name -> shale.kv.v1.LogTail
-	0,  // 7: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
-	29, // 8: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
-	28, // 9: shale.kv.v1.StatusResponse.tiers:type_name -> shale.kv.v1.TierUsage
-	1,  // 10: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
-	3,  // 11: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
-	5,  // 12: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
-	8,  // 13: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
-	10, // 14: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
-	12, // 15: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
-	15, // 16: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
-	17, // 17: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
-	23, // 18: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
-	24, // 19: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
-	19, // 20: shale.kv.v1.KV.Load:input_type -> shale.kv.v1.LoadRequest
-	21, // 21: shale.kv.v1.KV.Ingest:input_type -> shale.kv.v1.IngestRequest
-	2,  // 22: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
-	4,  // 23: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
-	6,  // 24: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
-	9,  // 25: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
-	11, // 26: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
-	14, // 27: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
-	16, // 28: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
-	18, // 29: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
-	27, // 30: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
-	25, // 31: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
-	20, // 32: shale.kv.v1.KV.Load:output_type -> shale.kv.v1.LoadResponse
-	22, // 33: shale.kv.v1.KV.Ingest:output_type -> shale.kv.v1.IngestResponse
-	22, // [22:34] is the sub-list for method output_type
-	10, // [10:22] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	35, // 0: shale.kv.v1.SetTieringRequest.cold_after:type_name -> google.protobuf.Duration
+	35, // 1: shale.kv.v1.SetTieringResponse.previous:type_name -> google.protobuf.Duration
+	35, // 2: shale.kv.v1.SetTieringResponse.cold_after:type_name -> google.protobuf.Duration
+	32, // 3: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
+	33, // 4: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
+	9,  // 5: shale.kv.v1.WriteRequest.mutations:type_name -> shale.kv.v1.Mutation
+	34, // 6: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
+	15, // 7: shale.kv.v1.ScanResponse.pairs:type_name -> shale.kv.v1.KeyValue
+	15, // 8: shale.kv.v1.LoadRequest.pairs:type_name -> shale.kv.v1.KeyValue
+	28, // 9: shale.kv.v1.WatchEvent.logs:type_name -> shale.kv.v1.LogTail
+	0,  // 10: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
+	31, // 11: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
+	30, // 12: shale.kv.v1.StatusResponse.tiers:type_name -> shale.kv.v1.TierUsage
+	35, // 13: shale.kv.v1.StatusResponse.cold_after:type_name -> google.protobuf.Duration
+	3,  // 14: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
+	5,  // 15: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
+	7,  // 16: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
+	10, // 17: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
+	12, // 18: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
+	14, // 19: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
+	17, // 20: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
+	19, // 21: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
+	25, // 22: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
+	26, // 23: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
+	21, // 24: shale.kv.v1.KV.Load:input_type -> shale.kv.v1.LoadRequest
+	23, // 25: shale.kv.v1.KV.Ingest:input_type -> shale.kv.v1.IngestRequest
+	1,  // 26: shale.kv.v1.KV.SetTiering:input_type -> shale.kv.v1.SetTieringRequest
+	4,  // 27: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
+	6,  // 28: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
+	8,  // 29: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
+	11, // 30: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
+	13, // 31: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
+	16, // 32: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
+	18, // 33: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
+	20, // 34: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
+	29, // 35: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
+	27, // 36: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
+	22, // 37: shale.kv.v1.KV.Load:output_type -> shale.kv.v1.LoadResponse
+	24, // 38: shale.kv.v1.KV.Ingest:output_type -> shale.kv.v1.IngestResponse
+	2,  // 39: shale.kv.v1.KV.SetTiering:output_type -> shale.kv.v1.SetTieringResponse
+	27, // [27:40] is the sub-list for method output_type
+	14, // [14:27] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_api_kv_v1_kv_proto_init() }
@@ -2111,7 +2251,7 @@ func file_api_kv_v1_kv_proto_init() {
 	if File_api_kv_v1_kv_proto != nil {
 		return
 	}
-	file_api_kv_v1_kv_proto_msgTypes[6].OneofWrappers = []any{
+	file_api_kv_v1_kv_proto_msgTypes[8].OneofWrappers = []any{
 		(*Mutation_Put_)(nil),
 		(*Mutation_Delete_)(nil),
 	}
@@ -2121,7 +2261,7 @@ func file_api_kv_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_kv_v1_kv_proto_rawDesc), len(file_api_kv_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

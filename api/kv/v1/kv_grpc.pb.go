@@ -22,18 +22,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	KV_Put_FullMethodName      = "/shale.kv.v1.KV/Put"
-	KV_Get_FullMethodName      = "/shale.kv.v1.KV/Get"
-	KV_Delete_FullMethodName   = "/shale.kv.v1.KV/Delete"
-	KV_Write_FullMethodName    = "/shale.kv.v1.KV/Write"
-	KV_MultiGet_FullMethodName = "/shale.kv.v1.KV/MultiGet"
-	KV_Scan_FullMethodName     = "/shale.kv.v1.KV/Scan"
-	KV_Flush_FullMethodName    = "/shale.kv.v1.KV/Flush"
-	KV_Compact_FullMethodName  = "/shale.kv.v1.KV/Compact"
-	KV_Status_FullMethodName   = "/shale.kv.v1.KV/Status"
-	KV_Watch_FullMethodName    = "/shale.kv.v1.KV/Watch"
-	KV_Load_FullMethodName     = "/shale.kv.v1.KV/Load"
-	KV_Ingest_FullMethodName   = "/shale.kv.v1.KV/Ingest"
+	KV_Put_FullMethodName        = "/shale.kv.v1.KV/Put"
+	KV_Get_FullMethodName        = "/shale.kv.v1.KV/Get"
+	KV_Delete_FullMethodName     = "/shale.kv.v1.KV/Delete"
+	KV_Write_FullMethodName      = "/shale.kv.v1.KV/Write"
+	KV_MultiGet_FullMethodName   = "/shale.kv.v1.KV/MultiGet"
+	KV_Scan_FullMethodName       = "/shale.kv.v1.KV/Scan"
+	KV_Flush_FullMethodName      = "/shale.kv.v1.KV/Flush"
+	KV_Compact_FullMethodName    = "/shale.kv.v1.KV/Compact"
+	KV_Status_FullMethodName     = "/shale.kv.v1.KV/Status"
+	KV_Watch_FullMethodName      = "/shale.kv.v1.KV/Watch"
+	KV_Load_FullMethodName       = "/shale.kv.v1.KV/Load"
+	KV_Ingest_FullMethodName     = "/shale.kv.v1.KV/Ingest"
+	KV_SetTiering_FullMethodName = "/shale.kv.v1.KV/SetTiering"
 )
 
 // KVClient is the client API for KV service.
@@ -77,6 +78,12 @@ type KVClient interface {
 	// IngestExternalFile once the stream ends: its pairs become visible and
 	// durable at once, newer than every earlier write.
 	Ingest(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[IngestRequest, IngestResponse], error)
+	// SetTiering changes how old data must be to move to the cold tier
+	// (docs/tiering.md) on a running primary, without a restart (admin, and
+	// the operator, which applies spec.tiering.coldAfter with it). A
+	// secondary, or a primary started without a cold tier asked to turn
+	// tiering on, answers FAILED_PRECONDITION.
+	SetTiering(ctx context.Context, in *SetTieringRequest, opts ...grpc.CallOption) (*SetTieringResponse, error)
 }
 
 type kVClient struct {
@@ -231,6 +238,16 @@ func (c *kVClient) Ingest(ctx context.Context, opts ...grpc.CallOption) (grpc.Cl
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KV_IngestClient = grpc.ClientStreamingClient[IngestRequest, IngestResponse]
 
+func (c *kVClient) SetTiering(ctx context.Context, in *SetTieringRequest, opts ...grpc.CallOption) (*SetTieringResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTieringResponse)
+	err := c.cc.Invoke(ctx, KV_SetTiering_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KVServer is the server API for KV service.
 // All implementations must embed UnimplementedKVServer
 // for forward compatibility.
@@ -272,6 +289,12 @@ type KVServer interface {
 	// IngestExternalFile once the stream ends: its pairs become visible and
 	// durable at once, newer than every earlier write.
 	Ingest(grpc.ClientStreamingServer[IngestRequest, IngestResponse]) error
+	// SetTiering changes how old data must be to move to the cold tier
+	// (docs/tiering.md) on a running primary, without a restart (admin, and
+	// the operator, which applies spec.tiering.coldAfter with it). A
+	// secondary, or a primary started without a cold tier asked to turn
+	// tiering on, answers FAILED_PRECONDITION.
+	SetTiering(context.Context, *SetTieringRequest) (*SetTieringResponse, error)
 	mustEmbedUnimplementedKVServer()
 }
 
@@ -317,6 +340,9 @@ func (UnimplementedKVServer) Load(grpc.ClientStreamingServer[LoadRequest, LoadRe
 }
 func (UnimplementedKVServer) Ingest(grpc.ClientStreamingServer[IngestRequest, IngestResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Ingest not implemented")
+}
+func (UnimplementedKVServer) SetTiering(context.Context, *SetTieringRequest) (*SetTieringResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetTiering not implemented")
 }
 func (UnimplementedKVServer) mustEmbedUnimplementedKVServer() {}
 func (UnimplementedKVServer) testEmbeddedByValue()            {}
@@ -519,6 +545,24 @@ func _KV_Ingest_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KV_IngestServer = grpc.ClientStreamingServer[IngestRequest, IngestResponse]
 
+func _KV_SetTiering_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTieringRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVServer).SetTiering(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KV_SetTiering_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVServer).SetTiering(ctx, req.(*SetTieringRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KV_ServiceDesc is the grpc.ServiceDesc for KV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -557,6 +601,10 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _KV_Status_Handler,
+		},
+		{
+			MethodName: "SetTiering",
+			Handler:    _KV_SetTiering_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

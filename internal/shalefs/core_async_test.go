@@ -1,0 +1,286 @@
+package shalefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/objstore"
+)
+
+// failStore fails every GET of a table while armed (an object store that
+// goes away in the middle of a read).
+type failStore struct {
+	objstore.Store
+	armed atomic.Bool
+}
+
+var errInjected = errors.New("injected GET failure")
+
+func (s *failStore) Get(ctx context.Context, key string, off, n int64) (io.ReadCloser, objstore.ObjectInfo, error) {
+	if s.armed.Load() && strings.Contains(key, ".sst") {
+		return nil, objstore.ObjectInfo{}, errInjected
+	}
+	return s.Store.Get(ctx, key, off, n)
+}
+
+// getLog records the foreground GETs of tables as intervals, to count
+// them and to find how many were in flight at once.
+type getLog struct {
+	mu   sync.Mutex
+	ends []time.Time
+	durs []time.Duration
+}
+
+func (l *getLog) observe(r Request) {
+	if r.Op != "get" || r.FileType != "sst" || r.Activity != ActForegroundRead.String() {
+		return
+	}
+	l.mu.Lock()
+	l.ends = append(l.ends, time.Now())
+	l.durs = append(l.durs, r.Duration)
+	l.mu.Unlock()
+}
+
+func (l *getLog) reset() {
+	l.mu.Lock()
+	l.ends, l.durs = nil, nil
+	l.mu.Unlock()
+}
+
+// stats returns the number of GETs and the most in flight at once.
+func (l *getLog) stats() (n, maxInFlight int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	type ev struct {
+		t     time.Time
+		delta int
+	}
+	var evs []ev
+	for i, e := range l.ends {
+		evs = append(evs, ev{e.Add(-l.durs[i]), 1}, ev{e, -1})
+	}
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].t.Equal(evs[j].t) {
+			return evs[i].delta < evs[j].delta // an end before a start at the same instant
+		}
+		return evs[i].t.Before(evs[j].t)
+	})
+	cur := 0
+	for _, e := range evs {
+		cur += e.delta
+		maxInFlight = max(maxInFlight, cur)
+	}
+	return len(l.ends), maxInFlight
+}
+
+// asyncReader opens the database of store from an empty cache (a cold
+// start) with every table left in the store.
+func asyncReader(t *testing.T, store objstore.Store, epoch uint64, asyncIO bool, rangeCache int64, log *getLog) (*Owner, *engine.DB) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), fmt.Sprintf("c%d", epoch))
+	f, err := Open(context.Background(), Config{Store: store, CacheDir: dir, Epoch: epoch, Lease: 50 * time.Millisecond,
+		CacheBytes: 1, RangeCacheBytes: rangeCache, RangeBlockBytes: 16 << 10, Observe: log.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := engine.DefaultOptions()
+	o.FileSystem = f
+	o.BlockCacheBytes = 64 << 10 // reads must reach the file system
+	o.Tuning.AsyncIO = asyncIO
+	o.Tuning.OptimizeMultiGetForIO = asyncIO
+	d, err := engine.Open(dir, o)
+	if err != nil {
+		f.Stop()
+		t.Fatal(err)
+	}
+	f.Serving()
+	if n := dirTableBytes(t, dir); n != 0 {
+		t.Fatalf("%d bytes of tables cached locally; want every table read from the store", n)
+	}
+	return f, d
+}
+
+// readAll returns what a full scan, some bounded scans and MultiGets of
+// 32 keys read, in one comparable form.
+func readAll(t *testing.T, d *engine.DB) []string {
+	t.Helper()
+	var out []string
+	if err := d.Scan(engine.ScanOptions{}, func(k, v []byte) error {
+		out = append(out, string(k)+"="+string(v))
+		return nil
+	}); err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	for i := 0; i < 20; i++ {
+		start := fmt.Sprintf("k%06d", i*1000)
+		out = append(out, "scan from "+start)
+		if err := d.Scan(engine.ScanOptions{Start: []byte(start), Limit: 300, Reverse: i%4 == 3}, func(k, v []byte) error {
+			out = append(out, string(k)+"="+string(v))
+			return nil
+		}); err != nil {
+			t.Fatalf("scan from %s: %v", start, err)
+		}
+	}
+	rng := rand.New(rand.NewSource(11))
+	for round := 0; round < 100; round++ {
+		batch := make([][]byte, 32)
+		for i := range batch {
+			batch[i] = []byte(fmt.Sprintf("k%06d", rng.Intn(20000)))
+		}
+		vals, found, err := d.MultiGet(batch)
+		if err != nil {
+			t.Fatalf("MultiGet: %v", err)
+		}
+		for i, k := range batch {
+			out = append(out, fmt.Sprintf("get %s %v %s", k, found[i], vals[i]))
+		}
+	}
+	return out
+}
+
+// With async_io, scans and MultiGets of a database whose tables all stay
+// in the store read exactly what the synchronous path reads (and what
+// was written), and a single scanning thread has several GETs in flight:
+// RocksDB's asynchronous prefetch and seeks reach the store in parallel.
+func TestAsyncIOReadsRemoteTables(t *testing.T) {
+	store, model := rangeDB(t)
+	var log getLog
+
+	f, d := asyncReader(t, store, 2, false, 0, &log)
+	s, _ := d.Stats()
+	if s.SSTFiles < 3 {
+		t.Fatalf("%d tables; want several", s.SSTFiles)
+	}
+	want := readAll(t, d)
+	syncGets, _ := log.stats()
+	log.reset()
+	if err := d.Scan(engine.ScanOptions{}, func(k, v []byte) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	syncScanGets, syncInFlight := log.stats()
+	d.Close()
+	f.Stop()
+
+	// The synchronous path reads what was written.
+	keys := make([]string, 0, len(model))
+	for k := range model {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		if want[i] != k+"="+model[k] {
+			t.Fatalf("sync scan, key %d: %.40q, want %.40q", i, want[i], k+"="+model[k])
+		}
+	}
+
+	for _, rc := range []int64{0, 256 << 10} {
+		log.reset()
+		f, d := asyncReader(t, store, uint64(3+rc>>10), true, rc, &log)
+		got := readAll(t, d)
+		if !reflect.DeepEqual(got, want) {
+			for i := range min(len(got), len(want)) {
+				if got[i] != want[i] {
+					t.Fatalf("range cache %d: async read %d differs: %.60q, sync %.60q", rc, i, got[i], want[i])
+				}
+			}
+			t.Fatalf("range cache %d: async read %d results, sync %d", rc, len(got), len(want))
+		}
+		gets, _ := log.stats()
+		log.reset()
+		if err := d.Scan(engine.ScanOptions{}, func(k, v []byte) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		scanGets, inFlight := log.stats()
+		t.Logf("range cache %d: GETs of tables for all reads: sync %d, async %d; one full scan: sync %d GETs (at most %d at once), async %d (at most %d at once); range cache %+v",
+			rc, syncGets, gets, syncScanGets, syncInFlight, scanGets, inFlight, f.RangeCacheStats())
+		if rc == 0 && inFlight < 2 {
+			t.Errorf("a full scan with async_io had at most %d GET in flight; want RocksDB's asynchronous reads concurrent with its reads", inFlight)
+		}
+		if rc > 0 && f.RangeCacheStats().Misses == 0 {
+			t.Errorf("range cache not filled by async reads: %+v", f.RangeCacheStats())
+		}
+		d.Close()
+		f.Stop()
+	}
+}
+
+// A store failing in the middle of asynchronous reads makes the scan or
+// MultiGet fail with an IO error (never a short or wrong result, never a
+// crash), and once it is back every key reads again.
+func TestAsyncIOReadErrors(t *testing.T) {
+	base, model := rangeDB(t)
+	store := &failStore{Store: base}
+	var log getLog
+	f, d := asyncReader(t, store, 2, true, 0, &log)
+	defer f.Stop()
+	defer d.Close()
+	keys := make([]string, 0, len(model))
+	for k := range model {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+
+	for _, after := range []int{1, 100, 1000, 3000} {
+		var seen []string
+		err := d.Scan(engine.ScanOptions{}, func(k, v []byte) error {
+			if model[string(k)] != string(v) {
+				return fmt.Errorf("scan %s: %d bytes, want %d", k, len(v), len(model[string(k)]))
+			}
+			seen = append(seen, string(k))
+			if len(seen) == after {
+				store.armed.Store(true)
+			}
+			return nil
+		})
+		store.armed.Store(false)
+		if err == nil || !strings.Contains(err.Error(), errInjected.Error()) {
+			t.Fatalf("scan with the store failing after %d keys: %v (%d keys); want the injected error", after, err, len(seen))
+		}
+		if !reflect.DeepEqual(seen, keys[:len(seen)]) {
+			t.Fatalf("scan failing after %d keys saw %d keys out of order or missing", after, len(seen))
+		}
+		t.Logf("store failing after %d keys: scan stopped after %d: %v", after, len(seen), err)
+
+		store.armed.Store(true)
+		batch := make([][]byte, 32)
+		for i := range batch {
+			batch[i] = []byte(keys[(after*7+i*97)%len(keys)])
+		}
+		_, _, err = d.MultiGet(batch)
+		store.armed.Store(false)
+		if err == nil || !strings.Contains(err.Error(), errInjected.Error()) {
+			t.Fatalf("MultiGet with the store failing: %v; want the injected error", err)
+		}
+	}
+
+	// Back: nothing lost, nothing stuck.
+	var seen []string
+	if err := d.Scan(engine.ScanOptions{}, func(k, v []byte) error {
+		if model[string(k)] != string(v) {
+			return fmt.Errorf("scan %s: %d bytes, want %d", k, len(v), len(model[string(k)]))
+		}
+		seen = append(seen, string(k))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(seen, keys) {
+		t.Fatalf("scan after the store came back saw %d keys, want %d", len(seen), len(keys))
+	}
+	vals, found, err := d.MultiGet([][]byte{[]byte(keys[0]), []byte(keys[len(keys)/2]), []byte(keys[len(keys)-1])})
+	if err != nil || !found[0] || !found[1] || !found[2] || string(vals[1]) != model[keys[len(keys)/2]] {
+		t.Fatalf("MultiGet after the store came back: %v %v", found, err)
+	}
+}
