@@ -174,7 +174,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, s.db.AgeOutStats)
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
 	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: n.URL, Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs),
-		SetColdAfter: s.SetColdAfter, ColdTier: n.Cold != nil}), reg, cfg.Limits, n.Secured, cfg.Logger)
+		SetColdAfter: s.SetColdAfter, ColdTier: n.Cold != nil, Checkpoints: checkpoints{s}}), reg, cfg.Limits, n.Secured, cfg.Logger)
 	cfg.Logger.Info("primary serving", "db", n.URL, "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(),
 		"transport", kvserver.TransportName(n.Secured), "compaction", s.compactionMode())
 	return s, nil

@@ -67,6 +67,11 @@ type Config struct {
 	// MANIFEST every CatchupInterval and it reads no WAL, so it applies
 	// only flushed writes (docs/secondary.md, "Followers (RocksDB 9.x)").
 	Follower bool
+	// Checkpoint, when set, fixes the server at that checkpoint
+	// (docs/checkpoints.md): its tables and frozen MANIFEST, no WAL; it
+	// never catches up, and its reader lease keeps the checkpoint's
+	// tables while it serves, even if the checkpoint is deleted.
+	Checkpoint string
 }
 
 // Server is a running secondary.
@@ -133,7 +138,16 @@ func Start(cfg Config) (_ *Server, err error) {
 	s := &Server{cfg: cfg, node: n, ep: n.Endpoint, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	sc := n.Storage
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	s.fs, err = shalefs.OpenReader(ctx, sc)
+	var ck shalefs.CheckpointInfo
+	if cfg.Checkpoint != "" {
+		if cfg.Follower {
+			cancel()
+			return nil, errors.New("--checkpoint and --follower do not go together: a server fixed at a checkpoint never follows the primary")
+		}
+		s.fs, ck, err = shalefs.OpenCheckpointReader(ctx, sc, cfg.Checkpoint)
+	} else {
+		s.fs, err = shalefs.OpenReader(ctx, sc)
+	}
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("--db %s: %w", n.URL, err)
@@ -176,8 +190,15 @@ func Start(cfg Config) (_ *Server, err error) {
 	reg.MustRegister(s.catchups, s.failures, s.lastCatchup, lagSeq, lagSec, engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, nil)
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: n.URL, Guard: s.fs, Lag: s.lag}), reg, cfg.Limits, n.Secured, cfg.Logger)
+	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_SECONDARY, DB: n.URL, Guard: s.fs, Lag: s.lag,
+		Checkpoints: readerCheckpoints{sc.Store}}), reg, cfg.Limits, n.Secured, cfg.Logger)
 	s.wg.Add(1)
+	if cfg.Checkpoint != "" {
+		go s.holdCheckpoint()
+		cfg.Logger.Info("serving a checkpoint", "db", n.URL, "checkpoint", ck.Name, "id", ck.ID, "sequence", ck.Sequence, "listen", s.ep.Addr(),
+			"transport", kvserver.TransportName(n.Secured))
+		return s, nil
+	}
 	go s.catchUpLoop()
 	if cfg.Follower {
 		s.wg.Add(1)

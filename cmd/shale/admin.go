@@ -15,7 +15,7 @@ func newAdminCmd() *cobra.Command {
 		Args:  cobra.ArbitraryArgs,
 		RunE:  runGroup,
 	}
-	c.AddCommand(newFenceStatusCmd(), newTiersCmd(), newAdminCACmd(), newAdminCertCmd(), newAdminTokenCmd())
+	c.AddCommand(newFenceStatusCmd(), newTiersCmd(), newCheckpointCmd(), newAdminCACmd(), newAdminCertCmd(), newAdminTokenCmd())
 	return c
 }
 

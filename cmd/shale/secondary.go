@@ -65,6 +65,7 @@ func secondaryFlags(c *cobra.Command, cfg *secondary.Config) {
 	fs.Var(newSize(&st.CacheBytes, 8<<30), "cache-size", "SST bytes kept in --cache-dir; tables that do not fit are read from the store (0: unbounded)")
 	fs.StringVar(&cfg.Primary, "primary", "", "gRPC `address` of the primary: its notifications of new writes make this replica catch up at once (empty: poll every --catchup-interval)")
 	fs.Var(newDuration(&cfg.CatchupInterval, time.Second), "catchup-interval", "how often to look for the primary's new writes in the store without notifications (ten times less often with them)")
+	fs.StringVar(&cfg.Checkpoint, "checkpoint", "", "serve the checkpoint `NAME` read-only, fixed at its sequence number: it never catches up, and keeps the checkpoint's tables while it runs (docs/checkpoints.md)")
 	fs.BoolVar(&cfg.Follower, "follower", false, "experimental: open RocksDB as a follower (DB::OpenAsFollower) that tails the MANIFEST every --catchup-interval; it reads no WAL, so it sees writes only once the primary flushes them (docs/secondary.md)")
 	fs.StringVar(&st.ReaderID, "id", "", "name of this replica's lease in the store (default: host, pid and a random suffix; in Kubernetes, the Pod name)")
 	fs.Var(newDuration(&st.ReaderTTL, 30*time.Second), "lease-ttl", "the primary keeps the files this replica reads while it renewed its lease within this long; past it, the replica refuses reads until it catches up")

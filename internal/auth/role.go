@@ -46,6 +46,7 @@ var kvRoles = map[string]Role{
 	"Get": RoleRead, "MultiGet": RoleRead, "Scan": RoleRead, "Status": RoleRead, "Watch": RoleRead,
 	"Put": RoleWrite, "Delete": RoleWrite, "Write": RoleWrite, "Load": RoleWrite,
 	"Flush": RoleAdmin, "Compact": RoleAdmin, "Ingest": RoleAdmin, "SetTiering": RoleAdmin,
+	"ListCheckpoints": RoleRead, "Checkpoint": RoleAdmin, "DeleteCheckpoint": RoleAdmin,
 }
 
 // MethodRole is the role a gRPC method of a KV server needs. Health

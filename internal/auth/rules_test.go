@@ -103,6 +103,9 @@ func TestMethodRole(t *testing.T) {
 		"/shale.kv.v1.KV/Compact":                                   RoleAdmin,
 		"/shale.kv.v1.KV/Ingest":                                    RoleAdmin,
 		"/shale.kv.v1.KV/SetTiering":                                RoleAdmin,
+		"/shale.kv.v1.KV/ListCheckpoints":                           RoleRead,
+		"/shale.kv.v1.KV/Checkpoint":                                RoleAdmin,
+		"/shale.kv.v1.KV/DeleteCheckpoint":                          RoleAdmin,
 		"/shale.kv.v1.KV/NewMethod":                                 RoleAdmin, // closed until decided
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": RoleAdmin,
 	} {
@@ -155,13 +158,16 @@ func TestRequireKV(t *testing.T) {
 	}
 	// SetTiering: the operator applies spec.tiering.coldAfter live, with
 	// no other admin method.
-	if err := RequireKV(op, KVRole(Identity{Namespace: "ns", Kind: KindPrimary, Name: "db"}, op, nil), "/shale.kv.v1.KV/SetTiering"); err != nil {
-		t.Errorf("the operator's SetTiering: %v", err)
+	// The checkpoint methods: it keeps Checkpoint resources.
+	for _, m := range []string{"SetTiering", "Checkpoint", "ListCheckpoints", "DeleteCheckpoint"} {
+		if err := RequireKV(op, KVRole(Identity{Namespace: "ns", Kind: KindPrimary, Name: "db"}, op, nil), "/shale.kv.v1.KV/"+m); err != nil {
+			t.Errorf("the operator's %s: %v", m, err)
+		}
 	}
 	for _, m := range []string{"/shale.kv.v1.KV/Get", "/shale.kv.v1.KV/Scan", "/shale.kv.v1.KV/MultiGet", "/shale.kv.v1.KV/Watch", "/shale.kv.v1.KV/Put",
 		"/shale.kv.v1.KV/Flush", "/shale.kv.v1.KV/Compact", "/shale.kv.v1.KV/Ingest", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"} {
-		if err := RequireKV(op, RoleRead, m); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "Status and SetTiering only") {
-			t.Errorf("the operator's %s: %v, want PermissionDenied (Status and SetTiering only)", m, err)
+		if err := RequireKV(op, RoleRead, m); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "Status, SetTiering and the checkpoint methods only") {
+			t.Errorf("the operator's %s: %v, want PermissionDenied (Status, SetTiering and the checkpoint methods only)", m, err)
 		}
 	}
 	// Everyone else needs admin for SetTiering: a writer or a secondary

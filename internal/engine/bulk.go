@@ -36,10 +36,10 @@ func clearStaging(dir string) { os.RemoveAll(filepath.Join(dir, ingestDir)) }
 // are durable when it returns, and newer than every earlier write. The
 // files given stay where they are; the caller removes them.
 func (d *DB) Ingest(paths ...string) error {
-	if err := d.enter(); err != nil {
+	if err := d.enterWrite(); err != nil {
 		return err
 	}
-	defer d.leave()
+	defer d.leaveWrite()
 	o := grocksdb.NewDefaultIngestExternalFileOptions()
 	defer o.Destroy()
 	// Copy, never link: the copy goes through the FileSystem into the

@@ -153,7 +153,11 @@ var (
 // DB is an open RocksDB database. Its methods are safe for concurrent use;
 // Close waits for running calls to finish.
 type DB struct {
-	mu     sync.RWMutex // held shared by every call, exclusively by Close
+	mu sync.RWMutex // held shared by every call, exclusively by Close
+	// gate is held shared by every write path (Put, Delete, Write,
+	// WriteBatch, Ingest) and exclusively by a checkpoint while it reads
+	// the sequence number and switches the memtable (checkpoint.go).
+	gate   sync.RWMutex
 	closed bool
 
 	dir     string
@@ -477,6 +481,21 @@ func (d *DB) enter() error {
 
 func (d *DB) leave() { d.mu.RUnlock() }
 
+// enterWrite is enter for a write: it also takes the checkpoint gate
+// shared.
+func (d *DB) enterWrite() error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	d.gate.RLock()
+	return nil
+}
+
+func (d *DB) leaveWrite() {
+	d.gate.RUnlock()
+	d.leave()
+}
+
 func (d *DB) writeOptions(sync bool) *grocksdb.WriteOptions {
 	if sync {
 		return d.wSync
@@ -486,10 +505,10 @@ func (d *DB) writeOptions(sync bool) *grocksdb.WriteOptions {
 
 // Put stores value under key; with sync it returns after the WAL is fsynced.
 func (d *DB) Put(key, value []byte, sync bool) error {
-	if err := d.enter(); err != nil {
+	if err := d.enterWrite(); err != nil {
 		return err
 	}
-	defer d.leave()
+	defer d.leaveWrite()
 	if !grouped(d.merge, len(key)+len(value)) {
 		return d.db.Put(d.writeOptions(sync), key, value)
 	}
@@ -532,10 +551,10 @@ func (d *DB) group(p *pendingWrite, sync bool) error {
 
 // Delete removes key.
 func (d *DB) Delete(key []byte, sync bool) error {
-	if err := d.enter(); err != nil {
+	if err := d.enterWrite(); err != nil {
 		return err
 	}
-	defer d.leave()
+	defer d.leaveWrite()
 	if !grouped(d.merge, len(key)) {
 		return d.db.Delete(d.writeOptions(sync), key)
 	}
@@ -563,10 +582,10 @@ type Mutation struct {
 
 // Write applies the mutations atomically.
 func (d *DB) Write(ms []Mutation, sync bool) error {
-	if err := d.enter(); err != nil {
+	if err := d.enterWrite(); err != nil {
 		return err
 	}
-	defer d.leave()
+	defer d.leaveWrite()
 	b := batches.Get().(*rocksshim.Batch)
 	defer putBatch(b)
 	for _, m := range ms {
@@ -602,10 +621,10 @@ func (d *DB) WriteBatch(b *rocksshim.Batch, sync bool) error {
 	if b.Count() == 0 {
 		return nil
 	}
-	if err := d.enter(); err != nil {
+	if err := d.enterWrite(); err != nil {
 		return err
 	}
-	defer d.leave()
+	defer d.leaveWrite()
 	return d.writeBatch(b, sync)
 }
 

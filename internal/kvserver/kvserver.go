@@ -17,6 +17,7 @@ import (
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/rocksshim"
+	"github.com/shale-rocks/shale/internal/shalefs"
 	"github.com/shale-rocks/shale/internal/version"
 )
 
@@ -78,6 +79,18 @@ type Info struct {
 	// (--cold-db), without which tiering cannot be turned on.
 	SetColdAfter func(time.Duration) error
 	ColdTier     bool
+	// Checkpoints, on a primary, creates, lists and deletes checkpoints;
+	// on a checkpoint server (a secondary fixed at one), it only lists.
+	// Nil: the server answers FAILED_PRECONDITION naming the primary.
+	Checkpoints Checkpoints
+}
+
+// Checkpoints is the checkpoint catalog of a primary (shalefs.Owner, with
+// the engine's flush) or the listing of a reader.
+type Checkpoints interface {
+	CreateCheckpoint(ctx context.Context, req shalefs.CheckpointRequest) (shalefs.CheckpointInfo, error)
+	ListCheckpoints(ctx context.Context) ([]shalefs.CheckpointInfo, error)
+	DeleteCheckpoint(ctx context.Context, name string) error
 }
 
 // Guard reports whether a server may serve. Errors that implement

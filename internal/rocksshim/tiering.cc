@@ -69,6 +69,25 @@ int shale_live_files(rocksdb_t* db, shale_live_file_t** out) {
   return static_cast<int>(md.size());
 }
 
+char* shale_get_live_files(rocksdb_t* db, char*** names, int* n, uint64_t* manifest_size) {
+  std::vector<std::string> files;
+  Status s = db->rep->GetLiveFiles(files, manifest_size, /*flush_memtable=*/false);
+  if (!s.ok()) return strdup(s.ToString().c_str());
+  auto* out = static_cast<char**>(calloc(files.size() + 1, sizeof(char*)));
+  for (size_t i = 0; i < files.size(); i++) {
+    const std::string& f = files[i];
+    out[i] = strdup(f.size() > 0 && f[0] == '/' ? f.c_str() + 1 : f.c_str());
+  }
+  *names = out;
+  *n = static_cast<int>(files.size());
+  return nullptr;
+}
+
+void shale_names_free(char** names, int n) {
+  for (int i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+
 void shale_live_files_free(shale_live_file_t* files, int n) {
   for (int i = 0; i < n; i++) free(files[i].name);
   free(files);

@@ -129,6 +129,27 @@ func LiveFiles(db *grocksdb.DB) []LiveFile {
 	return out
 }
 
+// LiveFileNames is DB::GetLiveFiles without a flush: every live file's
+// name ("000012.sst", "MANIFEST-000005", "CURRENT", "OPTIONS-...") and
+// the bytes of the MANIFEST that describe this state, read together
+// under RocksDB's mutex (checkpoints).
+func LiveFileNames(db *grocksdb.DB) (names []string, manifestSize uint64, err error) {
+	var cnames **C.char
+	var n C.int
+	var size C.uint64_t
+	cerr := C.shale_get_live_files(dbHandle(db), &cnames, &n, &size)
+	runtime.KeepAlive(db)
+	if cerr != nil {
+		defer C.free(unsafe.Pointer(cerr))
+		return nil, 0, errors.New(C.GoString(cerr))
+	}
+	defer C.shale_names_free(cnames, n)
+	for _, c := range unsafe.Slice(cnames, int(n)) {
+		names = append(names, C.GoString(c))
+	}
+	return names, uint64(size), nil
+}
+
 // Compacted says where a CompactFiles put its output tables.
 type Compacted struct {
 	Outputs       int // tables written

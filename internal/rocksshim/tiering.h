@@ -35,6 +35,13 @@ void shale_live_files_free(shale_live_file_t* files, int n);
 char* shale_compact_files(rocksdb_t* db, const char* const* names, int n, int output_level,
                           int* outputs, int* at_output_level);
 
+// DB::GetLiveFiles without a flush (checkpoints): the live files' names
+// ("000012.sst", "MANIFEST-000005", ...) and the MANIFEST's size, read
+// together under the DB mutex. NULL or a malloc'd error; free the names
+// with shale_names_free.
+char* shale_get_live_files(rocksdb_t* db, char*** names, int* n, uint64_t* manifest_size);
+void shale_names_free(char** names, int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -192,6 +192,9 @@ type file struct {
 	epoch uint64 // version (the writer's epoch)
 	size  int64  // bytes in the store (logs: before the seal)
 	tier  Tier   // tables: the store holding this version (tier.go)
+	// key, when set, is the one object holding the whole file (a
+	// checkpoint's frozen MANIFEST copy), read instead of its log.
+	key string
 
 	// logs only
 	segments []protocol.Segment
@@ -254,7 +257,9 @@ func (f *core) List() []string {
 	defer f.mu.Unlock()
 	names := make([]string, 0, len(f.files))
 	for n := range f.files {
-		names = append(names, n)
+		if n != layout.CatalogLog { // Shale's own log: RocksDB never sees it
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	return names
@@ -318,6 +323,9 @@ type Owner struct {
 	readerLeases map[string]*seenLease
 
 	compactions jobRegistry // remote compaction outputs being installed (owner_install.go)
+
+	ck        catalogState  // the checkpoint catalog (owner_catalog.go)
+	lastSweep time.Duration // when the trash loop last swept checkpoint directories (wait reading)
 
 	// stopMu orders starting background folds against Stop.
 	stopMu  sync.Mutex

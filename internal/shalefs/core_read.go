@@ -34,10 +34,15 @@ func (f *core) fetch(name string, activity Activity) error {
 	}
 	err := pol.do(context.Background(), func(ctx context.Context) error {
 		var err error
-		switch st.kind {
-		case layout.KindLog:
+		switch {
+		case st.key != "":
+			data, _, err = f.get(ctx, st.key, name, activity)
+			if err == nil && int64(len(data)) != st.size {
+				err = fmt.Errorf("%s is %d bytes, expected %d", st.key, len(data), st.size)
+			}
+		case st.kind == layout.KindLog:
 			data, err = f.readLog(ctx, name, st, activity)
-		case layout.KindCurrent:
+		case st.kind == layout.KindCurrent:
 			data, _, err = f.get(ctx, layout.CurrentKey, name, activity)
 			data = layout.CurrentContent(data)
 		default:

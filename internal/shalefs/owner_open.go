@@ -154,6 +154,13 @@ func Open(ctx context.Context, cfg Config) (*Owner, error) {
 	if err := pol.do(ctx, func(ctx context.Context) error { return f.confirm(ctx, ActOpen) }); err != nil {
 		return nil, err
 	}
+	// The checkpoint catalog: replayed, this owner's snapshot written and
+	// the older version trashed, before RocksDB opens and before the
+	// trash loop starts (owner_catalog.go).
+	if err := f.openCatalog(ctx); err != nil {
+		return nil, err
+	}
+	f.lastSweep = f.waitNow()
 	f.wg.Add(2)
 	go f.leaseLoop()
 	go f.trashLoop()

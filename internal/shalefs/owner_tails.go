@@ -42,7 +42,7 @@ func (f *Owner) Tails() ([]LogTail, string) {
 	}
 	var logs []own
 	for name, st := range f.files {
-		if st.kind == layout.KindLog && st.ownLog {
+		if st.kind == layout.KindLog && st.ownLog && name != layout.CatalogLog { // the catalog is Shale's: readers replay it when asked
 			logs = append(logs, own{name, st})
 		}
 	}

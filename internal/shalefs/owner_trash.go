@@ -60,6 +60,17 @@ func (f *Owner) noteTrash(key string) {
 // trash are left for the next owner's listing.
 func (f *Owner) emptyTrash(ctx context.Context) error {
 	now := f.waitNow()
+	// Expired checkpoints go first, so the pass below may delete what only
+	// they held; a failed append is retried at the next pass.
+	if err := f.expireCheckpoints(); err != nil {
+		f.cfg.Logger.Warn("expire checkpoints", "err", err)
+	}
+	if now-f.lastSweep >= checkpointSweepEvery {
+		f.lastSweep = now
+		if err := f.sweepCheckpoints(ctx); err != nil {
+			f.cfg.Logger.Warn("sweep checkpoint directories", "err", err)
+		}
+	}
 	var due []objstore.ObjectInfo
 	f.trashMu.Lock()
 	for k, e := range f.trashSeen {
@@ -100,9 +111,16 @@ const trashBatch = 500
 // seals and its marker only once no owner that could still write to it can
 // acknowledge a write any more (sealsAfter).
 func (f *Owner) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) error {
+	// Checkpoints first, from memory, then the leases, listed (RFC 0010
+	// step 12: a checkpoint deleted before a pin's listing cannot drop a
+	// version the pin names).
+	kept := f.checkpointProtected()
 	protected, err := f.protectedVersions(ctx)
 	if err != nil {
 		return err
+	}
+	for r := range kept {
+		protected[r] = true
 	}
 	var keys, done []string
 	now := f.waitNow()

@@ -209,7 +209,9 @@ func (f *Reader) listTopLevel(ctx context.Context, p *refreshPass) error {
 		return err
 	}
 	for _, o := range top {
-		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && layout.KindOf(name) == layout.KindLog {
+		if name, isDir := strings.CutSuffix(o.Key, "/"); isDir && layout.KindOf(name) == layout.KindLog && name != layout.CatalogLog {
+			// (The catalog is no file of RocksDB's: a reader lists it only
+			// when asked for the checkpoints, reader_checkpoint.go.)
 			if f.cfg.SkipWALs && FileType(name) == "wal" {
 				continue // RocksDB opens without them (a compaction worker)
 			}

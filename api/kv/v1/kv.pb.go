@@ -13,6 +13,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -74,6 +75,388 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{0}
 }
 
+type CheckpointRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name: 1-63 characters of [a-z0-9-], starting and ending alphanumeric
+	// (a Kubernetes object name fits).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When the checkpoint expires (absent: never). Must be in the future.
+	Expires *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires,proto3" json:"expires,omitempty"`
+	// Makes retries idempotent: a create whose name is taken by a checkpoint
+	// with the same request_id answers that checkpoint (ALREADY_EXISTS
+	// otherwise). The operator sends the Checkpoint resource's UID.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointRequest) Reset() {
+	*x = CheckpointRequest{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRequest) ProtoMessage() {}
+
+func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CheckpointRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CheckpointRequest) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+func (x *CheckpointRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type CheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Checkpoint    *CheckpointInfo        `protobuf:"bytes,1,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointResponse) Reset() {
+	*x = CheckpointResponse{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointResponse) ProtoMessage() {}
+
+func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CheckpointResponse) GetCheckpoint() *CheckpointInfo {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+type ListCheckpointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCheckpointsRequest) Reset() {
+	*x = ListCheckpointsRequest{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCheckpointsRequest) ProtoMessage() {}
+
+func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{2}
+}
+
+type ListCheckpointsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Checkpoints   []*CheckpointInfo      `protobuf:"bytes,1,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCheckpointsResponse) Reset() {
+	*x = ListCheckpointsResponse{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCheckpointsResponse) ProtoMessage() {}
+
+func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointInfo {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
+type DeleteCheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteCheckpointRequest) Reset() {
+	*x = DeleteCheckpointRequest{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteCheckpointRequest) ProtoMessage() {}
+
+func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*DeleteCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DeleteCheckpointRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteCheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteCheckpointResponse) Reset() {
+	*x = DeleteCheckpointResponse{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteCheckpointResponse) ProtoMessage() {}
+
+func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*DeleteCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{5}
+}
+
+type CheckpointInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Unique id, "<epoch>-<nonce>": the directory _shale/checkpoints/<id>/.
+	Id        string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The epoch of the primary that created it.
+	Epoch uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Every write with a sequence number up to this one, and none after.
+	Sequence uint64                 `protobuf:"varint,5,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Created  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created,proto3" json:"created,omitempty"`
+	Expires  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires,proto3" json:"expires,omitempty"`
+	// Tables the checkpoint names, and their bytes (both tiers).
+	Tables        uint64 `protobuf:"varint,8,opt,name=tables,proto3" json:"tables,omitempty"`
+	Bytes         uint64 `protobuf:"varint,9,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointInfo) Reset() {
+	*x = CheckpointInfo{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointInfo) ProtoMessage() {}
+
+func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
+func (*CheckpointInfo) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CheckpointInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CheckpointInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CheckpointInfo) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *CheckpointInfo) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *CheckpointInfo) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+func (x *CheckpointInfo) GetTables() uint64 {
+	if x != nil {
+		return x.Tables
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 type SetTieringRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Data older than this moves to the cold tier: at least 1s, or 0 (or
@@ -85,7 +468,7 @@ type SetTieringRequest struct {
 
 func (x *SetTieringRequest) Reset() {
 	*x = SetTieringRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -97,7 +480,7 @@ func (x *SetTieringRequest) String() string {
 func (*SetTieringRequest) ProtoMessage() {}
 
 func (x *SetTieringRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -110,7 +493,7 @@ func (x *SetTieringRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTieringRequest.ProtoReflect.Descriptor instead.
 func (*SetTieringRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{0}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetTieringRequest) GetColdAfter() *durationpb.Duration {
@@ -131,7 +514,7 @@ type SetTieringResponse struct {
 
 func (x *SetTieringResponse) Reset() {
 	*x = SetTieringResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -143,7 +526,7 @@ func (x *SetTieringResponse) String() string {
 func (*SetTieringResponse) ProtoMessage() {}
 
 func (x *SetTieringResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -156,7 +539,7 @@ func (x *SetTieringResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTieringResponse.ProtoReflect.Descriptor instead.
 func (*SetTieringResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{1}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetTieringResponse) GetPrevious() *durationpb.Duration {
@@ -185,7 +568,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -197,7 +580,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -210,7 +593,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{2}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PutRequest) GetKey() []byte {
@@ -244,7 +627,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -256,7 +639,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -269,7 +652,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{3}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PutResponse) GetSequence() uint64 {
@@ -288,7 +671,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +683,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +696,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{4}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRequest) GetKey() []byte {
@@ -332,7 +715,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -344,7 +727,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -357,7 +740,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{5}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -377,7 +760,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +772,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +785,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{6}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteRequest) GetKey() []byte {
@@ -428,7 +811,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +823,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +836,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{7}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteResponse) GetSequence() uint64 {
@@ -476,7 +859,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +871,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +884,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{8}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Mutation) GetOp() isMutation_Op {
@@ -555,7 +938,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +950,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +963,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{9}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteRequest) GetMutations() []*Mutation {
@@ -606,7 +989,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +1001,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +1014,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{10}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WriteResponse) GetSequence() uint64 {
@@ -650,7 +1033,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +1045,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +1058,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{11}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MultiGetRequest) GetKeys() [][]byte {
@@ -695,7 +1078,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +1090,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +1103,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{12}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResponse_Result {
@@ -750,7 +1133,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +1145,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +1158,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{13}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ScanRequest) GetStart() []byte {
@@ -830,7 +1213,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +1225,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +1238,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{14}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -882,7 +1265,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1277,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1290,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{15}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ScanResponse) GetPairs() []*KeyValue {
@@ -925,7 +1308,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1320,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1333,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{16}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
 }
 
 type FlushResponse struct {
@@ -961,7 +1344,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1356,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1369,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{17}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{24}
 }
 
 type CompactRequest struct {
@@ -1001,7 +1384,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1396,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1409,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{18}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CompactRequest) GetStart() []byte {
@@ -1051,7 +1434,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1446,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1459,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{26}
 }
 
 type LoadRequest struct {
@@ -1098,7 +1481,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1493,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1506,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{20}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LoadRequest) GetPairs() []*KeyValue {
@@ -1160,7 +1543,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1555,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1568,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LoadResponse) GetPairs() uint64 {
@@ -1219,7 +1602,7 @@ type IngestRequest struct {
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1614,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1627,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IngestRequest) GetData() []byte {
@@ -1266,7 +1649,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1661,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1674,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IngestResponse) GetBytes() uint64 {
@@ -1316,7 +1699,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1711,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1724,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{24}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{31}
 }
 
 type WatchRequest struct {
@@ -1352,7 +1735,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1747,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1760,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{25}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{32}
 }
 
 type WatchEvent struct {
@@ -1399,7 +1782,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1794,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1807,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{26}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchEvent) GetLatestSequence() uint64 {
@@ -1472,7 +1855,7 @@ type LogTail struct {
 
 func (x *LogTail) Reset() {
 	*x = LogTail{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1867,7 @@ func (x *LogTail) String() string {
 func (*LogTail) ProtoMessage() {}
 
 func (x *LogTail) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1880,7 @@ func (x *LogTail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogTail.ProtoReflect.Descriptor instead.
 func (*LogTail) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{27}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LogTail) GetName() string {
@@ -1563,7 +1946,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1958,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1971,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{28}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatusResponse) GetRole() Role {
@@ -1686,7 +2069,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +2081,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +2094,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{29}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -1754,7 +2137,7 @@ type DBStats struct {
 
 func (x *DBStats) Reset() {
 	*x = DBStats{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +2149,7 @@ func (x *DBStats) String() string {
 func (*DBStats) ProtoMessage() {}
 
 func (x *DBStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +2162,7 @@ func (x *DBStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DBStats.ProtoReflect.Descriptor instead.
 func (*DBStats) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{30}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DBStats) GetEstimatedKeys() uint64 {
@@ -1855,7 +2238,7 @@ type Mutation_Put struct {
 
 func (x *Mutation_Put) Reset() {
 	*x = Mutation_Put{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2250,7 @@ func (x *Mutation_Put) String() string {
 func (*Mutation_Put) ProtoMessage() {}
 
 func (x *Mutation_Put) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2263,7 @@ func (x *Mutation_Put) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation_Put.ProtoReflect.Descriptor instead.
 func (*Mutation_Put) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{8, 0}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{15, 0}
 }
 
 func (x *Mutation_Put) GetKey() []byte {
@@ -1906,7 +2289,7 @@ type Mutation_Delete struct {
 
 func (x *Mutation_Delete) Reset() {
 	*x = Mutation_Delete{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[32]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2301,7 @@ func (x *Mutation_Delete) String() string {
 func (*Mutation_Delete) ProtoMessage() {}
 
 func (x *Mutation_Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[32]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2314,7 @@ func (x *Mutation_Delete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation_Delete.ProtoReflect.Descriptor instead.
 func (*Mutation_Delete) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{8, 1}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{15, 1}
 }
 
 func (x *Mutation_Delete) GetKey() []byte {
@@ -1952,7 +2335,7 @@ type MultiGetResponse_Result struct {
 
 func (x *MultiGetResponse_Result) Reset() {
 	*x = MultiGetResponse_Result{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[33]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2347,7 @@ func (x *MultiGetResponse_Result) String() string {
 func (*MultiGetResponse_Result) ProtoMessage() {}
 
 func (x *MultiGetResponse_Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[33]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2360,7 @@ func (x *MultiGetResponse_Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse_Result.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse_Result) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{12, 0}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19, 0}
 }
 
 func (x *MultiGetResponse_Result) GetKey() []byte {
@@ -2005,7 +2388,33 @@ var File_api_kv_v1_kv_proto protoreflect.FileDescriptor
 
 const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\n" +
-	"\x12api/kv/v1/kv.proto\x12\vshale.kv.v1\x1a\x1egoogle/protobuf/duration.proto\"M\n" +
+	"\x12api/kv/v1/kv.proto\x12\vshale.kv.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"|\n" +
+	"\x11CheckpointRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
+	"\aexpires\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"Q\n" +
+	"\x12CheckpointResponse\x12;\n" +
+	"\n" +
+	"checkpoint\x18\x01 \x01(\v2\x1b.shale.kv.v1.CheckpointInfoR\n" +
+	"checkpoint\"\x18\n" +
+	"\x16ListCheckpointsRequest\"X\n" +
+	"\x17ListCheckpointsResponse\x12=\n" +
+	"\vcheckpoints\x18\x01 \x03(\v2\x1b.shale.kv.v1.CheckpointInfoR\vcheckpoints\"-\n" +
+	"\x17DeleteCheckpointRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x1a\n" +
+	"\x18DeleteCheckpointResponse\"\x9f\x02\n" +
+	"\x0eCheckpointInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1a\n" +
+	"\bsequence\x18\x05 \x01(\x04R\bsequence\x124\n" +
+	"\acreated\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x124\n" +
+	"\aexpires\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x16\n" +
+	"\x06tables\x18\b \x01(\x04R\x06tables\x12\x14\n" +
+	"\x05bytes\x18\t \x01(\x04R\x05bytes\"M\n" +
 	"\x11SetTieringRequest\x128\n" +
 	"\n" +
 	"cold_after\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\tcoldAfter\"\x85\x01\n" +
@@ -2129,7 +2538,7 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PRIMARY\x10\x01\x12\x12\n" +
-	"\x0eROLE_SECONDARY\x10\x022\xde\x06\n" +
+	"\x0eROLE_SECONDARY\x10\x022\xec\b\n" +
 	"\x02KV\x128\n" +
 	"\x03Put\x12\x17.shale.kv.v1.PutRequest\x1a\x18.shale.kv.v1.PutResponse\x128\n" +
 	"\x03Get\x12\x17.shale.kv.v1.GetRequest\x1a\x18.shale.kv.v1.GetResponse\x12A\n" +
@@ -2144,7 +2553,11 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x04Load\x12\x18.shale.kv.v1.LoadRequest\x1a\x19.shale.kv.v1.LoadResponse(\x01\x12C\n" +
 	"\x06Ingest\x12\x1a.shale.kv.v1.IngestRequest\x1a\x1b.shale.kv.v1.IngestResponse(\x01\x12M\n" +
 	"\n" +
-	"SetTiering\x12\x1e.shale.kv.v1.SetTieringRequest\x1a\x1f.shale.kv.v1.SetTieringResponseB-Z+github.com/shale-rocks/shale/api/kv/v1;kvv1b\x06proto3"
+	"SetTiering\x12\x1e.shale.kv.v1.SetTieringRequest\x1a\x1f.shale.kv.v1.SetTieringResponse\x12M\n" +
+	"\n" +
+	"Checkpoint\x12\x1e.shale.kv.v1.CheckpointRequest\x1a\x1f.shale.kv.v1.CheckpointResponse\x12\\\n" +
+	"\x0fListCheckpoints\x12#.shale.kv.v1.ListCheckpointsRequest\x1a$.shale.kv.v1.ListCheckpointsResponse\x12_\n" +
+	"\x10DeleteCheckpoint\x12$.shale.kv.v1.DeleteCheckpointRequest\x1a%.shale.kv.v1.DeleteCheckpointResponseB-Z+github.com/shale-rocks/shale/api/kv/v1;kvv1b\x06proto3"
 
 var (
 	file_api_kv_v1_kv_proto_rawDescOnce sync.Once
@@ -2159,91 +2572,110 @@ func file_api_kv_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_api_kv_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_api_kv_v1_kv_proto_goTypes = []any{
-	(Role)(0),                       // 0: shale.kv.v1.Role
-	(*SetTieringRequest)(nil),       // 1: shale.kv.v1.SetTieringRequest
-	(*SetTieringResponse)(nil),      // 2: shale.kv.v1.SetTieringResponse
-	(*PutRequest)(nil),              // 3: shale.kv.v1.PutRequest
-	(*PutResponse)(nil),             // 4: shale.kv.v1.PutResponse
-	(*GetRequest)(nil),              // 5: shale.kv.v1.GetRequest
-	(*GetResponse)(nil),             // 6: shale.kv.v1.GetResponse
-	(*DeleteRequest)(nil),           // 7: shale.kv.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 8: shale.kv.v1.DeleteResponse
-	(*Mutation)(nil),                // 9: shale.kv.v1.Mutation
-	(*WriteRequest)(nil),            // 10: shale.kv.v1.WriteRequest
-	(*WriteResponse)(nil),           // 11: shale.kv.v1.WriteResponse
-	(*MultiGetRequest)(nil),         // 12: shale.kv.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),        // 13: shale.kv.v1.MultiGetResponse
-	(*ScanRequest)(nil),             // 14: shale.kv.v1.ScanRequest
-	(*KeyValue)(nil),                // 15: shale.kv.v1.KeyValue
-	(*ScanResponse)(nil),            // 16: shale.kv.v1.ScanResponse
-	(*FlushRequest)(nil),            // 17: shale.kv.v1.FlushRequest
-	(*FlushResponse)(nil),           // 18: shale.kv.v1.FlushResponse
-	(*CompactRequest)(nil),          // 19: shale.kv.v1.CompactRequest
-	(*CompactResponse)(nil),         // 20: shale.kv.v1.CompactResponse
-	(*LoadRequest)(nil),             // 21: shale.kv.v1.LoadRequest
-	(*LoadResponse)(nil),            // 22: shale.kv.v1.LoadResponse
-	(*IngestRequest)(nil),           // 23: shale.kv.v1.IngestRequest
-	(*IngestResponse)(nil),          // 24: shale.kv.v1.IngestResponse
-	(*StatusRequest)(nil),           // 25: shale.kv.v1.StatusRequest
-	(*WatchRequest)(nil),            // 26: shale.kv.v1.WatchRequest
-	(*WatchEvent)(nil),              // 27: shale.kv.v1.WatchEvent
-	(*LogTail)(nil),                 // 28: shale.kv.v1.LogTail
-	(*StatusResponse)(nil),          // 29: shale.kv.v1.StatusResponse
-	(*TierUsage)(nil),               // 30: shale.kv.v1.TierUsage
-	(*DBStats)(nil),                 // 31: shale.kv.v1.DBStats
-	(*Mutation_Put)(nil),            // 32: shale.kv.v1.Mutation.Put
-	(*Mutation_Delete)(nil),         // 33: shale.kv.v1.Mutation.Delete
-	(*MultiGetResponse_Result)(nil), // 34: shale.kv.v1.MultiGetResponse.Result
-	(*durationpb.Duration)(nil),     // 35: google.protobuf.Duration
+	(Role)(0),                        // 0: shale.kv.v1.Role
+	(*CheckpointRequest)(nil),        // 1: shale.kv.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 2: shale.kv.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 3: shale.kv.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 4: shale.kv.v1.ListCheckpointsResponse
+	(*DeleteCheckpointRequest)(nil),  // 5: shale.kv.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 6: shale.kv.v1.DeleteCheckpointResponse
+	(*CheckpointInfo)(nil),           // 7: shale.kv.v1.CheckpointInfo
+	(*SetTieringRequest)(nil),        // 8: shale.kv.v1.SetTieringRequest
+	(*SetTieringResponse)(nil),       // 9: shale.kv.v1.SetTieringResponse
+	(*PutRequest)(nil),               // 10: shale.kv.v1.PutRequest
+	(*PutResponse)(nil),              // 11: shale.kv.v1.PutResponse
+	(*GetRequest)(nil),               // 12: shale.kv.v1.GetRequest
+	(*GetResponse)(nil),              // 13: shale.kv.v1.GetResponse
+	(*DeleteRequest)(nil),            // 14: shale.kv.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 15: shale.kv.v1.DeleteResponse
+	(*Mutation)(nil),                 // 16: shale.kv.v1.Mutation
+	(*WriteRequest)(nil),             // 17: shale.kv.v1.WriteRequest
+	(*WriteResponse)(nil),            // 18: shale.kv.v1.WriteResponse
+	(*MultiGetRequest)(nil),          // 19: shale.kv.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),         // 20: shale.kv.v1.MultiGetResponse
+	(*ScanRequest)(nil),              // 21: shale.kv.v1.ScanRequest
+	(*KeyValue)(nil),                 // 22: shale.kv.v1.KeyValue
+	(*ScanResponse)(nil),             // 23: shale.kv.v1.ScanResponse
+	(*FlushRequest)(nil),             // 24: shale.kv.v1.FlushRequest
+	(*FlushResponse)(nil),            // 25: shale.kv.v1.FlushResponse
+	(*CompactRequest)(nil),           // 26: shale.kv.v1.CompactRequest
+	(*CompactResponse)(nil),          // 27: shale.kv.v1.CompactResponse
+	(*LoadRequest)(nil),              // 28: shale.kv.v1.LoadRequest
+	(*LoadResponse)(nil),             // 29: shale.kv.v1.LoadResponse
+	(*IngestRequest)(nil),            // 30: shale.kv.v1.IngestRequest
+	(*IngestResponse)(nil),           // 31: shale.kv.v1.IngestResponse
+	(*StatusRequest)(nil),            // 32: shale.kv.v1.StatusRequest
+	(*WatchRequest)(nil),             // 33: shale.kv.v1.WatchRequest
+	(*WatchEvent)(nil),               // 34: shale.kv.v1.WatchEvent
+	(*LogTail)(nil),                  // 35: shale.kv.v1.LogTail
+	(*StatusResponse)(nil),           // 36: shale.kv.v1.StatusResponse
+	(*TierUsage)(nil),                // 37: shale.kv.v1.TierUsage
+	(*DBStats)(nil),                  // 38: shale.kv.v1.DBStats
+	(*Mutation_Put)(nil),             // 39: shale.kv.v1.Mutation.Put
+	(*Mutation_Delete)(nil),          // 40: shale.kv.v1.Mutation.Delete
+	(*MultiGetResponse_Result)(nil),  // 41: shale.kv.v1.MultiGetResponse.Result
+	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 43: google.protobuf.Duration
 }
 var file_api_kv_v1_kv_proto_depIdxs = []int32{
-	35, // 0: shale.kv.v1.SetTieringRequest.cold_after:type_name -> google.protobuf.Duration
-	35, // 1: shale.kv.v1.SetTieringResponse.previous:type_name -> google.protobuf.Duration
-	35, // 2: shale.kv.v1.SetTieringResponse.cold_after:type_name -> google.protobuf.Duration
-	32, // 3: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
-	33, // 4: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
-	9,  // 5: shale.kv.v1.WriteRequest.mutations:type_name -> shale.kv.v1.Mutation
-	34, // 6: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
-	15, // 7: shale.kv.v1.ScanResponse.pairs:type_name -> shale.kv.v1.KeyValue
-	15, // 8: shale.kv.v1.LoadRequest.pairs:type_name -> shale.kv.v1.KeyValue
-	28, // 9: shale.kv.v1.WatchEvent.logs:type_name -> shale.kv.v1.LogTail
-	0,  // 10: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
-	31, // 11: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
-	30, // 12: shale.kv.v1.StatusResponse.tiers:type_name -> shale.kv.v1.TierUsage
-	35, // 13: shale.kv.v1.StatusResponse.cold_after:type_name -> google.protobuf.Duration
-	3,  // 14: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
-	5,  // 15: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
-	7,  // 16: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
-	10, // 17: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
-	12, // 18: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
-	14, // 19: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
-	17, // 20: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
-	19, // 21: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
-	25, // 22: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
-	26, // 23: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
-	21, // 24: shale.kv.v1.KV.Load:input_type -> shale.kv.v1.LoadRequest
-	23, // 25: shale.kv.v1.KV.Ingest:input_type -> shale.kv.v1.IngestRequest
-	1,  // 26: shale.kv.v1.KV.SetTiering:input_type -> shale.kv.v1.SetTieringRequest
-	4,  // 27: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
-	6,  // 28: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
-	8,  // 29: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
-	11, // 30: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
-	13, // 31: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
-	16, // 32: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
-	18, // 33: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
-	20, // 34: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
-	29, // 35: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
-	27, // 36: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
-	22, // 37: shale.kv.v1.KV.Load:output_type -> shale.kv.v1.LoadResponse
-	24, // 38: shale.kv.v1.KV.Ingest:output_type -> shale.kv.v1.IngestResponse
-	2,  // 39: shale.kv.v1.KV.SetTiering:output_type -> shale.kv.v1.SetTieringResponse
-	27, // [27:40] is the sub-list for method output_type
-	14, // [14:27] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	42, // 0: shale.kv.v1.CheckpointRequest.expires:type_name -> google.protobuf.Timestamp
+	7,  // 1: shale.kv.v1.CheckpointResponse.checkpoint:type_name -> shale.kv.v1.CheckpointInfo
+	7,  // 2: shale.kv.v1.ListCheckpointsResponse.checkpoints:type_name -> shale.kv.v1.CheckpointInfo
+	42, // 3: shale.kv.v1.CheckpointInfo.created:type_name -> google.protobuf.Timestamp
+	42, // 4: shale.kv.v1.CheckpointInfo.expires:type_name -> google.protobuf.Timestamp
+	43, // 5: shale.kv.v1.SetTieringRequest.cold_after:type_name -> google.protobuf.Duration
+	43, // 6: shale.kv.v1.SetTieringResponse.previous:type_name -> google.protobuf.Duration
+	43, // 7: shale.kv.v1.SetTieringResponse.cold_after:type_name -> google.protobuf.Duration
+	39, // 8: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
+	40, // 9: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
+	16, // 10: shale.kv.v1.WriteRequest.mutations:type_name -> shale.kv.v1.Mutation
+	41, // 11: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
+	22, // 12: shale.kv.v1.ScanResponse.pairs:type_name -> shale.kv.v1.KeyValue
+	22, // 13: shale.kv.v1.LoadRequest.pairs:type_name -> shale.kv.v1.KeyValue
+	35, // 14: shale.kv.v1.WatchEvent.logs:type_name -> shale.kv.v1.LogTail
+	0,  // 15: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
+	38, // 16: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
+	37, // 17: shale.kv.v1.StatusResponse.tiers:type_name -> shale.kv.v1.TierUsage
+	43, // 18: shale.kv.v1.StatusResponse.cold_after:type_name -> google.protobuf.Duration
+	10, // 19: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
+	12, // 20: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
+	14, // 21: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
+	17, // 22: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
+	19, // 23: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
+	21, // 24: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
+	24, // 25: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
+	26, // 26: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
+	32, // 27: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
+	33, // 28: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
+	28, // 29: shale.kv.v1.KV.Load:input_type -> shale.kv.v1.LoadRequest
+	30, // 30: shale.kv.v1.KV.Ingest:input_type -> shale.kv.v1.IngestRequest
+	8,  // 31: shale.kv.v1.KV.SetTiering:input_type -> shale.kv.v1.SetTieringRequest
+	1,  // 32: shale.kv.v1.KV.Checkpoint:input_type -> shale.kv.v1.CheckpointRequest
+	3,  // 33: shale.kv.v1.KV.ListCheckpoints:input_type -> shale.kv.v1.ListCheckpointsRequest
+	5,  // 34: shale.kv.v1.KV.DeleteCheckpoint:input_type -> shale.kv.v1.DeleteCheckpointRequest
+	11, // 35: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
+	13, // 36: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
+	15, // 37: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
+	18, // 38: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
+	20, // 39: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
+	23, // 40: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
+	25, // 41: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
+	27, // 42: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
+	36, // 43: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
+	34, // 44: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
+	29, // 45: shale.kv.v1.KV.Load:output_type -> shale.kv.v1.LoadResponse
+	31, // 46: shale.kv.v1.KV.Ingest:output_type -> shale.kv.v1.IngestResponse
+	9,  // 47: shale.kv.v1.KV.SetTiering:output_type -> shale.kv.v1.SetTieringResponse
+	2,  // 48: shale.kv.v1.KV.Checkpoint:output_type -> shale.kv.v1.CheckpointResponse
+	4,  // 49: shale.kv.v1.KV.ListCheckpoints:output_type -> shale.kv.v1.ListCheckpointsResponse
+	6,  // 50: shale.kv.v1.KV.DeleteCheckpoint:output_type -> shale.kv.v1.DeleteCheckpointResponse
+	35, // [35:51] is the sub-list for method output_type
+	19, // [19:35] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_api_kv_v1_kv_proto_init() }
@@ -2251,7 +2683,7 @@ func file_api_kv_v1_kv_proto_init() {
 	if File_api_kv_v1_kv_proto != nil {
 		return
 	}
-	file_api_kv_v1_kv_proto_msgTypes[8].OneofWrappers = []any{
+	file_api_kv_v1_kv_proto_msgTypes[15].OneofWrappers = []any{
 		(*Mutation_Put_)(nil),
 		(*Mutation_Delete_)(nil),
 	}
@@ -2261,7 +2693,7 @@ func file_api_kv_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_kv_v1_kv_proto_rawDesc), len(file_api_kv_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

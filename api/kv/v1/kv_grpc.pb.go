@@ -22,19 +22,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	KV_Put_FullMethodName        = "/shale.kv.v1.KV/Put"
-	KV_Get_FullMethodName        = "/shale.kv.v1.KV/Get"
-	KV_Delete_FullMethodName     = "/shale.kv.v1.KV/Delete"
-	KV_Write_FullMethodName      = "/shale.kv.v1.KV/Write"
-	KV_MultiGet_FullMethodName   = "/shale.kv.v1.KV/MultiGet"
-	KV_Scan_FullMethodName       = "/shale.kv.v1.KV/Scan"
-	KV_Flush_FullMethodName      = "/shale.kv.v1.KV/Flush"
-	KV_Compact_FullMethodName    = "/shale.kv.v1.KV/Compact"
-	KV_Status_FullMethodName     = "/shale.kv.v1.KV/Status"
-	KV_Watch_FullMethodName      = "/shale.kv.v1.KV/Watch"
-	KV_Load_FullMethodName       = "/shale.kv.v1.KV/Load"
-	KV_Ingest_FullMethodName     = "/shale.kv.v1.KV/Ingest"
-	KV_SetTiering_FullMethodName = "/shale.kv.v1.KV/SetTiering"
+	KV_Put_FullMethodName              = "/shale.kv.v1.KV/Put"
+	KV_Get_FullMethodName              = "/shale.kv.v1.KV/Get"
+	KV_Delete_FullMethodName           = "/shale.kv.v1.KV/Delete"
+	KV_Write_FullMethodName            = "/shale.kv.v1.KV/Write"
+	KV_MultiGet_FullMethodName         = "/shale.kv.v1.KV/MultiGet"
+	KV_Scan_FullMethodName             = "/shale.kv.v1.KV/Scan"
+	KV_Flush_FullMethodName            = "/shale.kv.v1.KV/Flush"
+	KV_Compact_FullMethodName          = "/shale.kv.v1.KV/Compact"
+	KV_Status_FullMethodName           = "/shale.kv.v1.KV/Status"
+	KV_Watch_FullMethodName            = "/shale.kv.v1.KV/Watch"
+	KV_Load_FullMethodName             = "/shale.kv.v1.KV/Load"
+	KV_Ingest_FullMethodName           = "/shale.kv.v1.KV/Ingest"
+	KV_SetTiering_FullMethodName       = "/shale.kv.v1.KV/SetTiering"
+	KV_Checkpoint_FullMethodName       = "/shale.kv.v1.KV/Checkpoint"
+	KV_ListCheckpoints_FullMethodName  = "/shale.kv.v1.KV/ListCheckpoints"
+	KV_DeleteCheckpoint_FullMethodName = "/shale.kv.v1.KV/DeleteCheckpoint"
 )
 
 // KVClient is the client API for KV service.
@@ -84,6 +87,21 @@ type KVClient interface {
 	// secondary, or a primary started without a cold tier asked to turn
 	// tiering on, answers FAILED_PRECONDITION.
 	SetTiering(ctx context.Context, in *SetTieringRequest, opts ...grpc.CallOption) (*SetTieringResponse, error)
+	// Checkpoint keeps the database's state at one sequence number under a
+	// name (docs/rfcs/0010-checkpoints-and-clones.md): a frozen MANIFEST and
+	// every table it names, which no delete removes while the checkpoint
+	// lives (admin, and the operator). Only the owning primary creates one: a
+	// deposed primary answers FAILED_PRECONDITION and its checkpoint never
+	// appears; UNAVAILABLE "outcome unknown" means it may have been created
+	// (retry with the same request_id to find out). A secondary answers
+	// FAILED_PRECONDITION.
+	Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*CheckpointResponse, error)
+	// ListCheckpoints lists the live checkpoints (reader, writer, admin).
+	ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error)
+	// DeleteCheckpoint deletes a checkpoint by name; the next trash pass
+	// removes what only it held. Deleting a missing one answers NOT_FOUND
+	// (admin, and the operator).
+	DeleteCheckpoint(ctx context.Context, in *DeleteCheckpointRequest, opts ...grpc.CallOption) (*DeleteCheckpointResponse, error)
 }
 
 type kVClient struct {
@@ -248,6 +266,36 @@ func (c *kVClient) SetTiering(ctx context.Context, in *SetTieringRequest, opts .
 	return out, nil
 }
 
+func (c *kVClient) Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*CheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckpointResponse)
+	err := c.cc.Invoke(ctx, KV_Checkpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kVClient) ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCheckpointsResponse)
+	err := c.cc.Invoke(ctx, KV_ListCheckpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kVClient) DeleteCheckpoint(ctx context.Context, in *DeleteCheckpointRequest, opts ...grpc.CallOption) (*DeleteCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteCheckpointResponse)
+	err := c.cc.Invoke(ctx, KV_DeleteCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KVServer is the server API for KV service.
 // All implementations must embed UnimplementedKVServer
 // for forward compatibility.
@@ -295,6 +343,21 @@ type KVServer interface {
 	// secondary, or a primary started without a cold tier asked to turn
 	// tiering on, answers FAILED_PRECONDITION.
 	SetTiering(context.Context, *SetTieringRequest) (*SetTieringResponse, error)
+	// Checkpoint keeps the database's state at one sequence number under a
+	// name (docs/rfcs/0010-checkpoints-and-clones.md): a frozen MANIFEST and
+	// every table it names, which no delete removes while the checkpoint
+	// lives (admin, and the operator). Only the owning primary creates one: a
+	// deposed primary answers FAILED_PRECONDITION and its checkpoint never
+	// appears; UNAVAILABLE "outcome unknown" means it may have been created
+	// (retry with the same request_id to find out). A secondary answers
+	// FAILED_PRECONDITION.
+	Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error)
+	// ListCheckpoints lists the live checkpoints (reader, writer, admin).
+	ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error)
+	// DeleteCheckpoint deletes a checkpoint by name; the next trash pass
+	// removes what only it held. Deleting a missing one answers NOT_FOUND
+	// (admin, and the operator).
+	DeleteCheckpoint(context.Context, *DeleteCheckpointRequest) (*DeleteCheckpointResponse, error)
 	mustEmbedUnimplementedKVServer()
 }
 
@@ -343,6 +406,15 @@ func (UnimplementedKVServer) Ingest(grpc.ClientStreamingServer[IngestRequest, In
 }
 func (UnimplementedKVServer) SetTiering(context.Context, *SetTieringRequest) (*SetTieringResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetTiering not implemented")
+}
+func (UnimplementedKVServer) Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Checkpoint not implemented")
+}
+func (UnimplementedKVServer) ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListCheckpoints not implemented")
+}
+func (UnimplementedKVServer) DeleteCheckpoint(context.Context, *DeleteCheckpointRequest) (*DeleteCheckpointResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteCheckpoint not implemented")
 }
 func (UnimplementedKVServer) mustEmbedUnimplementedKVServer() {}
 func (UnimplementedKVServer) testEmbeddedByValue()            {}
@@ -563,6 +635,60 @@ func _KV_SetTiering_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KV_Checkpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVServer).Checkpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KV_Checkpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVServer).Checkpoint(ctx, req.(*CheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _KV_ListCheckpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCheckpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVServer).ListCheckpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KV_ListCheckpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVServer).ListCheckpoints(ctx, req.(*ListCheckpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _KV_DeleteCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVServer).DeleteCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KV_DeleteCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVServer).DeleteCheckpoint(ctx, req.(*DeleteCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KV_ServiceDesc is the grpc.ServiceDesc for KV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -605,6 +731,18 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetTiering",
 			Handler:    _KV_SetTiering_Handler,
+		},
+		{
+			MethodName: "Checkpoint",
+			Handler:    _KV_Checkpoint_Handler,
+		},
+		{
+			MethodName: "ListCheckpoints",
+			Handler:    _KV_ListCheckpoints_Handler,
+		},
+		{
+			MethodName: "DeleteCheckpoint",
+			Handler:    _KV_DeleteCheckpoint_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

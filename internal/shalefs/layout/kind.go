@@ -9,8 +9,9 @@ type Kind int
 const (
 	// KindLocal files never leave the machine: LOCK, LOG*, *.dbtmp, ...
 	KindLocal Kind = iota
-	// KindLog files (WAL *.log, MANIFEST-*) are append-only segment logs
-	// (SegmentKey, FoldKey).
+	// KindLog files (WAL *.log, MANIFEST-*, and Shale's own CATALOG,
+	// which RocksDB never sees) are append-only segment logs (SegmentKey,
+	// FoldKey).
 	KindLog
 	// KindTable files (*.sst, *.blob) are one immutable object, uploaded on
 	// close (ObjectKey).
@@ -33,7 +34,7 @@ func KindOf(name string) Kind {
 		return KindCurrent
 	case name == "IDENTITY", strings.HasPrefix(name, "OPTIONS-") && !strings.HasSuffix(name, ".dbtmp"):
 		return KindObject
-	case strings.HasPrefix(name, "MANIFEST-"), strings.HasSuffix(name, ".log") && isNumber(strings.TrimSuffix(name, ".log")):
+	case strings.HasPrefix(name, "MANIFEST-"), strings.HasSuffix(name, ".log") && isNumber(strings.TrimSuffix(name, ".log")), name == CatalogLog:
 		return KindLog
 	case strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob"):
 		return KindTable
