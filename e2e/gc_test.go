@@ -115,6 +115,12 @@ func stepGC(t *testing.T, s *suite) {
 	}
 	s.verifyLedger(t, s.rwAddr(t))
 
+	// The way back from the delete: a new RocksDB adopts the retained
+	// directory (spec.bootstrap.fromExistingPath) and serves every key the
+	// deleted one had; deleted with reclaimPolicy Delete, it takes the
+	// directory with it.
+	s.stepAdoptRetained(t, mc, ret)
+
 	// Clean up what Retain kept, so that a rerun on this cluster starts
 	// from an empty bucket.
 	for _, k := range listKeys(t, mc, ret.path+"/") {
@@ -306,4 +312,39 @@ func containsAll(have, want []string) bool {
 		}
 	}
 	return true
+}
+
+// stepAdoptRetained brings back the retained database ret with a new
+// RocksDB whose spec.bootstrap.fromExistingPath names its directory: Ready,
+// every key ret had reads back with its value, and the adopter's
+// reclaimPolicy Delete empties the directory when it goes.
+func (s *suite) stepAdoptRetained(t *testing.T, mc *minio.Client, ret gcDB) {
+	t.Helper()
+	name := "gc-adopt"
+	db := s.createRocksDBWith(t, name, shalev1.ReclaimDelete, func(db *shalev1.RocksDB) {
+		db.Spec.Bootstrap = &shalev1.BootstrapSpec{FromExistingPath: &shalev1.ExistingPathSource{Path: ret.path}}
+	})
+	adopted := s.waitReady(t, name, 1, 5*time.Minute)
+	if adopted.Status.StoragePath != ret.path {
+		t.Fatalf("the adopter's status.storagePath is %q, want the retained %q", adopted.Status.StoragePath, ret.path)
+	}
+	addr := s.serviceProxy(t, name+"-rw", kvPort)
+	callFresh(t, addr, "every key of "+ret.db.Name+" read through "+name, func(c context.Context, kv kvv1.KVClient) error {
+		for i := range 20 {
+			key := fmt.Sprintf("%s/%02d", ret.db.Name, i)
+			r, err := kv.Get(c, &kvv1.GetRequest{Key: []byte(key)})
+			if err != nil {
+				return fmt.Errorf("get %s: %w", key, err)
+			}
+			if string(r.Value) != strings.Repeat("x", 1000) {
+				return fmt.Errorf("get %s: %d bytes, not the value written", key, len(r.Value))
+			}
+		}
+		return nil
+	})
+	t.Logf("fromExistingPath: %s adopted %s/ and serves all 20 keys of %s", name, ret.path, ret.db.Name)
+	s.deleteRocksDB(t, db, false)
+	if n := len(listKeys(t, mc, ret.path+"/")); n != 0 || exists(t, mc, ret.path+".owner.json") {
+		t.Fatalf("the adopter went with reclaimPolicy Delete but %d objects are left in %s/ (owner record there: %v)", n, ret.path, exists(t, mc, ret.path+".owner.json"))
+	}
 }

@@ -252,6 +252,12 @@ func (s *suite) createObjectStore(t *testing.T) {
 // createRocksDB creates a small database for the tests.
 func (s *suite) createRocksDB(t *testing.T, name string, policy shalev1.ReclaimPolicy) *shalev1.RocksDB {
 	t.Helper()
+	return s.createRocksDBWith(t, name, policy, nil)
+}
+
+// createRocksDBWith is createRocksDB with edit applied to the spec first.
+func (s *suite) createRocksDBWith(t *testing.T, name string, policy shalev1.ReclaimPolicy, edit func(*shalev1.RocksDB)) *shalev1.RocksDB {
+	t.Helper()
 	q := resource.MustParse
 	db := &shalev1.RocksDB{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.namespace},
@@ -267,6 +273,9 @@ func (s *suite) createRocksDB(t *testing.T, name string, policy shalev1.ReclaimP
 				},
 			},
 		},
+	}
+	if edit != nil {
+		edit(db)
 	}
 	if err := s.kube.Create(ctx(t, time.Minute), db); err != nil {
 		t.Fatalf("creating RocksDB %s: %v", name, err)

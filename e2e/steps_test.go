@@ -9,6 +9,7 @@ var steps = []step{
 	{name: "install", labels: []string{"install", "smoke"}, run: stepInstall},
 	{name: "kv", labels: []string{"kv", "smoke"}, run: stepKV},
 	{name: "secondaries", labels: []string{"secondaries"}, run: stepSecondaries},
+	{name: "checkpoint", labels: []string{"checkpoint"}, run: stepCheckpoint},
 	{name: "security", labels: []string{"security", "smoke"}, run: stepSecurity},
 	{name: "validation", labels: []string{"validation", "smoke"}, run: stepValidation},
 	{name: "upgrade", labels: []string{"upgrade", "chart"}, run: stepUpgrade},

@@ -37,4 +37,5 @@ const (
 	eventStorageLeft            = "StorageLeft"
 	eventNetworkPolicyConflict  = "NetworkPolicyConflict"
 	eventNetworkPolicyInvalid   = "NetworkPolicyInvalid"
+	eventBootstrapAdopted       = "BootstrapAdopted"
 )

@@ -231,7 +231,8 @@ func (r *rocksDBReconciler) deleteOwnerRecord(ctx context.Context, db *shalev1.R
 	if err != nil {
 		return err
 	}
-	return hot.Delete(ctx, ownerRecordKey(db.Namespace, db.DirName()))
+	key, _ := ownerRecordOf(db, r.clusterID, "", r.now())
+	return hot.Delete(ctx, key)
 }
 
 // reclaimCold deletes the database's directory in the cold tier

@@ -59,7 +59,9 @@ func (v verdict) String() string {
 //
 // A directory is an orphan only if all of these hold:
 //
-//  1. no live RocksDB has its UID. A RocksDB being deleted is still live:
+//  1. no live RocksDB has its UID, or adopted it (its owner record's
+//     adoptedBy: written before the adopter's first primary, after the
+//     adopter was created). A RocksDB being deleted is still live:
 //     its finalizer applies the reclaim policy. A directory can only exist
 //     after its RocksDB was created (the operator creates the primary that
 //     writes it after reading the RocksDB), so a list of RocksDBs read
@@ -77,6 +79,10 @@ func classifyDir(d dirObservation, live map[types.UID]bool, cluster string, now 
 	switch {
 	case live[d.UID]:
 		return keepLive, "a RocksDB with this UID exists"
+	case d.Record != nil && d.Record.AdoptedBy != nil && live[d.Record.AdoptedBy.UID]:
+		// Adopted (bootstrap.fromExistingPath): the adopter's finalizer
+		// applies its reclaim policy here, as for its own directory.
+		return keepLive, fmt.Sprintf("RocksDB %s (UID %s) adopted it and exists", d.Record.AdoptedBy.Name, d.Record.AdoptedBy.UID)
 	case d.RecordErr != nil:
 		return keepUnclaimed, fmt.Sprintf("its owner record is unreadable: %v", d.RecordErr)
 	case d.Record == nil:

@@ -220,7 +220,7 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 			g.recorder.Eventf(os, corev1.EventTypeNormal, eventOrphanFound, "dry run: would delete %s (%d objects, %d bytes): %s", url, obs.Objects, obs.Bytes, why)
 			continue
 		}
-		deleted, err := g.deleteOrphan(ctx, hot, cold, c, objects, coldObjects)
+		deleted, err := g.deleteOrphan(ctx, hot, cold, c, obs.Record, objects, coldObjects)
 		if err != nil {
 			g.recorder.Eventf(os, corev1.EventTypeWarning, eventOrphanDeleteFailed, "deleting %s: %v", url, err)
 			return rep, err
@@ -287,15 +287,22 @@ func (g *gc) observe(ctx context.Context, hot, cold objstore.Store, c *candidate
 
 // deleteOrphan deletes the objects observed in an orphaned directory, and
 // its owner record once nothing is left. It reports false when it found
-// the directory's RocksDB after all.
-func (g *gc) deleteOrphan(ctx context.Context, hot, cold objstore.Store, c *candidate, objects, coldObjects []string) (bool, error) {
-	var db shalev1.RocksDB
-	err := g.apiReader.Get(ctx, types.NamespacedName{Namespace: c.namespace, Name: c.name}, &db)
-	switch {
-	case err == nil && db.UID == c.uid:
-		return false, nil
-	case err != nil && !apierrors.IsNotFound(err):
-		return false, err
+// the directory's RocksDB, or the one its record says adopted it, after
+// all.
+func (g *gc) deleteOrphan(ctx context.Context, hot, cold objstore.Store, c *candidate, rec *dirOwnerRecord, objects, coldObjects []string) (bool, error) {
+	owners := []recordRef{{Name: c.name, UID: c.uid}}
+	if rec != nil && rec.AdoptedBy != nil {
+		owners = append(owners, *rec.AdoptedBy)
+	}
+	for _, o := range owners {
+		var db shalev1.RocksDB
+		err := g.apiReader.Get(ctx, types.NamespacedName{Namespace: c.namespace, Name: o.Name}, &db)
+		switch {
+		case err == nil && db.UID == o.UID:
+			return false, nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return false, err
+		}
 	}
 	for len(coldObjects) > 0 {
 		n := min(len(coldObjects), 1000)

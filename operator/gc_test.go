@@ -56,6 +56,16 @@ func TestClassifyDir(t *testing.T) {
 		{"record-other-name", dir(rec(func(r *dirOwnerRecord) { r.Name = "invoices" }), 48*time.Hour), nil, keepUnclaimed},
 		{"record-other-namespace", dir(rec(func(r *dirOwnerRecord) { r.Namespace = "prod" }), 48*time.Hour), nil, keepUnclaimed},
 		{"no-live-list", dir(rec(nil), 48*time.Hour), nil, orphan},
+		// Adopted (bootstrap.fromExistingPath): live while the adopter
+		// exists, whatever the record's policy; an orphan again after.
+		{"adopted-live", dir(rec(func(r *dirOwnerRecord) { r.AdoptedBy = &recordRef{Name: "orders2", UID: other} }), 48*time.Hour), live, keepLive},
+		{"adopted-retain-live", dir(rec(func(r *dirOwnerRecord) {
+			r.ReclaimPolicy, r.AdoptedBy = shalev1.ReclaimRetain, &recordRef{Name: "orders2", UID: other}
+		}), 48*time.Hour), live, keepLive},
+		{"adopter-gone", dir(rec(func(r *dirOwnerRecord) { r.AdoptedBy = &recordRef{Name: "orders2", UID: other} }), 48*time.Hour), nil, orphan},
+		{"adopter-gone-retain", dir(rec(func(r *dirOwnerRecord) {
+			r.ReclaimPolicy, r.AdoptedBy = shalev1.ReclaimRetain, &recordRef{Name: "orders2", UID: other}
+		}), 48*time.Hour), nil, keepRetained},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, why := classifyDir(tc.d, tc.live, cluster, now, grace)

@@ -211,12 +211,24 @@ func (r *rocksDBReconciler) startFirstPrimary(ctx context.Context, db *shalev1.R
 		// The ObjectStore's status changes wake this up.
 		return ctrl.Result{}, &refusal{eventObjectStoreUnreachable, fmt.Sprintf("not starting a primary: ObjectStore %s is not reachable (see its Reachable condition)", store.Name)}
 	}
+	if db.Status.StoragePath == "" {
+		// An adoption not done yet (bootstrap.go): nothing to start.
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, "waiting for the storage path")
+		return ctrl.Result{RequeueAfter: epochsRecheck}, nil
+	}
 	if err := r.ensureOwnerRecord(ctx, db, store); err != nil {
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, eventOwnerRecordFailed, err.Error())
 		r.recorder.Event(db, corev1.EventTypeWarning, eventOwnerRecordFailed, err.Error())
 		return ctrl.Result{}, err
 	}
 	highest, known := r.storageEpoch(ctx, db, store)
+	if !known && adopts(db) {
+		// The first primary of an adopted directory must claim above
+		// every epoch taken there: wait until they can be read.
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonObjectStoreUnreachable,
+			fmt.Sprintf("the epoch claims of the adopted directory %s cannot be read from ObjectStore %s right now: no primary starts until they can", db.Status.StoragePath, store.Name))
+		return ctrl.Result{RequeueAfter: epochsRecheck}, nil
+	}
 	next, err := nextEpoch(0, highest, known)
 	if err != nil {
 		return ctrl.Result{}, &refusal{eventEpochExhausted, err.Error()}
@@ -561,8 +573,8 @@ func (r *rocksDBReconciler) writeOwnerRecord(ctx context.Context, db *shalev1.Ro
 			return fmt.Errorf("writing the owner record: %w", err)
 		}
 	}
-	rec := dirOwnerRecord{Cluster: r.clusterID, Namespace: db.Namespace, Name: db.Name, UID: db.UID, ReclaimPolicy: policy, Updated: r.now().UTC()}
-	if err := putOwnerRecord(ctx, hot, ownerRecordKey(db.Namespace, db.DirName()), rec); err != nil {
+	key, rec := ownerRecordOf(db, r.clusterID, policy, r.now())
+	if err := putOwnerRecord(ctx, hot, key, rec); err != nil {
 		return fmt.Errorf("writing the owner record: %w", err)
 	}
 	// What the record says, for a deletion that finds the ObjectStore gone

@@ -95,10 +95,11 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 		args = append(args, "--sst-storage-class", c)
 	}
 	args = append(args, planTiering(db, store).args...)
-	if db.Status.Created != nil {
-		// The database was ready once: a location without it is refused
-		// instead of becoming a new, empty database (an ObjectStore
-		// pointed elsewhere must not fork the database).
+	if db.Status.Created != nil || adopts(db) {
+		// The database was ready once, or is an adopted directory: a
+		// location without it is refused instead of becoming a new, empty
+		// database (an ObjectStore pointed elsewhere must not fork the
+		// database).
 		args = append(args, "--existing")
 	}
 

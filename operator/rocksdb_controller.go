@@ -261,7 +261,15 @@ func (r *rocksDBReconciler) reconcileWorkloads(ctx context.Context, db *shalev1.
 			return ctrl.Result{}, fmt.Errorf("recording the use of ObjectStore %s: %w", store.Name, err)
 		}
 	}
-	if store != nil && db.Status.StoragePath == "" {
+	if store != nil && db.Status.StoragePath == "" && adopts(db) {
+		// A retained directory (bootstrap.go), claimed once the store can
+		// be read; until then startFirstPrimary waits.
+		if store.IsReachable() {
+			if err := r.adopt(ctx, db, store, rep); err != nil {
+				return ctrl.Result{RequeueAfter: bootstrapRecheck}, err
+			}
+		}
+	} else if store != nil && db.Status.StoragePath == "" {
 		path := db.StoragePathUnder(store.Spec.Hot.Prefix)
 		if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
 			if cur.Status.StoragePath == "" {

@@ -288,6 +288,17 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 	if err := dbr.setup(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("RocksDB controller: %w", err)
 	}
+	ckr := &checkpointReconciler{
+		Client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		recorder:  mgr.GetEventRecorderFor("shale-operator"),
+		now:       time.Now,
+		kv:        grpcCheckpointKV{},
+		dbs:       dbr,
+	}
+	if err := ckr.setup(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("Checkpoint controller: %w", err)
+	}
 	cpr := &compactorPoolReconciler{
 		Client:    mgr.GetClient(),
 		apiReader: mgr.GetAPIReader(),

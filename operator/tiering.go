@@ -65,7 +65,13 @@ func planTiering(db *shalev1.RocksDB, store *shalev1.ObjectStore) tieringPlan {
 		return p
 	}
 	if coldPath == "" {
-		coldPath = path.Join(store.Spec.Cold.Prefix, db.Namespace, db.DirName())
+		// Beside the hot directory's NAME-UID (an adopted directory's
+		// cold tables are its creator's).
+		dir := db.DirName()
+		if db.Status.StoragePath != "" {
+			dir = path.Base(db.Status.StoragePath)
+		}
+		coldPath = path.Join(store.Spec.Cold.Prefix, db.Namespace, dir)
 		p.setColdPath = coldPath
 	}
 	p.args = []string{"--cold-db", store.ColdDatabaseURL(coldPath)}

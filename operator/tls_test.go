@@ -150,6 +150,15 @@ func (g *guardedStatus) callers() []auth.Identity {
 // ns/accessSecret, mounted, behind auth's guard.
 func (h *harness) guardedKV(lis net.Listener, ns, certSecret, accessSecret string, st *kvv1.StatusResponse) *guardedStatus {
 	h.t.Helper()
+	g := &guardedStatus{st: st}
+	h.serveGuarded(lis, ns, certSecret, accessSecret, g)
+	return g
+}
+
+// serveGuarded serves kv on lis behind the real guard, with the
+// certificate and access list of the named Secrets.
+func (h *harness) serveGuarded(lis net.Listener, ns, certSecret, accessSecret string, kv kvv1.KVServer) {
+	h.t.Helper()
 	dir := h.mountSecret(h.secret(ns, certSecret))
 	cfg := auth.ServerConfig{TLS: auth.TLSFiles{Cert: filepath.Join(dir, keyTLSCert), Key: filepath.Join(dir, keyTLSKey), CA: filepath.Join(dir, keyCA)}}
 	if accessSecret != "" {
@@ -160,11 +169,9 @@ func (h *harness) guardedKV(lis net.Listener, ns, certSecret, accessSecret strin
 		h.t.Fatal(err)
 	}
 	srv := grpc.NewServer(sec.ServerOption(), grpc.ChainUnaryInterceptor(sec.UnaryInterceptors()...), grpc.ChainStreamInterceptor(sec.StreamInterceptors()...))
-	g := &guardedStatus{st: st}
-	kvv1.RegisterKVServer(srv, g)
+	kvv1.RegisterKVServer(srv, kv)
 	go srv.Serve(lis)
 	h.t.Cleanup(srv.Stop)
-	return g
 }
 
 // testCertificates: the CA, a database's certificates and client

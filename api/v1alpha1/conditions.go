@@ -108,4 +108,7 @@ const (
 	ReasonColdTierRefused        = "ColdTierRefused"
 	ReasonPrimaryCrashed         = "PrimaryCrashed"
 	ReasonObjectStoreUnreachable = "ObjectStoreUnreachable"
+	// ReasonBootstrapRefused: spec.bootstrap names a source the operator
+	// will not start from (PrimaryAvailable False; nothing was written).
+	ReasonBootstrapRefused = "BootstrapRefused"
 )

@@ -86,4 +86,7 @@ const (
 	// FinalizerStorage holds a RocksDB until its reclaim policy has been
 	// applied to its storage directory.
 	FinalizerStorage = "shale.rocks/storage"
+	// FinalizerCheckpoint holds a Checkpoint until it is deleted in its
+	// database (or the database is gone).
+	FinalizerCheckpoint = "shale.rocks/checkpoint"
 )

@@ -25,11 +25,18 @@ const (
 // beside them.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.clients) || size(self.clients) == 0 || !has(self.tls) || !has(self.tls.enabled) || self.tls.enabled",message="spec.clients need TLS (client certificates and tokens are only checked over TLS): remove tls.enabled: false, or the clients"
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap)",message="bootstrap is set when the RocksDB is created, or never: it says what the database started from (create a new RocksDB to start from something else)"
 type RocksDBSpec struct {
 	// ObjectStoreRef names the ObjectStore (in this namespace) the
 	// database lives in. Immutable.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="objectStoreRef is immutable: the database stays in the object store it was created in"
 	ObjectStoreRef ObjectStoreReference `json:"objectStoreRef"`
+
+	// Bootstrap says what a new database starts from; omitted, it starts
+	// empty. Set when the RocksDB is created, immutable after.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="bootstrap is immutable: it says what the database started from (create a new RocksDB to start from something else)"
+	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
 
 	// ReclaimPolicy: Retain (default) keeps the storage directory when the
 	// RocksDB is deleted; Delete removes it.
@@ -94,6 +101,34 @@ type RocksDBSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
+}
+
+// BootstrapSpec is where a new database's data comes from. One source.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.fromExistingPath)",message="bootstrap needs a source: fromExistingPath (or leave bootstrap out for an empty database)"
+type BootstrapSpec struct {
+	// FromExistingPath adopts the directory a deleted RocksDB with
+	// reclaimPolicy Retain left in this RocksDB's ObjectStore: the new
+	// RocksDB serves that database, with every key it held
+	// (docs/operator.md, "Bring back a deleted Retain database"). The
+	// operator refuses, with a BootstrapRefused Event, a directory that a
+	// RocksDB still owns, that another RocksDB adopted, or whose owner
+	// record does not say Retain.
+	// +optional
+	FromExistingPath *ExistingPathSource `json:"fromExistingPath,omitempty"`
+}
+
+// ExistingPathSource names a retained database directory.
+type ExistingPathSource struct {
+	// Path is the deleted RocksDB's status.storagePath,
+	// PREFIX/NAMESPACE/NAME-UID (the Event StorageRetained printed it as
+	// s3://BUCKET/PREFIX/NAMESPACE/NAME-UID); NAMESPACE/NAME-UID, relative
+	// to the ObjectStore's prefix, is accepted too. NAMESPACE must be this
+	// RocksDB's.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.contains('//') && !self.contains('://') && !self.split('/').exists(s, s == '..' || s == '.')",message="fromExistingPath.path must be the deleted RocksDB's status.storagePath, PREFIX/NAMESPACE/NAME-UID, without a scheme, bucket, leading '/' or '..'"
+	Path string `json:"path"`
 }
 
 // NetworkPolicySpec configures the NetworkPolicy NAME-ingress the operator
@@ -461,7 +496,9 @@ type RocksDBStatus struct {
 	CurrentPrimary string `json:"currentPrimary,omitempty"`
 
 	// StoragePath is the database's directory in the hot tier's bucket:
-	// PREFIX/NAMESPACE/NAME-UID. Set once.
+	// PREFIX/NAMESPACE/NAME-UID. Set once; with
+	// spec.bootstrap.fromExistingPath, the adopted directory (another
+	// NAME-UID's), once the operator has claimed it.
 	// +optional
 	StoragePath string `json:"storagePath,omitempty"`
 

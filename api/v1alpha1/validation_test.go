@@ -473,3 +473,60 @@ func TestValidation(t *testing.T) {
 }
 
 func ptrQ(q resource.Quantity) *resource.Quantity { return &q }
+
+// TestBootstrapImmutable: spec.bootstrap is set when a RocksDB is created
+// or never, cannot change after, and its path is checked for shape.
+func TestBootstrapImmutable(t *testing.T) {
+	env, ctx := start(t)
+	c := env.Client
+	_, _, sample := samples(t, env)
+	const retained = "dbs/default/orders-0b7c6a2e-8d0a-4a44-9d2e-4c1f6a0e5b11"
+	newDB := func(name string, b *shalev1.BootstrapSpec) *shalev1.RocksDB {
+		db := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: *sample.Spec.DeepCopy()}
+		db.Spec.Bootstrap = b
+		return db
+	}
+	from := func(p string) *shalev1.BootstrapSpec {
+		return &shalev1.BootstrapSpec{FromExistingPath: &shalev1.ExistingPathSource{Path: p}}
+	}
+
+	adopter := newDB("adopter", from(retained))
+	if err := c.Create(ctx, adopter); err != nil {
+		t.Fatalf("a RocksDB with bootstrap.fromExistingPath refused: %v", err)
+	}
+	plain := newDB("plain", nil)
+	if err := c.Create(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	update := func(db *shalev1.RocksDB, mutate func(*shalev1.RocksDB)) error {
+		cur := &shalev1.RocksDB{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(db), cur); err != nil {
+			t.Fatal(err)
+		}
+		mutate(cur)
+		return c.Update(ctx, cur)
+	}
+	wantInvalid(t, "path changed", update(adopter, func(db *shalev1.RocksDB) {
+		db.Spec.Bootstrap.FromExistingPath.Path = "dbs/default/orders-1b7c6a2e-8d0a-4a44-9d2e-4c1f6a0e5b11"
+	}), "bootstrap is immutable")
+	wantInvalid(t, "bootstrap removed", update(adopter, func(db *shalev1.RocksDB) { db.Spec.Bootstrap = nil }), "bootstrap is set when the RocksDB is created, or never")
+	wantInvalid(t, "bootstrap added", update(plain, func(db *shalev1.RocksDB) { db.Spec.Bootstrap = from(retained) }), "bootstrap is set when the RocksDB is created, or never")
+	// The rest of the spec still changes.
+	if err := update(adopter, func(db *shalev1.RocksDB) { db.Spec.ReclaimPolicy = shalev1.ReclaimDelete }); err != nil {
+		t.Errorf("changing reclaimPolicy of an adopter: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		b    *shalev1.BootstrapSpec
+		msg  string
+	}{
+		{"no-source", &shalev1.BootstrapSpec{}, "bootstrap needs a source"},
+		{"empty-path", from(""), "spec.bootstrap.fromExistingPath.path"},
+		{"leading-slash", from("/" + retained), "fromExistingPath.path must be the deleted RocksDB's status.storagePath"},
+		{"url", from("s3://shale/" + retained), "fromExistingPath.path must be"},
+		{"dotdot", from("dbs/../default/orders-x"), "fromExistingPath.path must be"},
+	} {
+		wantInvalid(t, tc.name, c.Create(ctx, newDB("bad-"+tc.name, tc.b)), tc.msg)
+	}
+}
