@@ -336,7 +336,10 @@ func TestWorkerWritesOnlyItsJobDirectory(t *testing.T) {
 	if _, err := p.kv.Compact(context.Background(), &kvv1.CompactRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "completed jobs", func() bool { return sched.Snapshot().Total.Completed >= 2 })
+	// One job at least: how many depends on timing (on a loaded machine
+	// the automatic compaction may take all five tables, leaving the
+	// manual one nothing but the bottommost level, which it skips).
+	waitFor(t, "completed jobs", func() bool { return sched.Snapshot().Total.Completed >= 1 })
 	checkModel(t, p.kv, m)
 	writes := 0
 	mu.Lock()
