@@ -132,6 +132,13 @@ func (f *Owner) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) 
 		if !ok || protected[layout.VersionRef{Name: name, Epoch: epoch}] {
 			continue // a live reader's view uses it: a later pass retries
 		}
+		if epoch == 0 && f.originOf(name) != nil {
+			// An origin table of this clone: the object is the origin's,
+			// kept by the clone's pin there (detach releases it), so only
+			// the marker goes.
+			done = append(done, m.Key)
+			continue
+		}
 		if layout.KindOf(name) != layout.KindLog {
 			keys = append(keys, layout.ObjectKey(name, epoch))
 			done = append(done, m.Key)
@@ -187,6 +194,11 @@ func (f *Owner) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) 
 // lose its seals (protocol.SealsAfter), from the AckFresh in that epoch's
 // claim.
 func (f *Owner) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error) {
+	if epoch == 0 && f.Origin() != nil {
+		// A clone's bootstrap: it claims nothing and writes nothing after
+		// its MANIFEST copy, so the seals may go with the data.
+		return f.cfg.DeleteGrace, nil
+	}
 	f.trashMu.Lock()
 	ack, ok := f.ackFresh[epoch]
 	f.trashMu.Unlock()
