@@ -331,6 +331,7 @@ type Owner struct {
 	// readerLeases is the owner's view of everyone's reader lease (trash
 	// loop only).
 	readerLeases map[string]*seenLease
+	pins         map[string]*seenPin // clones' pins (trash loop only)
 
 	compactions jobRegistry // remote compaction outputs being installed (owner_install.go)
 
