@@ -53,12 +53,24 @@ type Config struct {
 	// with the same credentials). Engine.ColdAfter says which data goes
 	// there (docs/tiering.md).
 	ColdDB, ColdEndpoint string
+	// Clone, when set, makes the database a clone of a checkpoint of
+	// another database before it is opened (`--clone-from`: shalefs.Bootstrap;
+	// docs/checkpoints.md, "Clones").
+	Clone *CloneConfig
+}
+
+// CloneConfig names the checkpoint a clone starts from.
+type CloneConfig struct {
+	From       string // the parent database's store URL
+	Checkpoint string // its checkpoint's name
+	ID         string // this clone's id (the operator passes the RocksDB's UID)
 }
 
 // Server is a running primary.
 type Server struct {
 	cfg       Config
-	node      *node.Node // holds the cache dir while serving: one primary per cache dir
+	cloned    shalefs.BootstrapReport // what the clone's bootstrap did (Config.Clone)
+	node      *node.Node              // holds the cache dir while serving: one primary per cache dir
 	fs        *shalefs.Owner
 	db        *engine.DB
 	ep        *kvserver.Endpoint
@@ -110,6 +122,18 @@ func Start(cfg Config) (_ *Server, err error) {
 			"certificate", sec.Guard.Self.Database, "db", n.URL)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	if c := cfg.Clone; c != nil {
+		// Before the takeover: the directory is empty or holds only this
+		// bootstrap's objects (a retry), else it is refused.
+		rep, berr := shalefs.Bootstrap(ctx, shalefs.BootstrapConfig{Store: sc.Store, Parent: c.From, Checkpoint: c.Checkpoint, CloneID: c.ID,
+			OpenOrigin: sc.OpenOrigin, Logger: cfg.Logger})
+		if berr != nil {
+			cancel()
+			err = fmt.Errorf("--db %s: clone of %s at %q: %w", n.URL, c.From, c.Checkpoint, berr)
+			return nil, err
+		}
+		s.cloned = rep
+	}
 	s.fs, err = shalefs.Open(ctx, sc)
 	cancel()
 	if err != nil {
@@ -209,6 +233,9 @@ func (s *Server) Compactor() *compactor.Client { return s.compactor }
 
 // Epoch is the epoch this primary owns the database with.
 func (s *Server) Epoch() uint64 { return s.fs.Epoch() }
+
+// Cloned is what the clone's bootstrap did (zero without Config.Clone).
+func (s *Server) Cloned() shalefs.BootstrapReport { return s.cloned }
 
 // LeaseWaited is how long the takeover waited out earlier owners' read
 // leases (see shalefs.Owner.LeaseWaited).

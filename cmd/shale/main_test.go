@@ -240,6 +240,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"primary", "--db", "file:///tmp/x", "--group-commit-window", "-1ms"}, []string{`invalid argument "-1ms" for "--group-commit-window"`, "must be 0 (off) or positive"}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--optimize-multiget-for-io"}, []string{"--optimize-multiget-for-io needs --async-io"}},
 		{[]string{"dev", "--data", "/tmp/x", "--rocksdb-histograms=some"}, []string{`invalid argument "some" for "--rocksdb-histograms" flag`}},
+		{[]string{"primary", "--db", "file:///tmp/x", "--clone-from", "file:///tmp/p"}, []string{"primary: a clone needs --clone-from, --clone-checkpoint and --clone-id together"}},
+		{[]string{"primary", "--db", "file:///tmp/x", "--clone-from", "file:///tmp/p", "--clone-checkpoint", "c1", "--clone-id", "a", "--existing"}, []string{"primary: --existing and --clone-from exclude each other"}},
 	} {
 		code, out, errOut := shale(tc.args...)
 		ok := code == 2 && out == ""

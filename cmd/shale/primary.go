@@ -20,6 +20,7 @@ import (
 
 func newPrimaryCmd() *cobra.Command {
 	var cfg primary.Config
+	var clone primary.CloneConfig
 	c := &cobra.Command{
 		Use:   "primary --db URL",
 		Short: "Serve a database read-write over gRPC",
@@ -44,6 +45,7 @@ unless --insecure. See docs/security.md.`,
 		Example: `  AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \
     shale primary --db s3://my-bucket/orders --cache-dir /var/cache/shale/orders
   shale primary --db file:///srv/shale/orders --cache-size 2GiB
+  shale primary --db s3://my-bucket/orders-test --clone-from s3://my-bucket/orders --clone-checkpoint before-migration --clone-id orders-test-1
   shale primary --db s3://my-bucket/orders --listen :7070 --tls-cert tls.crt --tls-key tls.key --tls-ca ca.crt --access-file access.json
   shale primary --db s3://my-bucket/orders --compaction remote --compaction-scheduler 10.0.0.5:7080`,
 		Args: exactArgs(),
@@ -60,6 +62,15 @@ unless --insecure. See docs/security.md.`,
 			if err := cfg.Engine.Tuning.Validate(); err != nil {
 				return usageErrorf("primary: %v", err)
 			}
+			if clone != (primary.CloneConfig{}) {
+				if clone.From == "" || clone.Checkpoint == "" || clone.ID == "" {
+					return usageErrorf("primary: a clone needs --clone-from, --clone-checkpoint and --clone-id together")
+				}
+				if cfg.Storage.Existing {
+					return usageErrorf("primary: --existing and --clone-from exclude each other: a clone's first primary creates the database")
+				}
+				cfg.Clone = &clone
+			}
 			cfg.Logger = newLogger(c.ErrOrStderr())
 			serverGC()
 			ctx, stop := signalContext()
@@ -68,6 +79,9 @@ unless --insecure. See docs/security.md.`,
 		},
 	}
 	c.Flags().StringVar(&cfg.DB, "db", "", "database location `URL`: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
+	c.Flags().StringVar(&clone.From, "clone-from", "", "make --db a zero-copy clone of the database at this `URL` before serving (with --clone-checkpoint and --clone-id; --db must be empty or hold only this clone's bootstrap; docs/checkpoints.md)")
+	c.Flags().StringVar(&clone.Checkpoint, "clone-checkpoint", "", "the `name` of the --clone-from database's checkpoint the clone starts from")
+	c.Flags().StringVar(&clone.ID, "clone-id", "", "this clone's `id`: its pin in the parent is _shale/pins/<id> (1-63 lower-case letters, digits or '-')")
 	primaryFlags(c, &cfg)
 	serverSecurityFlags(c, &cfg.Security, true)
 	compactionFlags(c, &cfg.CompactionMode, &cfg.Compaction, "local")

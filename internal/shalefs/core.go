@@ -104,6 +104,9 @@ type Config struct {
 	// from the store (blockcache.go; 0: none, every read is a GET);
 	// RangeBlockBytes is the size of those ranges (default 64 KiB).
 	RangeCacheBytes, RangeBlockBytes int64
+	// OpenOrigin opens the store of a clone's origin by URL (default
+	// objstore.Open, with the environment's credentials).
+	OpenOrigin func(url string) (objstore.Store, error)
 	// Clock measures leases, AckFresh and the delete grace (clock.go);
 	// default SystemClock(), which counts time the machine was suspended.
 	Clock Clock
@@ -179,6 +182,10 @@ type core struct {
 	// its cold tier (core_tier.go).
 	cold        atomic.Pointer[coldRef]
 	coldPending atomic.Bool
+
+	// origin: a clone's origin record and stores (core_origin.go).
+	origin       atomic.Pointer[originState]
+	originLoaded atomic.Bool
 }
 
 func newCore(cfg Config) core {
@@ -195,6 +202,9 @@ type file struct {
 	// key, when set, is the one object holding the whole file (a
 	// checkpoint's frozen MANIFEST copy), read instead of its log.
 	key string
+	// origin, when set, is where an origin table of a clone is read
+	// (version 0 here; core_origin.go).
+	origin *originTable
 
 	// logs only
 	segments []protocol.Segment
@@ -321,6 +331,7 @@ type Owner struct {
 	// readerLeases is the owner's view of everyone's reader lease (trash
 	// loop only).
 	readerLeases map[string]*seenLease
+	pins         map[string]*seenPin // clones' pins (trash loop only)
 
 	compactions jobRegistry // remote compaction outputs being installed (owner_install.go)
 

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
@@ -140,17 +138,10 @@ func segmentObjectKey(name string, epoch uint64, s protocol.Segment) string {
 	return layout.SegmentKey(name, epoch, s.Seq)
 }
 
-// getObject reads a whole table or object of st from its tier.
+// getObject reads a whole table or object of st from its tier, or its
+// origin (core_origin.go).
 func (f *core) getObject(ctx context.Context, name string, st *file, activity Activity) ([]byte, error) {
-	start := time.Now()
-	r, _, err := f.tierStore(st.tier).Get(ctx, layout.ObjectKey(name, st.epoch), 0, -1)
-	var b []byte
-	if err == nil {
-		b, err = io.ReadAll(r)
-		r.Close()
-	}
-	f.observeTier(st.tier, "get", name, activity, int64(len(b)), start, err)
-	return b, err
+	return f.getAt(ctx, name, st, activity)
 }
 
 // readsRemotely: a cold table is never copied into the local cache, which

@@ -67,7 +67,7 @@ func (f *core) multiRead(name string, offs []int64, bufs [][]byte, activity Acti
 	st := f.fileLocked(name)
 	var snap file
 	if st != nil {
-		snap = file{epoch: st.epoch, size: st.size, tier: st.tier}
+		snap = file{epoch: st.epoch, size: st.size, tier: st.tier, origin: st.origin}
 	}
 	f.mu.Unlock()
 	if st == nil {
@@ -112,7 +112,8 @@ func (f *core) readDirect(name string, st *file, off int64, buf []byte, activity
 	var n int
 	err := pol.do(context.Background(), func(ctx context.Context) error {
 		start := time.Now()
-		r, _, err := f.tierStore(st.tier).Get(ctx, layout.ObjectKey(name, st.epoch), off, int64(len(buf)))
+		store, key := f.objectAt(name, st)
+		r, _, err := store.Get(ctx, key, off, int64(len(buf)))
 		if err == nil {
 			n, err = io.ReadFull(r, buf)
 			r.Close()
@@ -150,7 +151,8 @@ func (f *core) rangeFetcher(name string, st *file, activity Activity) cache.Fetc
 		}
 		return pol.do(context.Background(), func(ctx context.Context) error {
 			start := time.Now()
-			r, _, err := f.tierStore(st.tier).Get(ctx, layout.ObjectKey(name, st.epoch), off, n)
+			store, key := f.objectAt(name, st)
+			r, _, err := store.Get(ctx, key, off, n)
 			got, err := fill(r, err)
 			f.observeTier(st.tier, "get", name, activity, got, start, err)
 			return err

@@ -127,7 +127,13 @@ func (f *core) readTiers(ctx context.Context, owner bool) (st tierState, err err
 // store for a database that has not recorded one yet leaves it pending:
 // Refresh checks again (adoptPendingCold), since the primary may record it
 // later.
+//
+// It loads a clone's origin record first: every FileSystem checks the
+// tiers before its first listing.
 func (f *core) checkTiers(ctx context.Context, owner bool) error {
+	if err := f.loadOrigin(ctx); err != nil {
+		return err
+	}
 	pol := f.background()
 	for attempt := 0; attempt < 5; attempt++ {
 		st, err := f.readTiers(ctx, owner)
@@ -303,7 +309,10 @@ func (f *core) observeTier(t Tier, op, name string, activity Activity, n int64, 
 // the hot store): per name the highest epoch's version, minus trashed
 // ones. A version in both stores (never written so; an interrupted move
 // could leave one) is read from the hot store.
+//
+// A clone's origin tables are added here too, from memory (core_origin.go).
 func (f *core) listColdTables(ctx context.Context, files map[string]*file, trashed map[layout.VersionRef]bool) error {
+	f.addOriginTables(files, trashed)
 	cold := f.coldStore()
 	if cold == nil {
 		return nil

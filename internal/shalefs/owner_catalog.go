@@ -414,7 +414,13 @@ func (f *Owner) checkpointRecord(id string, req CheckpointRequest, now time.Time
 		if st.tier == TierCold {
 			tier = "cold"
 		}
-		rec.Files = append(rec.Files, layout.CheckpointFile{Name: n, Epoch: st.epoch, Size: st.size, Tier: tier})
+		cf := layout.CheckpointFile{Name: n, Epoch: st.epoch, Size: st.size, Tier: tier}
+		if st.origin != nil {
+			// An origin table of this clone: its location is the origin
+			// (a clone of this clone reads it there: RFC 0010 step 19).
+			cf.Location = st.origin.store.URL()
+		}
+		rec.Files = append(rec.Files, cf)
 	}
 	return rec, nil
 }

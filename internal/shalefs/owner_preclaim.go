@@ -66,6 +66,11 @@ func (f *Owner) beforeClaim(ctx context.Context, top []objstore.ObjectInfo, epoc
 	if err := checkExisting(f.store.URL(), f.cfg.Existing, current, epochs); err != nil {
 		return preClaim{}, err
 	}
+	// A clone's origin record (read-only): a clone that cannot read it
+	// deposes nobody.
+	if err := f.loadOrigin(ctx); err != nil {
+		return preClaim{}, err
+	}
 	st, err := f.readTiers(ctx, true)
 	if err != nil {
 		return preClaim{}, err

@@ -115,11 +115,18 @@ func (f *Owner) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) 
 	// step 12: a checkpoint deleted before a pin's listing cannot drop a
 	// version the pin names).
 	kept := f.checkpointProtected()
+	pinned, err := f.pinnedVersions(ctx)
+	if err != nil {
+		return err
+	}
 	protected, err := f.protectedVersions(ctx)
 	if err != nil {
 		return err
 	}
 	for r := range kept {
+		protected[r] = true
+	}
+	for r := range pinned {
 		protected[r] = true
 	}
 	var keys, done []string
@@ -131,6 +138,13 @@ func (f *Owner) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) 
 		name, epoch, ok := layout.ParseTrashKey(m.Key)
 		if !ok || protected[layout.VersionRef{Name: name, Epoch: epoch}] {
 			continue // a live reader's view uses it: a later pass retries
+		}
+		if epoch == 0 && f.originOf(name) != nil {
+			// An origin table of this clone: the object is the origin's,
+			// kept by the clone's pin there (detach releases it), so only
+			// the marker goes.
+			done = append(done, m.Key)
+			continue
 		}
 		if layout.KindOf(name) != layout.KindLog {
 			keys = append(keys, layout.ObjectKey(name, epoch))
@@ -187,6 +201,11 @@ func (f *Owner) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) 
 // lose its seals (protocol.SealsAfter), from the AckFresh in that epoch's
 // claim.
 func (f *Owner) sealsAfter(ctx context.Context, epoch uint64) (time.Duration, error) {
+	if epoch == 0 && f.Origin() != nil {
+		// A clone's bootstrap: it claims nothing and writes nothing after
+		// its MANIFEST copy, so the seals may go with the data.
+		return f.cfg.DeleteGrace, nil
+	}
 	f.trashMu.Lock()
 	ack, ok := f.ackFresh[epoch]
 	f.trashMu.Unlock()
@@ -264,6 +283,48 @@ func (f *Owner) deleteCold(ctx context.Context, keys []string) error {
 	err := cold.DeleteMany(ctx, tables)
 	f.observeTier(TierCold, "delete", layout.FileOfKey(tables[0]), ActTrash, 0, start, err)
 	return err
+}
+
+// pinnedVersions lists _shale/pins/ and returns the versions the clones'
+// pins keep (RFC 0010 step 12b: after the checkpoints, from memory, and
+// before the reader leases). A pin is read once per etag (pins are never
+// rewritten); an unreadable one stops every delete.
+func (f *Owner) pinnedVersions(ctx context.Context) (map[layout.VersionRef]bool, error) {
+	objs, err := f.list(ctx, layout.PinsPrefix, ActTrash)
+	if err != nil {
+		return nil, err
+	}
+	var pins []protocol.PinState
+	listed := map[string]bool{}
+	for _, o := range objs {
+		listed[o.Key] = true
+		p := f.pins[o.Key]
+		if p == nil || p.etag != o.ETag {
+			b, info, err := f.get(ctx, o.Key, "", ActTrash)
+			if errors.Is(err, objstore.ErrNotFound) {
+				continue // released meanwhile: the clone detached
+			}
+			if err != nil {
+				return nil, err
+			}
+			rec, perr := layout.ParsePin(o.Key, b)
+			p = &seenPin{etag: info.ETag, state: protocol.PinState{Key: o.Key, Files: rec.Files, Err: perr}}
+			f.pins[o.Key] = p
+		}
+		pins = append(pins, p.state)
+	}
+	for k := range f.pins {
+		if !listed[k] {
+			delete(f.pins, k)
+		}
+	}
+	return protocol.PinnedVersions(pins)
+}
+
+// seenPin is what the owner knows of one pin.
+type seenPin struct {
+	etag  string
+	state protocol.PinState
 }
 
 // seenLease is what the owner knows of one reader lease.

@@ -1,0 +1,84 @@
+package objstore
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// CopyAcross copies srcKey of src to dstKey of dst, two stores that may
+// be different locations (a clone's bootstrap copies its parent's frozen
+// MANIFEST). Between two S3 stores on the same endpoint it is one
+// server-side CopyObject (no byte passes this process); otherwise (a file
+// store, another endpoint, an object above 5 GiB) it streams. streamed is
+// how many bytes passed through this process. opts' conditions are not
+// supported: a server-side copy cannot be create-only on every S3, so the
+// caller decides when to copy (it checks the destination first).
+func CopyAcross(ctx context.Context, src Store, srcKey string, dst Store, dstKey string, opts PutOptions) (info ObjectInfo, streamed int64, err error) {
+	if opts.IfNoneMatch || opts.IfMatch != "" {
+		return ObjectInfo{}, 0, fmt.Errorf("copy %s to %s: CopyAcross takes no conditions", srcKey, dstKey)
+	}
+	if s, ok := src.(*S3Store); ok {
+		if d, ok := dst.(*S3Store); ok && s.endpoint == d.endpoint {
+			info, err = d.copyFrom(ctx, s, srcKey, dstKey, opts)
+			if err != errTooLargeToCopy {
+				return info, 0, err
+			}
+		}
+	}
+	r, from, err := src.Get(ctx, srcKey, 0, -1)
+	if err != nil {
+		return ObjectInfo{}, 0, fmt.Errorf("copy %s of %s: %w", srcKey, src.URL(), err)
+	}
+	defer r.Close()
+	info, err = dst.Put(ctx, dstKey, r, from.Size, opts)
+	if err != nil {
+		return ObjectInfo{}, 0, err
+	}
+	return info, from.Size, nil
+}
+
+var errTooLargeToCopy = fmt.Errorf("too large for one CopyObject")
+
+// copyFrom copies srcKey of src (another S3Store on the same endpoint) to
+// dstKey of s, server-side.
+func (s *S3Store) copyFrom(ctx context.Context, src *S3Store, srcKey, dstKey string, opts PutOptions) (ObjectInfo, error) {
+	srcName, err := src.object(srcKey)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	dstName, err := s.object(dstKey)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	for attempt := 0; ; attempt++ {
+		from, err := src.Stat(ctx, srcKey)
+		if err != nil {
+			return ObjectInfo{}, fmt.Errorf("copy %s of %s: %w", srcKey, src.URL(), err)
+		}
+		if from.Size > maxCopySize {
+			return ObjectInfo{}, errTooLargeToCopy
+		}
+		dstOpts := minio.CopyDestOptions{Bucket: s.bucket, Object: dstName, ReplaceMetadata: true,
+			UserMetadata: map[string]string{"X-Amz-Storage-Class": storageClass(opts.StorageClass)}}
+		var up minio.UploadInfo
+		err = s.withCreds(ctx, true, func() (err error) {
+			up, err = s.client.CopyObject(ctx, dstOpts, minio.CopySrcOptions{Bucket: src.bucket, Object: srcName, MatchETag: from.ETag})
+			return err
+		})
+		if err != nil {
+			if minio.ToErrorResponse(err).StatusCode == http.StatusPreconditionFailed && attempt < 3 {
+				continue // the source changed since the stat
+			}
+			return ObjectInfo{}, s.fail(ctx, "copy "+src.URL()+"/"+srcKey+" to", dstKey, err)
+		}
+		mod := up.LastModified
+		if mod.IsZero() {
+			mod = time.Now()
+		}
+		return ObjectInfo{Key: dstKey, Size: from.Size, ETag: trimETag(up.ETag), ModTime: mod, StorageClass: storageClass(opts.StorageClass)}, nil
+	}
+}
