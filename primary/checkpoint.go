@@ -28,8 +28,12 @@ func (c checkpoints) DeleteCheckpoint(ctx context.Context, name string) error {
 
 // Checkpoint creates a checkpoint of the running primary.
 func (s *Server) Checkpoint(ctx context.Context, req shalefs.CheckpointRequest) (_ shalefs.CheckpointInfo, err error) {
+	abort := s.fs.FenceError
+	if h := s.checkpointWaited; h != nil {
+		abort = func() error { h(); return s.fs.FenceError() }
+	}
 	capture := func(ctx context.Context) (shalefs.CheckpointCapture, error) {
-		st, err := s.db.CaptureCheckpoint(ctx, s.fs.FenceError)
+		st, err := s.db.CaptureCheckpoint(ctx, abort)
 		if err != nil {
 			if ferr := s.fs.FenceError(); ferr != nil {
 				return shalefs.CheckpointCapture{}, ferr // a flush met the new owner's seal

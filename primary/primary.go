@@ -81,6 +81,11 @@ type Server struct {
 	// after SetColdAfter(0): one RocksDB picked under the old options may
 	// still split its output by key.
 	tiered atomic.Bool
+	// checkpointWaited, set by tests only, runs at each poll of a
+	// checkpoint's wait for its flush (between RocksDB's flush and the
+	// file listing of RFC 0010 step 4), so a test can flush a write above
+	// S there.
+	checkpointWaited func()
 }
 
 // Start opens the database and starts serving. On error nothing is left

@@ -346,7 +346,9 @@ func (f *Owner) CreateCheckpoint(ctx context.Context, req CheckpointRequest, cap
 		return CheckpointInfo{}, notCreated(err)
 	}
 	// Step 5: the MANIFEST copy, then the record; nothing is a checkpoint
-	// yet (a sweep removes them if no entry follows).
+	// yet (a sweep removes them if no entry follows). Each names the
+	// next one's digest (the entry the record's, the record the copy's),
+	// so a server refuses either if it changed in the store.
 	manifest := make([]byte, cp.ManifestSize)
 	fh, err := os.Open(f.localPath(cp.Manifest))
 	if err == nil {
@@ -356,16 +358,18 @@ func (f *Owner) CreateCheckpoint(ctx context.Context, req CheckpointRequest, cap
 	if err != nil {
 		return CheckpointInfo{}, notCreated(fmt.Errorf("read %s: %w", cp.Manifest, err))
 	}
+	rec.Manifest.SHA256 = layout.Digest(manifest)
+	recBytes := rec.Format()
 	for _, o := range []struct {
 		key  string
 		data []byte
-	}{{layout.CheckpointManifestKey(id, cp.Manifest), manifest}, {layout.CheckpointRecordKey(id), rec.Format()}} {
+	}{{layout.CheckpointManifestKey(id, cp.Manifest), manifest}, {layout.CheckpointRecordKey(id), recBytes}} {
 		if err := f.putOnce(ctx, o.key, o.data); err != nil {
 			return CheckpointInfo{}, notCreated(err)
 		}
 	}
 	// Step 6: commit. The entry protects from before the append.
-	c := layout.CatalogCheckpoint{Name: req.Name, ID: id, RequestID: req.RequestID, CreatedAt: now, Expires: rec.Expires, Sequence: cp.Sequence}
+	c := layout.CatalogCheckpoint{Name: req.Name, ID: id, RequestID: req.RequestID, CreatedAt: now, Expires: rec.Expires, Sequence: cp.Sequence, RecordSHA256: layout.Digest(recBytes)}
 	for _, fl := range rec.Files {
 		c.Files = append(c.Files, layout.VersionRef{Name: fl.Name, Epoch: fl.Epoch})
 		c.Bytes += fl.Size

@@ -97,9 +97,9 @@ func OpenCheckpointReader(ctx context.Context, cfg Config, name string) (*Reader
 		if err != nil {
 			return err
 		}
-		rec, err = layout.ParseCheckpointRecord(b)
-		if err != nil || rec.ID != c.ID {
-			return fmt.Errorf("checkpoint %q: record %s is unreadable (%v)", name, layout.CheckpointRecordKey(c.ID), err)
+		rec, err = protocol.VerifyCheckpointRecord(c, b)
+		if err != nil {
+			return tampered(name, fmt.Sprintf("record %s does not match the catalog: %v", layout.CheckpointRecordKey(c.ID), err))
 		}
 		return nil
 	})
@@ -131,11 +131,27 @@ func OpenCheckpointReader(ctx context.Context, cfg Config, name string) (*Reader
 	if err := f.fetch(rec.Manifest.Name, ActOpen); err != nil {
 		return nil, CheckpointInfo{}, err
 	}
+	if rec.Manifest.SHA256 != "" {
+		b, err := os.ReadFile(f.localPath(rec.Manifest.Name))
+		if err != nil {
+			return nil, CheckpointInfo{}, err
+		}
+		if got := layout.Digest(b); got != rec.Manifest.SHA256 {
+			return nil, CheckpointInfo{}, tampered(name, fmt.Sprintf("the MANIFEST copy %s does not match its record: its SHA-256 is %.12s..., the record's %.12s...",
+				layout.CheckpointManifestKey(rec.ID, rec.Manifest.Name), got, rec.Manifest.SHA256))
+		}
+	}
 	f.rs.full = false
 	if err := f.RenewLease(ctx); err != nil {
 		return nil, CheckpointInfo{}, err
 	}
 	return f, infoOf(c), nil
+}
+
+// tampered is the refusal to serve a checkpoint whose record or MANIFEST
+// copy changed in the store after it was created.
+func tampered(name, what string) error {
+	return fmt.Errorf("checkpoint %q: %s; it changed in the store after the checkpoint was created (damaged, or written by hand), so it is not served. The catalog still protects the checkpoint's tables: restore the object from a backup, or delete the checkpoint (shale admin checkpoint delete %s)", name, what, name)
 }
 
 // RenewLease publishes the reader's lease if due (a reader fixed at a

@@ -2,6 +2,8 @@ package layout
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -80,10 +82,21 @@ type CheckpointFile struct {
 	Location string `json:"location,omitempty"`
 }
 
-// CheckpointManifest is the frozen MANIFEST: its name and the bytes kept.
+// CheckpointManifest is the frozen MANIFEST: its name, the bytes kept
+// and their SHA-256 (Digest; empty in records written before it was
+// added), which a checkpoint server checks.
 type CheckpointManifest struct {
-	Name string `json:"name"`
-	Size int64  `json:"size"`
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// Digest is the hex SHA-256 of b: how a catalog entry names its record's
+// bytes, and a record its MANIFEST copy's, so that a checkpoint server
+// refuses either if it changed in the store.
+func Digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // CheckpointRecord is _shale/checkpoints/<id>/record, written before the
@@ -127,6 +140,9 @@ type CatalogCheckpoint struct {
 	Sequence  uint64       `json:"sequence"`
 	Bytes     int64        `json:"bytes"`
 	Files     []VersionRef `json:"files"` // every version it protects
+	// RecordSHA256 is the Digest of the record's bytes (empty in entries
+	// written before it was added).
+	RecordSHA256 string `json:"recordSHA256,omitempty"`
 }
 
 // CatalogEntry is one line of the catalog: a snapshot (segment 1 of an

@@ -3,6 +3,7 @@ package protocol
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
@@ -117,4 +118,55 @@ func SweepCheckpointDir(id string, named map[string]bool, ownEpoch uint64, inFli
 		return false
 	}
 	return e < ownEpoch || (e == ownEpoch && !inFlight)
+}
+
+// VerifyCheckpointRecord checks the record a checkpoint server is about
+// to serve against the catalog entry that made it a checkpoint. The
+// record is a separate object in the store: should it change after the
+// commit (damage, or a hand with the store's credentials), a server that
+// trusted it would serve another state under the checkpoint's name, or
+// tables its lease does not name. The digest, when the entry has one,
+// covers every byte (sizes, the MANIFEST copy's size and digest); entries
+// written before it was added are checked field by field.
+func VerifyCheckpointRecord(c layout.CatalogCheckpoint, raw []byte) (layout.CheckpointRecord, error) {
+	if c.RecordSHA256 != "" {
+		if got := layout.Digest(raw); got != c.RecordSHA256 {
+			return layout.CheckpointRecord{}, fmt.Errorf("its SHA-256 is %.12s..., the catalog's %.12s...", got, c.RecordSHA256)
+		}
+	}
+	rec, err := layout.ParseCheckpointRecord(raw)
+	if err != nil {
+		return rec, fmt.Errorf("it is not a checkpoint record (%v)", err)
+	}
+	switch {
+	case rec.ID != c.ID || rec.Name != c.Name:
+		return rec, fmt.Errorf("it names checkpoint %q (id %s), the catalog %q (id %s)", rec.Name, rec.ID, c.Name, c.ID)
+	case rec.Sequence != c.Sequence:
+		return rec, fmt.Errorf("it says sequence %d, the catalog %d", rec.Sequence, c.Sequence)
+	}
+	want := map[layout.VersionRef]bool{}
+	for _, r := range c.Files {
+		want[r] = true
+	}
+	var size int64
+	for _, f := range rec.Files {
+		r := layout.VersionRef{Name: f.Name, Epoch: f.Epoch}
+		if !want[r] {
+			return rec, fmt.Errorf("it names %s of epoch %d, which the catalog does not", f.Name, f.Epoch)
+		}
+		delete(want, r)
+		size += f.Size
+	}
+	if len(want) > 0 {
+		var missing []string
+		for r := range want {
+			missing = append(missing, layout.ObjectKey(r.Name, r.Epoch))
+		}
+		sort.Strings(missing)
+		return rec, fmt.Errorf("it omits %s, which the catalog names", strings.Join(missing, ", "))
+	}
+	if size != c.Bytes {
+		return rec, fmt.Errorf("its files add up to %d bytes, the catalog's to %d", size, c.Bytes)
+	}
+	return rec, nil
 }

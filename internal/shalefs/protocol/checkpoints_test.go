@@ -159,3 +159,58 @@ func TestSweepCheckpointDir(t *testing.T) {
 		})
 	}
 }
+
+// A checkpoint server serves a record only if it is the one the catalog
+// committed: with a digest, byte for byte; without (entries written
+// before digests), field by field.
+func TestVerifyCheckpointRecord(t *testing.T) {
+	rec := layout.CheckpointRecord{Name: "c1", ID: "1-x", Epoch: 1, Sequence: 100, Current: "MANIFEST-000005\n",
+		Manifest: layout.CheckpointManifest{Name: "MANIFEST-000005", Size: 300, SHA256: "ab"},
+		Files:    []layout.CheckpointFile{{Name: "000007.sst", Epoch: 1, Size: 1000}, {Name: "IDENTITY", Epoch: 1, Size: 37}}}
+	entry := func(withDigest bool) layout.CatalogCheckpoint {
+		c := layout.CatalogCheckpoint{Name: "c1", ID: "1-x", Sequence: 100, Bytes: 1037, Files: []layout.VersionRef{ref("000007.sst", 1), ref("IDENTITY", 1)}}
+		if withDigest {
+			c.RecordSHA256 = layout.Digest(rec.Format())
+		}
+		return c
+	}
+	changed := func(f func(r *layout.CheckpointRecord)) []byte {
+		r := rec
+		r.Files = append([]layout.CheckpointFile(nil), rec.Files...)
+		f(&r)
+		return r.Format()
+	}
+	for _, tc := range []struct {
+		name      string
+		raw       []byte
+		okDigest  bool // accepted against an entry with a digest
+		okNoDigst bool // accepted against an entry without one
+	}{
+		{"as committed", rec.Format(), true, true},
+		{"garbage", []byte("not a record"), false, false},
+		{"another id", changed(func(r *layout.CheckpointRecord) { r.ID = "1-y" }), false, false},
+		{"another name", changed(func(r *layout.CheckpointRecord) { r.Name = "c2" }), false, false},
+		{"a later sequence", changed(func(r *layout.CheckpointRecord) { r.Sequence = 200 }), false, false},
+		{"a table dropped", changed(func(r *layout.CheckpointRecord) { r.Files = r.Files[1:] }), false, false},
+		{"a table added", changed(func(r *layout.CheckpointRecord) {
+			r.Files = append(r.Files, layout.CheckpointFile{Name: "000009.sst", Epoch: 1})
+		}), false, false},
+		{"another epoch", changed(func(r *layout.CheckpointRecord) { r.Files[0].Epoch = 2 }), false, false},
+		{"a size changed", changed(func(r *layout.CheckpointRecord) { r.Files[0].Size = 999 }), false, false},
+		// Only the digest sees these: the catalog does not hold them.
+		{"the MANIFEST cut short", changed(func(r *layout.CheckpointRecord) { r.Manifest.Size = 100 }), false, true},
+		{"another MANIFEST digest", changed(func(r *layout.CheckpointRecord) { r.Manifest.SHA256 = "cd" }), false, true},
+		{"reformatted", append(rec.Format(), ' '), false, true},
+	} {
+		for _, withDigest := range []bool{true, false} {
+			_, err := VerifyCheckpointRecord(entry(withDigest), tc.raw)
+			want := tc.okNoDigst
+			if withDigest {
+				want = tc.okDigest
+			}
+			if (err == nil) != want {
+				t.Errorf("%s (digest in the catalog: %v): %v; want accepted %v", tc.name, withDigest, err, want)
+			}
+		}
+	}
+}
