@@ -1,11 +1,13 @@
 package primary
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -329,6 +331,41 @@ func TestBootstrapRefusesForeignOrigin(t *testing.T) {
 		_, err = shalefs.Bootstrap(ctx, shalefs.BootstrapConfig{Store: openStore(t, be.NewURL(t)), Parent: pdb, Checkpoint: "nope", CloneID: "clone-d"})
 		if !errors.Is(err, shalefs.ErrBootstrapRefused) || !strings.Contains(err.Error(), "not in the catalog") {
 			t.Fatalf("a missing checkpoint: %v", err)
+		}
+		// And a checkpoint whose record changed in the parent's store
+		// after it was created (it would name other tables): refused,
+		// nothing pinned.
+		var recordKey string
+		if err := pstore.List(ctx, "_shale/checkpoints/", func(o objstore.ObjectInfo) error {
+			if strings.HasSuffix(o.Key, "/record") {
+				recordKey = o.Key
+			}
+			return nil
+		}); err != nil || recordKey == "" {
+			t.Fatalf("no checkpoint record in the parent (%v)", err)
+		}
+		rc, _, err := pstore.Get(ctx, recordKey, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		changed := bytes.Replace(raw, []byte(`"sequence":`), []byte(`"sequence":1`), 1)
+		if bytes.Equal(changed, raw) {
+			t.Fatalf("record %s has no sequence field: %s", recordKey, raw)
+		}
+		if _, err := pstore.Put(ctx, recordKey, bytes.NewReader(changed), int64(len(changed)), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = shalefs.Bootstrap(ctx, shalefs.BootstrapConfig{Store: openStore(t, be.NewURL(t)), Parent: pdb, Checkpoint: "c1", CloneID: "clone-e"})
+		if !errors.Is(err, shalefs.ErrBootstrapRefused) || !strings.Contains(err.Error(), "does not match the parent's catalog") {
+			t.Fatalf("a changed checkpoint record: %v, want a refusal", err)
+		}
+		if _, err := pstore.Stat(ctx, layout.PinKey("clone-e")); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("the refused bootstrap pinned in the parent: %v", err)
 		}
 	})
 }

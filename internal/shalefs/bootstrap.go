@@ -11,6 +11,7 @@ import (
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
 // Bootstrap of a clone (docs/rfcs/0010-checkpoints-and-clones.md, step
@@ -283,8 +284,10 @@ func parentCheckpoint(ctx context.Context, parent *core, cfg BootstrapConfig) (l
 	if err != nil {
 		return rec, fmt.Errorf("read checkpoint %q (id %s) of %s: %w", cfg.Checkpoint, c.ID, cfg.Parent, err)
 	}
-	if rec, err = layout.ParseCheckpointRecord(b); err != nil || rec.ID != c.ID {
-		return rec, fmt.Errorf("checkpoint %q of %s: record %s is unreadable (%v)", cfg.Checkpoint, cfg.Parent, layout.CheckpointRecordKey(c.ID), err)
+	// Checked against the catalog entry, as a checkpoint server does: a
+	// record changed in the store would make the clone read other tables.
+	if rec, err = protocol.VerifyCheckpointRecord(c, b); err != nil {
+		return rec, refuse("checkpoint %q of %s: record %s does not match the parent's catalog: %v; it changed in the store after the checkpoint was created, so no clone is made from it", cfg.Checkpoint, cfg.Parent, layout.CheckpointRecordKey(c.ID), err)
 	}
 	return rec, nil
 }
