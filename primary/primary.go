@@ -69,6 +69,7 @@ type Server struct {
 	// after SetColdAfter(0): one RocksDB picked under the old options may
 	// still split its output by key.
 	tiered atomic.Bool
+	ready  *readiness // keeps the health service's answer current (readiness.go)
 }
 
 // Start opens the database and starts serving. On error nothing is left
@@ -175,6 +176,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
 	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: n.URL, Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs),
 		SetColdAfter: s.SetColdAfter, ColdTier: n.Cold != nil}), reg, cfg.Limits, n.Secured, cfg.Logger)
+	s.startReadiness()
 	cfg.Logger.Info("primary serving", "db", n.URL, "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(),
 		"transport", kvserver.TransportName(n.Secured), "compaction", s.compactionMode())
 	return s, nil
@@ -226,6 +228,7 @@ func (s *Server) Done() <-chan error { return s.ep.Done() }
 // Stop stops accepting requests, lets running ones finish (up to a grace
 // period), and closes the database.
 func (s *Server) Stop(grace time.Duration) {
+	s.stopReadiness()
 	s.durable.Close()
 	stopped := make(chan struct{})
 	go func() {

@@ -76,6 +76,38 @@ func (f *Owner) ReadAllowed() error {
 	return nil
 }
 
+// Lease is this owner's read lease (Config.Lease after defaults).
+func (f *Owner) Lease() time.Duration { return f.cfg.Lease }
+
+// CheckServing reports whether this owner can serve now, for readiness
+// probes: it is not fenced, and it confirmed its ownership within maxAge,
+// or it confirms it on the spot (one read of the owner record, which also
+// tells whether the store answers). Unlike ReadAllowed it does not count
+// as a read: the lease loop keeps its idle pace.
+func (f *Owner) CheckServing(ctx context.Context, maxAge time.Duration) error {
+	if err := f.FenceError(); err != nil {
+		return err
+	}
+	fresh := func() bool {
+		return protocol.LeaseFresh(time.Duration(f.leaseNow()), time.Duration(f.lastConfirm.Load()), maxAge)
+	}
+	if fresh() {
+		return nil
+	}
+	f.confirmMu.Lock()
+	defer f.confirmMu.Unlock()
+	if fresh() {
+		return nil // a read just confirmed
+	}
+	if err := f.confirm(ctx, ActLease); err != nil {
+		if ferr := f.FenceError(); ferr != nil {
+			return ferr
+		}
+		return fmt.Errorf("cannot confirm ownership (the store does not answer?): %w", err)
+	}
+	return nil
+}
+
 func (f *Owner) leaseFresh() bool {
 	return protocol.LeaseFresh(time.Duration(f.leaseNow()), time.Duration(f.lastConfirm.Load()), f.cfg.Lease)
 }
