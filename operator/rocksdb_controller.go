@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,6 +117,7 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Secret{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
 		Watches(&shalev1.CompactorPool{}, handler.EnqueueRequestsFromMapFunc(r.forCompactorPool)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.forCASecret)).
@@ -244,8 +246,10 @@ func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB
 	// behind it. A failure does not hold back the primary: it is
 	// reported and retried.
 	npErr := r.reconcileNetworkPolicy(ctx, db)
+	// The budgets too: they exist before the Pods they protect.
+	pdbErr := r.reconcileDisruptionBudgets(ctx, db)
 	res, err := r.reconcileWorkloads(ctx, db, rep)
-	return res, firstErr(err, npErr)
+	return res, firstErr(err, npErr, pdbErr)
 }
 
 // reconcileWorkloads is everything of reconcileDB but the NetworkPolicy.
