@@ -53,6 +53,10 @@ type Config struct {
 	// with the same credentials). Engine.ColdAfter says which data goes
 	// there (docs/tiering.md).
 	ColdDB, ColdEndpoint string
+	// NoReadinessCheck keeps the health service SERVING from open to stop
+	// or fence, without the readiness check's confirmations (readiness.go):
+	// for tests of owners that must confirm nothing in the background.
+	NoReadinessCheck bool
 }
 
 // Server is a running primary.
@@ -70,6 +74,10 @@ type Server struct {
 	// still split its output by key.
 	tiered atomic.Bool
 	ready  *readiness // keeps the health service's answer current (readiness.go)
+	// wrote is when (since born, a monotonic reading) a sync last stored
+	// new log bytes: the primary is taking writes (readiness.go).
+	born  time.Time
+	wrote atomic.Int64
 }
 
 // Start opens the database and starts serving. On error nothing is left
@@ -83,9 +91,12 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.Engine.ColdAfter > 0 && cfg.ColdDB == "" && cfg.Storage.Cold == nil {
 		return nil, errors.New("--cold-after needs --cold-db: the cold tier's location (s3://BUCKET/PREFIX or file:///ABS/PATH)")
 	}
-	s := &Server{cfg: cfg, durable: kvserver.NewNotifier()}
+	s := &Server{cfg: cfg, durable: kvserver.NewNotifier(), born: time.Now()}
 	sc := cfg.Storage
-	sc.OnDurable = s.durable.Notify
+	sc.OnDurable = func() {
+		s.wrote.Store(int64(time.Since(s.born)))
+		s.durable.Notify()
+	}
 	if sc.Owner == "" {
 		host, _ := os.Hostname()
 		sc.Owner = fmt.Sprintf("%s pid %d", host, os.Getpid())
@@ -176,7 +187,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
 	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: n.URL, Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs),
 		SetColdAfter: s.SetColdAfter, ColdTier: n.Cold != nil}), reg, cfg.Limits, n.Secured, cfg.Logger)
-	s.startReadiness()
+	if !cfg.NoReadinessCheck {
+		s.startReadiness()
+	}
 	cfg.Logger.Info("primary serving", "db", n.URL, "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(),
 		"transport", kvserver.TransportName(n.Secured), "compaction", s.compactionMode())
 	return s, nil

@@ -2,35 +2,54 @@ package primary
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
 // readiness keeps the health service's answer, which the Pod's readiness
 // probe asks (and through it the NAME-rw Service's endpoints and the
 // operator's failover), to whether this primary can serve: not fenced, and
-// its ownership confirmed within half the lease, or confirmed on the spot.
-// A primary that cannot reach the store cannot confirm, so it turns
-// NOT_SERVING within about one lease of the store going away (a check
-// every lease/4 finds the confirmation lease/2 old and confirms with a
-// lease/4 deadline), and SERVING again at the first confirmation after it
-// comes back. Idle, this costs one read of the owner record per half
-// lease.
+// its ownership confirmed recently enough, or confirmed on the spot. A
+// primary that cannot reach the store cannot confirm.
+//
+// How recent is enough depends on whether it is being used
+// (readinessMaxAge): while it serves reads or takes writes, half the lease,
+// so that it turns NOT_SERVING within about one lease of the store going
+// away (a check every lease/4 finds the confirmation lease/2 old and
+// confirms with a lease/4 deadline); reads confirm four times per lease
+// anyway, so this costs requests only under writes alone, next to their
+// uploads. Idle, the owner's own confirmation every --idle-confirm-interval
+// (30 s) is enough: no client is served, and an idle primary keeps costing
+// one GET per 30 s (docs/cost.md); a client that comes back makes it busy.
 type readiness struct {
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once // Stop may be called more than once
 }
 
-// readinessTiming is the check interval, the confirmation age that needs
-// no new one, and a confirmation's deadline, for a lease.
-func readinessTiming(lease time.Duration) (every, maxAge, timeout time.Duration) {
-	every = max(lease/4, 10*time.Millisecond)
-	return every, 2 * every, every
+// readinessMaxAge is how old the last ownership confirmation may be for a
+// primary to answer SERVING without confirming again: half the lease
+// while it was busy (reads or writes) within the idle confirmation
+// interval, else that interval plus half a lease (its own confirmation is
+// due first).
+func readinessMaxAge(lease, idleConfirm, sinceActivity time.Duration) time.Duration {
+	if sinceActivity < idleConfirm {
+		return lease / 2
+	}
+	return idleConfirm + lease/2
+}
+
+// readinessEvery is how often the check runs, and a confirmation's
+// deadline.
+func readinessEvery(lease time.Duration) time.Duration {
+	return max(lease/4, 10*time.Millisecond)
 }
 
 func (s *Server) startReadiness() {
 	r := &readiness{stop: make(chan struct{}), done: make(chan struct{})}
 	s.ready = r
-	every, maxAge, timeout := readinessTiming(s.fs.Lease())
+	lease, idle := s.fs.Lease(), s.fs.IdleConfirmEvery()
+	every := readinessEvery(lease)
 	go func() {
 		defer close(r.done)
 		tick := time.NewTicker(every)
@@ -45,8 +64,12 @@ func (s *Server) startReadiness() {
 				return
 			case <-tick.C:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			err := s.fs.CheckServing(ctx, maxAge)
+			since := s.fs.SinceReads()
+			if w := s.wrote.Load(); w != 0 {
+				since = min(since, time.Since(s.born)-time.Duration(w))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			err := s.fs.CheckServing(ctx, readinessMaxAge(lease, idle, since))
 			cancel()
 			if ok := err == nil; ok != serving {
 				serving = ok
@@ -63,7 +86,7 @@ func (s *Server) startReadiness() {
 
 func (s *Server) stopReadiness() {
 	if r := s.ready; r != nil {
-		close(r.stop)
+		r.stopOnce.Do(func() { close(r.stop) })
 		<-r.done
 	}
 }

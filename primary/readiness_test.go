@@ -3,6 +3,7 @@ package primary
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +15,10 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/miniotest"
+	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/shalefs"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // The readiness probe (issue 28) says whether the primary can serve: with
@@ -125,4 +129,68 @@ func TestReadinessFollowsStore(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged writes kept", len(acked))
+}
+
+// How fresh ownership must be for SERVING: a lease's half while the
+// primary is used, the idle confirmation interval (plus half a lease)
+// while it is not, so that readiness adds no request to an idle primary.
+func TestReadinessMaxAge(t *testing.T) {
+	const lease, idle = 5 * time.Second, 30 * time.Second
+	for _, tc := range []struct {
+		sinceActivity, want time.Duration
+	}{
+		{0, lease / 2},
+		{10 * time.Second, lease / 2},
+		{idle - time.Millisecond, lease / 2},
+		{idle, idle + lease/2},
+		{time.Hour, idle + lease/2},
+	} {
+		if got := readinessMaxAge(lease, idle, tc.sinceActivity); got != tc.want {
+			t.Errorf("last activity %v ago: max age %v, want %v", tc.sinceActivity, got, tc.want)
+		}
+	}
+}
+
+// An idle primary's readiness costs no store request beyond the owner's own
+// confirmation per IdleConfirmEvery (docs/cost.md's idle figure), and it
+// stays SERVING throughout.
+func TestIdlePrimaryReadinessRequests(t *testing.T) {
+	db := "file://" + filepath.Join(t.TempDir(), "db")
+	raw, err := objstore.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := storetest.NewCounting(raw)
+	const lease, idle = 200 * time.Millisecond, time.Second
+	a, err := startOwnerWith(t, db, shalefs.Config{Store: store, Epoch: 1, Lease: lease, IdleConfirmEvery: idle, DeleteGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := healthpb.NewHealthClient(a.conn)
+	ctx := context.Background()
+	// The writes of the open count as activity for IdleConfirmEvery: let
+	// that pass (measured, not slept blindly).
+	for start := time.Now(); time.Since(start) < idle+lease; {
+		time.Sleep(50 * time.Millisecond)
+	}
+	const window = 3 * time.Second
+	from := store.Total()
+	for start := time.Now(); time.Since(start) < window; {
+		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("idle primary: health %v %v, want SERVING", r, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	reqs := store.Requests(from)
+	allowed := int(window/idle) + 1
+	for _, r := range reqs {
+		if r != "get "+layout.OwnerKey {
+			t.Errorf("idle primary sent %q", r)
+		}
+	}
+	if len(reqs) > allowed {
+		t.Errorf("idle primary sent %d requests in %v, at most %d allowed (one GET per %v): %s", len(reqs), window, allowed, idle, strings.Join(reqs, ", "))
+	}
+	t.Logf("idle for %v: %d requests", window, len(reqs))
 }

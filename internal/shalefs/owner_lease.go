@@ -3,6 +3,7 @@ package shalefs
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
@@ -78,6 +79,20 @@ func (f *Owner) ReadAllowed() error {
 
 // Lease is this owner's read lease (Config.Lease after defaults).
 func (f *Owner) Lease() time.Duration { return f.cfg.Lease }
+
+// IdleConfirmEvery is how often this owner confirms its ownership while it
+// serves no reads (Config.IdleConfirmEvery after defaults).
+func (f *Owner) IdleConfirmEvery() time.Duration { return f.cfg.IdleConfirmEvery }
+
+// SinceReads is how long ago the lease loop last found reads being served
+// (at ConfirmEvery's resolution); a large value if never.
+func (f *Owner) SinceReads() time.Duration {
+	last := f.lastReads.Load()
+	if last == 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(f.leaseNow() - last)
+}
 
 // CheckServing reports whether this owner can serve now, for readiness
 // probes: it is not fenced, and it confirmed its ownership within maxAge,
@@ -240,6 +255,9 @@ func (f *Owner) every(interval time.Duration, fn func()) {
 func (f *Owner) leaseLoop() {
 	f.every(f.cfg.ConfirmEvery, func() {
 		busy := f.readSince.Swap(false)
+		if busy {
+			f.lastReads.Store(f.leaseNow())
+		}
 		if !busy && time.Duration(f.leaseNow()-f.lastConfirm.Load()) < f.cfg.IdleConfirmEvery {
 			return
 		}
