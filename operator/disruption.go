@@ -4,6 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,6 +44,10 @@ import (
 
 // eventBudgetConflict: a PodDisruptionBudget of the operator's name is someone else's.
 const eventBudgetConflict = "PodDisruptionBudgetConflict"
+
+// eventPrimaryNodeDraining: the primary's node is cordoned (a drain), and
+// the budget holds the primary there until it is moved.
+const eventPrimaryNodeDraining = "PrimaryNodeDraining"
 
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 
@@ -82,10 +92,78 @@ func budgetLabels(db *shalev1.RocksDB, role string) map[string]string {
 // reconcileDisruptionBudgets keeps both budgets as the spec says. A budget
 // of the same name that the RocksDB does not own is refused, not touched.
 func (r *rocksDBReconciler) reconcileDisruptionBudgets(ctx context.Context, db *shalev1.RocksDB) error {
-	return firstErr(
+	err := firstErr(
 		ensureBudget(ctx, r.Client, db, db.Name+"-primary", primaryPDB(db)),
 		ensureBudget(ctx, r.Client, db, db.Name+"-secondary", secondaryPDB(db)),
 	)
+	r.noticeDrain(ctx, db)
+	return err
+}
+
+// noticeDrain tells, with a Warning Event on the RocksDB, that the
+// primary's node is being drained and what to do: the drain waits on the
+// primary's budget until the primary is moved.
+func (r *rocksDBReconciler) noticeDrain(ctx context.Context, db *shalev1.RocksDB) {
+	if db.Status.CurrentPrimary == "" {
+		return
+	}
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: db.Status.CurrentPrimary}, pod); err != nil || pod.Spec.NodeName == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, nodeListTimeout)
+	defer cancel()
+	node := &corev1.Node{}
+	if err := r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err != nil {
+		if !apierrors.IsNotFound(err) {
+			log.FromContext(ctx).Error(err, "reading the primary's Node", "node", pod.Spec.NodeName)
+		}
+		return
+	}
+	if msg := drainNotice(db, pod, node); msg != "" {
+		r.recorder.Event(db, corev1.EventTypeWarning, eventPrimaryNodeDraining, msg)
+	}
+}
+
+// drainNotice is the message when the running primary's node is cordoned,
+// "" otherwise.
+func drainNotice(db *shalev1.RocksDB, pod *corev1.Pod, node *corev1.Node) string {
+	if !node.Spec.Unschedulable || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+		return ""
+	}
+	return fmt.Sprintf("node %s is cordoned (a drain?) and PodDisruptionBudget %s-primary keeps the primary %s there; "+
+		"move it with `kubectl -n %s delete pod %s` (a failover: a new primary with the next epoch starts on another node) and the drain goes on",
+		node.Name, db.Name, pod.Name, db.Namespace, pod.Name)
+}
+
+// forCordonedNode maps a Node whose spec.unschedulable changed to the
+// RocksDBs whose primary runs on it.
+func (r *rocksDBReconciler) forCordonedNode(ctx context.Context, o client.Object) []reconcile.Request {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.MatchingLabels{shalev1.LabelRole: shalev1.RolePrimary}); err != nil {
+		log.FromContext(ctx).Error(err, "listing the primaries after a Node was cordoned", "node", o.GetName())
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == o.GetName() && p.Labels[shalev1.LabelRocksDB] != "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[shalev1.LabelRocksDB]}})
+		}
+	}
+	return reqs
+}
+
+// cordonChanged passes a Node update only when it was cordoned or
+// uncordoned (Nodes change often otherwise).
+var cordonChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Node)
+		n, ok2 := e.ObjectNew.(*corev1.Node)
+		return ok1 && ok2 && o.Spec.Unschedulable != n.Spec.Unschedulable
+	},
 }
 
 // ensureBudget creates, updates or (want nil) deletes one budget.

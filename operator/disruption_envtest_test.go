@@ -2,11 +2,14 @@ package operator
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -73,8 +76,24 @@ func testDisruptions(h *harness) {
 	ns := h.namespace("disruptions")
 	sec, store, db := h.samples(ns)
 	db.Spec.Secondaries.Replicas = 3
+	// Scheduling fields through the CRD to the primary Pod.
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "disruptions-databases"}, Value: 1000}
+	h.create(pc)
+	t.Cleanup(func() { h.c.Delete(h.ctx, pc) })
+	tol := []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "db", Effect: corev1.TaintEffectNoSchedule}}
+	db.Spec.Primary.PodScheduling = shalev1.PodScheduling{PriorityClassName: pc.Name, Tolerations: tol, NodeSelector: map[string]string{"pool": "db"},
+		Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 10, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "noisy"}}}}}}}}
 	h.create(sec, store, db)
 	db = h.db(ns, "orders")
+	pod := h.waitPod(ns, "orders-primary-1")
+	if s := pod.Spec; s.PriorityClassName != pc.Name || s.Priority == nil || *s.Priority != 1000 || s.NodeSelector["pool"] != "db" ||
+		!slices.ContainsFunc(s.Tolerations, func(x corev1.Toleration) bool { return x.Key == "dedicated" }) || s.Affinity == nil || s.Affinity.PodAntiAffinity == nil {
+		t.Errorf("primary Pod: priority class %q (%v), nodeSelector %v, tolerations %+v, affinity %+v", s.PriorityClassName, s.Priority, s.NodeSelector, s.Tolerations, s.Affinity)
+	}
+	if r := pod.Spec.Containers[0].Resources.Requests; r.Cpu().IsZero() || r.Memory().IsZero() {
+		t.Errorf("primary requests %v: want the defaults (not BestEffort)", r)
+	}
 
 	p := h.waitBudget(ns, "orders-primary", "maxUnavailable 0", maxUnavailable(0))
 	if !metav1.IsControlledBy(p, db) {
@@ -112,6 +131,25 @@ func testDisruptions(h *harness) {
 		err := h.c.Get(h.ctx, types.NamespacedName{Namespace: ns, Name: "orders-secondary"}, &policyv1.PodDisruptionBudget{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
+
+	// The primary's node is cordoned (a drain): a Warning says how to move
+	// the primary, which the budget holds there.
+	if err := h.c.SubResource("binding").Create(h.ctx, pod, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: nodes[1]}}); err != nil {
+		t.Fatal(err)
+	}
+	n := &corev1.Node{}
+	if err := h.c.Get(h.ctx, types.NamespacedName{Name: nodes[1]}, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Unschedulable = true
+	if err := h.c.Update(h.ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.waitEvent(ns, "orders", eventPrimaryNodeDraining)
+	if !strings.Contains(ev.Message, "delete pod orders-primary-1") || ev.Type != corev1.EventTypeWarning {
+		t.Errorf("event %s %q: want a Warning naming the command", ev.Type, ev.Message)
+	}
 
 	// Deleted by hand: back.
 	if err := h.c.Delete(h.ctx, p); err != nil {

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -248,6 +249,39 @@ func TestDisruptionBudgets(t *testing.T) {
 		}
 		if s != nil && (s.Spec.MaxUnavailable.IntVal != 1 || s.Spec.Selector.MatchLabels[shalev1.LabelRole] != shalev1.RoleSecondary) {
 			t.Errorf("replicas %d: secondary budget %+v, want maxUnavailable 1", tc.replicas, s.Spec)
+		}
+	}
+}
+
+func TestDrainNotice(t *testing.T) {
+	db, _ := secondaryFixture()
+	pod := func(phase corev1.PodPhase, deleting bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "orders-primary-3", Namespace: "prod"}, Status: corev1.PodStatus{Phase: phase}}
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{}
+		}
+		return p
+	}
+	node := func(cordoned bool) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: cordoned}}
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		node *corev1.Node
+		want bool
+	}{
+		{"running on a cordoned node", pod(corev1.PodRunning, false), node(true), true},
+		{"node schedulable", pod(corev1.PodRunning, false), node(false), false},
+		{"already being deleted (moving)", pod(corev1.PodRunning, true), node(true), false},
+		{"failed: failed over anyway", pod(corev1.PodFailed, false), node(true), false},
+	} {
+		msg := drainNotice(db, tc.pod, tc.node)
+		if (msg != "") != tc.want {
+			t.Errorf("%s: %q", tc.name, msg)
+		}
+		if tc.want && !strings.Contains(msg, "kubectl -n prod delete pod orders-primary-3") {
+			t.Errorf("%s: %q does not say how to move the primary", tc.name, msg)
 		}
 	}
 }
