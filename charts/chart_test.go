@@ -301,6 +301,9 @@ func TestObjectsOnAPIServer(t *testing.T) {
 		{"full:full-shale", "", "get", "", "namespaces", "kube-system", true},
 		{"full:full-shale", "", "get", "", "namespaces", "prod", true}, // a terminating namespace lets a finalizer go
 		{"full:full-shale", "", "list", "", "namespaces", "", false},
+		{"full:full-shale", "", "list", "", "nodes", "", true}, // the secondaries' spreading counts them
+		{"full:full-shale", "", "update", "", "nodes", "", false},
+		{"full:full-shale", "team-a", "create", "policy", "poddisruptionbudgets", "", true},
 		{"full:full-shale", "full", "create", "coordination.k8s.io", "leases", "", true},
 		{"full:full-shale", "full", "get", "coordination.k8s.io", "leases", operator.LeaderElectionID, true},
 		{"full:full-shale", "full", "list", "coordination.k8s.io", "leases", "", false},
@@ -361,12 +364,13 @@ func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, releaseNS string
 			t.Errorf("config/rbac/role.yaml grants Leases cluster-wide: %+v", r)
 		}
 		// controller-gen merges rules with the same verbs; the chart
-		// splits the Namespaces part off.
-		if slices.Contains(r.Resources, "namespaces") {
+		// splits the cluster-scoped part (Namespaces, Nodes) off.
+		isCluster := func(s string) bool { return s == "namespaces" || s == "nodes" }
+		if cl := slices.DeleteFunc(slices.Clone(r.Resources), func(s string) bool { return !isCluster(s) }); len(cl) > 0 {
 			c := *r.DeepCopy()
-			c.Resources = []string{"namespaces"}
+			c.Resources = cl
 			cluster = append(cluster, c)
-			if rest := slices.DeleteFunc(slices.Clone(r.Resources), func(s string) bool { return s == "namespaces" }); len(rest) > 0 {
+			if rest := slices.DeleteFunc(slices.Clone(r.Resources), isCluster); len(rest) > 0 {
 				n := *r.DeepCopy()
 				n.Resources = rest
 				namespaced = append(namespaced, n)
@@ -375,8 +379,14 @@ func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, releaseNS string
 			namespaced = append(namespaced, r)
 		}
 	}
-	if len(cluster) != 1 || !reflect.DeepEqual(cluster[0].Verbs, []string{"get"}) || len(cluster[0].Resources) != 1 {
-		t.Errorf("cluster-scoped rules %+v, want only get of Namespaces", cluster)
+	// Only get of Namespaces and reading Nodes (the secondaries'
+	// spreading counts them).
+	wantCluster := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	if !reflect.DeepEqual(cluster, wantCluster) {
+		t.Errorf("cluster-scoped rules %+v, want %+v", cluster, wantCluster)
 	}
 
 	var roles, bindings = map[string]*unstructured.Unstructured{}, map[string]*unstructured.Unstructured{}

@@ -536,6 +536,7 @@ func TestPrioritiesShareOneWorker(t *testing.T) {
 // the store's conditional writes can stop it (primary/fencing_test.go).
 func blind(cfg primary.Config) primary.Config {
 	cfg.Storage.ConfirmEvery, cfg.Storage.IdleConfirmEvery, cfg.Storage.DeleteGrace = time.Hour, time.Hour, time.Hour
+	cfg.NoReadinessCheck = true // it confirms too
 	return cfg
 }
 

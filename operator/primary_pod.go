@@ -127,9 +127,11 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 					{Name: portNameKV, ContainerPort: portKV, Protocol: corev1.ProtocolTCP},
 					{Name: portNameMet, ContainerPort: portMetrics, Protocol: corev1.ProtocolTCP},
 				},
-				Resources: *p.Resources.DeepCopy(),
-				// SERVING only once the takeover is done and the database
-				// is open.
+				Resources: withDefaultRequests(p.Resources, primaryDefaultRequests),
+				// SERVING once the takeover is done and the database is
+				// open, and while ownership is confirmed within half the
+				// lease (primary/readiness.go): NOT_SERVING when the store
+				// does not answer.
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:     corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: portKV}},
 					PeriodSeconds:    1,
@@ -142,10 +144,11 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 			}},
 			Volumes: []corev1.Volume{{
 				Name:         "cache",
-				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: cacheSizeLimit(p.CacheSize)}},
 			}},
 		},
 	}
+	applyScheduling(&pod.Spec, p.PodScheduling)
 	applyTLS(&pod.Spec, podTLS{enabled: db.TLSEnabled(), certSecret: db.PrimaryTLSSecretName(), accessSecret: db.AccessSecretName(), server: true, probePort: portKV})
 	storeAccessOf(store).apply(&pod.Spec, &pod.Spec.Containers[0])
 	return pod

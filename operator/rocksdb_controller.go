@@ -10,12 +10,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -116,9 +118,11 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Secret{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
 		Watches(&shalev1.CompactorPool{}, handler.EnqueueRequestsFromMapFunc(r.forCompactorPool)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.forCASecret)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.forCordonedNode), builder.WithPredicates(cordonChanged)).
 		Complete(r)
 }
 
@@ -244,8 +248,10 @@ func (r *rocksDBReconciler) reconcileDB(ctx context.Context, db *shalev1.RocksDB
 	// behind it. A failure does not hold back the primary: it is
 	// reported and retried.
 	npErr := r.reconcileNetworkPolicy(ctx, db)
+	// The budgets too: they exist before the Pods they protect.
+	pdbErr := r.reconcileDisruptionBudgets(ctx, db)
 	res, err := r.reconcileWorkloads(ctx, db, rep)
-	return res, firstErr(err, npErr)
+	return res, firstErr(err, npErr, pdbErr)
 }
 
 // reconcileWorkloads is everything of reconcileDB but the NetworkPolicy.

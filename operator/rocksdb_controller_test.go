@@ -37,6 +37,7 @@ func TestOperator(t *testing.T) {
 	t.Run("Certificates", func(t *testing.T) { testCertificates(h.with(t)) })
 	t.Run("CompactorPoolCertificates", func(t *testing.T) { testCompactorPoolCertificates(h.with(t)) })
 	t.Run("NetworkPolicies", func(t *testing.T) { testNetworkPolicies(h.with(t)) })
+	t.Run("Disruptions", func(t *testing.T) { testDisruptions(h.with(t)) })
 }
 
 const samplesNS = "samples"

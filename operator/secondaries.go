@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 )
@@ -128,7 +130,7 @@ func (r *rocksDBReconciler) secondaries(ctx context.Context, db *shalev1.RocksDB
 // create, or it is someone else's, not in the cache): the next reconcile
 // looks again.
 func (r *rocksDBReconciler) createSecondaries(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) (*appsv1.Deployment, error) {
-	dep := secondaryDeployment(db, store, r.opts.ShaleImage)
+	dep := secondaryDeploymentOn(db, store, r.opts.ShaleImage, r.eligibleNodes(ctx, db))
 	if err := controllerutil.SetControllerReference(db, dep, r.Scheme()); err != nil {
 		return nil, err
 	}
@@ -159,7 +161,7 @@ func (r *rocksDBReconciler) updateSecondaries(ctx context.Context, db *shalev1.R
 	if cur.DeletionTimestamp != nil {
 		return cur, nil // deleted (replicas went to 0 and back): created again once it is gone
 	}
-	want := secondaryDeployment(db, store, r.opts.ShaleImage)
+	want := secondaryDeploymentOn(db, store, r.opts.ShaleImage, r.eligibleNodes(ctx, db))
 	from := int32(1) // the API server's default
 	if cur.Spec.Replicas != nil {
 		from = *cur.Spec.Replicas
@@ -195,6 +197,25 @@ func (r *rocksDBReconciler) updateSecondaries(ctx context.Context, db *shalev1.R
 	}
 	return next, nil
 }
+
+// eligibleNodes counts the nodes the secondaries could run on; 0 (unknown:
+// preferred anti-affinity only) when the Nodes cannot be read.
+func (r *rocksDBReconciler) eligibleNodes(ctx context.Context, db *shalev1.RocksDB) int32 {
+	// Bounded: a cache that cannot sync (no RBAC for Nodes) must not hold
+	// the reconcile.
+	ctx, cancel := context.WithTimeout(ctx, nodeListTimeout)
+	defer cancel()
+	var nodes corev1.NodeList
+	if err := r.List(ctx, &nodes); err != nil {
+		log.FromContext(ctx).Error(err, "listing the Nodes to spread the secondaries; their anti-affinity stays preferred")
+		return 0
+	}
+	s := db.Spec.Secondaries
+	return eligibleNodes(nodes.Items, s.NodeSelector, s.Tolerations)
+}
+
+// nodeListTimeout bounds eligibleNodes' read of the Node cache.
+const nodeListTimeout = 5 * time.Second
 
 // primaryAvailable reports whether the primary is available, as this
 // reconcile found it (or, if it did not look, as status says).

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
@@ -43,6 +42,13 @@ const (
 // Credentials reach the container as for the primary: secretKeyRefs to the
 // ObjectStore's Secret.
 func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaultImage string) *appsv1.Deployment {
+	return secondaryDeploymentOn(db, store, defaultImage, 0)
+}
+
+// secondaryDeploymentOn is secondaryDeployment for a cluster with
+// eligibleNodes nodes the secondaries could run on (0: unknown), which
+// decides whether their anti-affinity is required (scheduling.go).
+func secondaryDeploymentOn(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaultImage string, eligibleNodes int32) *appsv1.Deployment {
 	p, s := db.Spec.Primary, db.Spec.Secondaries
 	image := p.Image
 	if image == "" {
@@ -86,6 +92,7 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 	}
 
 	labels := db.SecondaryLabels()
+	required := secondarySpreadRequired(s.Replicas, eligibleNodes)
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      db.SecondaryDeploymentName(),
@@ -96,16 +103,10 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 			Replicas: ptr.To(s.Replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: db.SecondarySelector()},
 			// Replace one secondary at a time, starting its successor
-			// first: reads keep their capacity during a rollout, and a
-			// template that cannot start stalls the rollout instead of
-			// taking the replicas down.
-			Strategy: appsv1.DeploymentStrategy{
-				Type: appsv1.RollingUpdateDeploymentStrategyType,
-				RollingUpdate: &appsv1.RollingUpdateDeployment{
-					MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-					MaxSurge:       ptr.To(intstr.FromInt32(1)),
-				},
-			},
+			// first when there is a node for it: reads keep their
+			// capacity during a rollout, and a template that cannot start
+			// stalls the rollout instead of taking the replicas down.
+			Strategy:             secondaryRollout(required, s.Replicas, eligibleNodes),
 			RevisionHistoryLimit: ptr.To[int32](3),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
@@ -113,14 +114,6 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 					TerminationGracePeriodSeconds: ptr.To[int64](terminationGrace),
 					EnableServiceLinks:            ptr.To(false),
 					SecurityContext:               podSecurityContext(),
-					// Spread the replicas over nodes when the scheduler
-					// can; never refuse to schedule one for it.
-					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
-						MaxSkew:           1,
-						TopologyKey:       corev1.LabelHostname,
-						WhenUnsatisfiable: corev1.ScheduleAnyway,
-						LabelSelector:     &metav1.LabelSelector{MatchLabels: db.SecondarySelector()},
-					}},
 					Containers: []corev1.Container{{
 						Name:            containerName,
 						Image:           image,
@@ -131,7 +124,7 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 							{Name: portNameKV, ContainerPort: portSecondaryKV, Protocol: corev1.ProtocolTCP},
 							{Name: portNameMet, ContainerPort: portSecondaryMetrics, Protocol: corev1.ProtocolTCP},
 						},
-						Resources: *s.Resources.DeepCopy(),
+						Resources: withDefaultRequests(s.Resources, secondaryDefaultRequests),
 						// SERVING once the database is open as a
 						// secondary.
 						ReadinessProbe: &corev1.Probe{
@@ -146,12 +139,15 @@ func secondaryDeployment(db *shalev1.RocksDB, store *shalev1.ObjectStore, defaul
 					}},
 					Volumes: []corev1.Volume{{
 						Name:         "cache",
-						VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+						VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: cacheSizeLimit(s.CacheSize)}},
 					}},
 				},
 			},
 		},
 	}
+	// Spread the replicas over nodes: the user's rules, else ours.
+	applyScheduling(&dep.Spec.Template.Spec, s.PodScheduling)
+	applySecondarySpread(&dep.Spec.Template.Spec, db.SecondarySelector(), required)
 	applyTLS(&dep.Spec.Template.Spec, podTLS{enabled: db.TLSEnabled(), certSecret: db.SecondaryTLSSecretName(), accessSecret: db.AccessSecretName(), server: true, probePort: portSecondaryKV})
 	pod := &dep.Spec.Template.Spec
 	storeAccessOf(store).apply(pod, &pod.Containers[0])

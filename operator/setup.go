@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -194,10 +195,15 @@ func CacheOptions(watchNamespaces []string, operatorNamespace string) cache.Opti
 		}
 	}
 	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:                 {Label: ours},
-		&appsv1.Deployment{}:          {Label: ours},
-		&networkingv1.NetworkPolicy{}: {Label: ours},
-		&corev1.Secret{}:              secrets,
+		&corev1.Pod{}:                   {Label: ours},
+		&appsv1.Deployment{}:            {Label: ours},
+		&networkingv1.NetworkPolicy{}:   {Label: ours},
+		&corev1.Secret{}:                secrets,
+		&policyv1.PodDisruptionBudget{}: {Label: ours},
+		// Nodes are counted for the secondaries' spreading (scheduling.go),
+		// which needs their labels and taints only: the status (images,
+		// conditions) would make the cache grow with the cluster.
+		&corev1.Node{}: {Transform: trimNode},
 	}}
 	if len(watchNamespaces) > 0 {
 		o.DefaultNamespaces = map[string]cache.Config{}
@@ -208,18 +214,31 @@ func CacheOptions(watchNamespaces []string, operatorNamespace string) cache.Opti
 	return o
 }
 
+// trimNode keeps what eligibleNodes reads of a Node.
+func trimNode(o any) (any, error) {
+	if n, ok := o.(*corev1.Node); ok {
+		n.Status = corev1.NodeStatus{}
+		n.ManagedFields = nil
+		n.Annotations = nil
+	}
+	return o, nil
+}
+
 // LeaderElectionID names the leader-election Lease (in the operator's
 // namespace). The chart's leader-election Role grants this Lease only.
 const LeaderElectionID = "shale-operator.shale.rocks"
 
-// The only cluster-scoped objects the operator reads are Namespaces, with
-// get only: kube-system's UID identifies the cluster in owner records, and
+// The cluster-scoped objects the operator reads are Namespaces, with get
+// only: kube-system's UID identifies the cluster in owner records, and
 // a database's own namespace being deleted lets its finalizer leave the
 // data to the garbage collector when its ObjectStore went first (the
 // namespace-deletion e2e step hung when the rule named kube-system only).
 // Leader election needs a Lease in the operator's own namespace only: the
 // chart grants it with a Role there, not here.
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// Nodes, also cluster-scoped, are read (get, list, watch) to count where
+// the secondaries could run (scheduling.go).
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
 // +kubebuilder:rbac:groups="",resources=serviceaccounts/token,verbs=create

@@ -32,7 +32,7 @@ const (
 
 // generatedRules splits the rules controller-gen generated from the RBAC
 // markers (config/rbac/role.yaml) as the chart does with watchNamespaces:
-// the cluster-scoped ones (Namespaces) for a ClusterRole, the rest for a
+// the cluster-scoped ones (Namespaces, Nodes) for a ClusterRole, the rest for a
 // Role in each watched namespace.
 func generatedRules(t *testing.T) (cluster, namespaced []rbacv1.PolicyRule) {
 	t.Helper()
@@ -91,7 +91,7 @@ func asWatchNamespacesOperator(t *testing.T) func(*testenv.Env) *rest.Config {
 
 // An operator started with --watch-namespaces=watched, holding only the
 // RBAC the chart gives it then (no ClusterRole but for getting
-// Namespaces), runs a database in its namespace, ignores one in another,
+// Namespaces and reading Nodes), runs a database in its namespace, ignores one in another,
 // and collects garbage only in its namespace.
 func TestWatchNamespaces(t *testing.T) {
 	opts := testOptions()
@@ -192,21 +192,26 @@ func TestWatchNamespaces(t *testing.T) {
 	}
 }
 
-// splitNamespaces splits a generated rule into its Namespaces part
-// (cluster-scoped) and the rest, as the chart does: controller-gen merges
-// rules with the same verbs.
+// clusterScoped are the cluster-scoped resources in the generated rules
+// (the chart's $clusterScoped).
+var clusterScoped = []string{"namespaces", "nodes"}
+
+// splitNamespaces splits a generated rule into its cluster-scoped part
+// (Namespaces, Nodes) and the rest, as the chart does: controller-gen
+// merges rules with the same verbs.
 func splitNamespaces(r rbacv1.PolicyRule) (cluster, namespaced []rbacv1.PolicyRule) {
-	if !slices.Contains(r.Resources, "namespaces") {
-		return nil, []rbacv1.PolicyRule{r}
-	}
-	c := *r.DeepCopy()
-	c.Resources = []string{"namespaces"}
-	cluster = append(cluster, c)
-	var rest []string
+	var cl, rest []string
 	for _, res := range r.Resources {
-		if res != "namespaces" {
+		if slices.Contains(clusterScoped, res) {
+			cl = append(cl, res)
+		} else {
 			rest = append(rest, res)
 		}
+	}
+	if len(cl) > 0 {
+		c := *r.DeepCopy()
+		c.Resources = cl
+		cluster = append(cluster, c)
 	}
 	if len(rest) > 0 {
 		n := *r.DeepCopy()

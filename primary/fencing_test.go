@@ -61,7 +61,10 @@ func raceOwner(epoch uint64) shalefs.Config {
 func startOwnerWith(t *testing.T, db string, sc shalefs.Config) (*owner, error) {
 	t.Helper()
 	sc.CacheDir = filepath.Join(t.TempDir(), "cache")
-	s, err := Start(Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(), Storage: sc})
+	// A blind owner (ConfirmEvery and IdleConfirmEvery of an hour)
+	// confirms nothing in the background, its readiness check included.
+	blind := sc.ConfirmEvery >= time.Hour && sc.IdleConfirmEvery >= time.Hour
+	s, err := Start(Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(), Storage: sc, NoReadinessCheck: blind})
 	if err != nil {
 		return nil, err
 	}

@@ -53,6 +53,10 @@ type Config struct {
 	// with the same credentials). Engine.ColdAfter says which data goes
 	// there (docs/tiering.md).
 	ColdDB, ColdEndpoint string
+	// NoReadinessCheck keeps the health service SERVING from open to stop
+	// or fence, without the readiness check's confirmations (readiness.go):
+	// for tests of owners that must confirm nothing in the background.
+	NoReadinessCheck bool
 	// Clone, when set, makes the database a clone of a checkpoint of
 	// another database before it is opened (`--clone-from`: shalefs.Bootstrap;
 	// docs/checkpoints.md, "Clones").
@@ -86,6 +90,11 @@ type Server struct {
 	// file listing of RFC 0010 step 4), so a test can flush a write above
 	// S there.
 	checkpointWaited func()
+	ready  *readiness // keeps the health service's answer current (readiness.go)
+	// wrote is when (since born, a monotonic reading) a sync last stored
+	// new log bytes: the primary is taking writes (readiness.go).
+	born  time.Time
+	wrote atomic.Int64
 }
 
 // Start opens the database and starts serving. On error nothing is left
@@ -99,9 +108,12 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.Engine.ColdAfter > 0 && cfg.ColdDB == "" && cfg.Storage.Cold == nil {
 		return nil, errors.New("--cold-after needs --cold-db: the cold tier's location (s3://BUCKET/PREFIX or file:///ABS/PATH)")
 	}
-	s := &Server{cfg: cfg, durable: kvserver.NewNotifier()}
+	s := &Server{cfg: cfg, durable: kvserver.NewNotifier(), born: time.Now()}
 	sc := cfg.Storage
-	sc.OnDurable = s.durable.Notify
+	sc.OnDurable = func() {
+		s.wrote.Store(int64(time.Since(s.born)))
+		s.durable.Notify()
+	}
 	if sc.Owner == "" {
 		host, _ := os.Hostname()
 		sc.Owner = fmt.Sprintf("%s pid %d", host, os.Getpid())
@@ -204,6 +216,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
 	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: n.URL, Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs),
 		SetColdAfter: s.SetColdAfter, ColdTier: n.Cold != nil, Checkpoints: checkpoints{s}}), reg, cfg.Limits, n.Secured, cfg.Logger)
+	if !cfg.NoReadinessCheck {
+		s.startReadiness()
+	}
 	cfg.Logger.Info("primary serving", "db", n.URL, "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(),
 		"transport", kvserver.TransportName(n.Secured), "compaction", s.compactionMode())
 	return s, nil
@@ -258,6 +273,7 @@ func (s *Server) Done() <-chan error { return s.ep.Done() }
 // Stop stops accepting requests, lets running ones finish (up to a grace
 // period), and closes the database.
 func (s *Server) Stop(grace time.Duration) {
+	s.stopReadiness()
 	s.durable.Close()
 	stopped := make(chan struct{})
 	go func() {

@@ -311,9 +311,17 @@ type PrimarySpec struct {
 	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 
-	// Resources of the primary's container.
+	// Resources of the primary's container. A resource with neither a
+	// request nor a limit gets a default request (cpu 100m, memory 256Mi)
+	// so that the primary is never BestEffort, the first Pod a node
+	// evicts under pressure (docs/kubernetes.md, "Scheduling").
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Scheduling of the primary's Pod: affinity, tolerations,
+	// nodeSelector, topologySpreadConstraints and priorityClassName, as
+	// in a Pod spec. Applies to the next primary Pod.
+	PodScheduling `json:",inline"`
 
 	// Lease is the read lease (--lease, default 5s): the primary serves
 	// reads only while it confirmed ownership this recently, and a new
@@ -386,6 +394,35 @@ type PrimarySpec struct {
 	MaxBatchSize *resource.Quantity `json:"maxBatchSize,omitempty"`
 }
 
+// PodScheduling places a role's Pods: Kubernetes' own fields, copied into
+// the Pod spec.
+type PodScheduling struct {
+	// Affinity of the Pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// Tolerations of the Pods.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// NodeSelector of the Pods.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// TopologySpreadConstraints of the Pods.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// PriorityClassName of the Pods (the PriorityClass must exist).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+}
+
 // SecondariesSpec configures the read replicas: a Deployment NAME-secondary
 // of Pods running `shale secondary`, which follow the primary through the
 // object store and the primary's notifications, and serve reads through the
@@ -400,9 +437,15 @@ type SecondariesSpec struct {
 	// +kubebuilder:validation:Maximum=16
 	Replicas int32 `json:"replicas,omitempty"`
 
-	// Resources of each secondary's container.
+	// Resources of each secondary's container; default requests as for
+	// the primary (cpu 50m, memory 128Mi).
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Scheduling of the secondaries' Pods. By default they spread over
+	// nodes (docs/kubernetes.md, "Scheduling"); an affinity with a
+	// podAntiAffinity, or topologySpreadConstraints, replace that default.
+	PodScheduling `json:",inline"`
 
 	// CacheSize is how many bytes of SST files each secondary's local
 	// cache keeps (--cache-size, default 8Gi; 0 means unbounded). The

@@ -320,6 +320,9 @@ type Owner struct {
 	// lastConfirm is that reading at the start of the last ownership
 	// confirmation.
 	lastConfirm atomic.Int64
+	// lastReads is that reading when the lease loop last found reads
+	// being served (readSince), 0 if never: for the primary's readiness.
+	lastReads   atomic.Int64
 	confirmMu   sync.Mutex // one on-demand confirmation at a time
 	takenAt     time.Time
 	leaseWaited time.Duration // how long Open waited out earlier owners' leases

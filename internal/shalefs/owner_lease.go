@@ -3,6 +3,7 @@ package shalefs
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
@@ -72,6 +73,52 @@ func (f *Owner) ReadAllowed() error {
 		// The lease counts from when the confirmation began: one slower
 		// than the lease proves nothing about now.
 		return fmt.Errorf("read lease expired: confirming ownership took longer than the lease (%s); retry", f.cfg.Lease)
+	}
+	return nil
+}
+
+// Lease is this owner's read lease (Config.Lease after defaults).
+func (f *Owner) Lease() time.Duration { return f.cfg.Lease }
+
+// IdleConfirmEvery is how often this owner confirms its ownership while it
+// serves no reads (Config.IdleConfirmEvery after defaults).
+func (f *Owner) IdleConfirmEvery() time.Duration { return f.cfg.IdleConfirmEvery }
+
+// SinceReads is how long ago the lease loop last found reads being served
+// (at ConfirmEvery's resolution); a large value if never.
+func (f *Owner) SinceReads() time.Duration {
+	last := f.lastReads.Load()
+	if last == 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(f.leaseNow() - last)
+}
+
+// CheckServing reports whether this owner can serve now, for readiness
+// probes: it is not fenced, and it confirmed its ownership within maxAge,
+// or it confirms it on the spot (one read of the owner record, which also
+// tells whether the store answers). Unlike ReadAllowed it does not count
+// as a read: the lease loop keeps its idle pace.
+func (f *Owner) CheckServing(ctx context.Context, maxAge time.Duration) error {
+	if err := f.FenceError(); err != nil {
+		return err
+	}
+	fresh := func() bool {
+		return protocol.LeaseFresh(time.Duration(f.leaseNow()), time.Duration(f.lastConfirm.Load()), maxAge)
+	}
+	if fresh() {
+		return nil
+	}
+	f.confirmMu.Lock()
+	defer f.confirmMu.Unlock()
+	if fresh() {
+		return nil // a read just confirmed
+	}
+	if err := f.confirm(ctx, ActLease); err != nil {
+		if ferr := f.FenceError(); ferr != nil {
+			return ferr
+		}
+		return fmt.Errorf("cannot confirm ownership (the store does not answer?): %w", err)
 	}
 	return nil
 }
@@ -208,6 +255,9 @@ func (f *Owner) every(interval time.Duration, fn func()) {
 func (f *Owner) leaseLoop() {
 	f.every(f.cfg.ConfirmEvery, func() {
 		busy := f.readSince.Swap(false)
+		if busy {
+			f.lastReads.Store(f.leaseNow())
+		}
 		if !busy && time.Duration(f.leaseNow()-f.lastConfirm.Load()) < f.cfg.IdleConfirmEvery {
 			return
 		}
