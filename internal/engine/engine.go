@@ -4,12 +4,14 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -85,9 +87,10 @@ type Tuning struct {
 	// AsyncIO lets RocksDB prefetch for scans asynchronously
 	// (ReadOptions.async_io).
 	AsyncIO bool
-	// OptimizeMultiGetForIO reads the SST files of a MultiGet's keys in
-	// several levels in parallel when AsyncIO is on
-	// (ReadOptions.optimize_multiget_for_io).
+	// OptimizeMultiGetForIO reads the tables of a MultiGet's keys
+	// concurrently: RocksDB's optimize_multiget_for_io, which this build
+	// (no coroutines) ignores, and the engine's own split of a MultiGet of
+	// 16 keys or more into parts read at once (parallelMultiGet).
 	OptimizeMultiGetForIO bool
 	// GroupCommitWindow is how long a durable write group's leader may
 	// wait for the writers of the previous group to come back before it
@@ -636,7 +639,71 @@ func (d *DB) MultiGet(keys [][]byte) (values [][]byte, found []bool, err error) 
 		return nil, nil, err
 	}
 	defer d.leave()
+	if d.tuning.OptimizeMultiGetForIO && len(keys) >= 2*multiGetPartKeys {
+		return d.parallelMultiGet(keys)
+	}
 	return rocksshim.MultiGet(d.db, d.ro, keys)
+}
+
+// A MultiGet with OptimizeMultiGetForIO is split into up to
+// multiGetParts MultiGets of at least multiGetPartKeys keys each.
+const (
+	multiGetParts    = 4
+	multiGetPartKeys = 8
+)
+
+// parallelMultiGet is what optimize_multiget_for_io does in a RocksDB built
+// with coroutines, and this one (no folly, no USE_COROUTINES) does not:
+// read the tables of one MultiGet concurrently. RocksDB's synchronous
+// MultiGet visits a level's tables one after another (Version::MultiGet,
+// db/version_set.cc), so on tables left in the object store it waits for
+// one table's GETs before it starts the next table's. Here the keys are
+// sorted and cut into contiguous parts, whose tables mostly differ, and
+// the parts run at once, each a MultiGet on its own thread, all under one
+// snapshot: the same consistent view, and so the same result, as one
+// MultiGet.
+func (d *DB) parallelMultiGet(keys [][]byte) (values [][]byte, found []bool, err error) {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
+	snap := d.db.NewSnapshot()
+	defer d.db.ReleaseSnapshot(snap)
+	ro := d.newReadOptions()
+	defer ro.Destroy()
+	ro.SetSnapshot(snap)
+
+	parts := min(multiGetParts, len(keys)/multiGetPartKeys)
+	values, found = make([][]byte, len(keys)), make([]bool, len(keys))
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		idx := order[p*len(order)/parts : (p+1)*len(order)/parts]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part := make([][]byte, len(idx))
+			for j, i := range idx {
+				part[j] = keys[i]
+			}
+			v, f, err := rocksshim.MultiGet(d.db, ro, part)
+			if err != nil {
+				errs[p] = err
+				return
+			}
+			for j, i := range idx {
+				values[i], found[i] = v[j], f[j]
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return values, found, nil
 }
 
 // ScanOptions select a key range. Start is inclusive, End exclusive; empty

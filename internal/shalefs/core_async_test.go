@@ -284,3 +284,135 @@ func TestAsyncIOReadErrors(t *testing.T) {
 		t.Fatalf("MultiGet after the store came back: %v %v", found, err)
 	}
 }
+
+// tableGets records when each GET of a table began and ended (its body
+// closed), to find how many different tables were read at once.
+type tableGets struct {
+	objstore.Store
+	mu   sync.Mutex
+	on   bool
+	gets []tableGet
+}
+
+type tableGet struct {
+	key        string
+	start, end time.Time
+}
+
+type closeHook struct {
+	io.ReadCloser
+	done func()
+}
+
+func (c *closeHook) Close() error {
+	err := c.ReadCloser.Close()
+	c.done()
+	return err
+}
+
+func (s *tableGets) Get(ctx context.Context, key string, off, n int64) (io.ReadCloser, objstore.ObjectInfo, error) {
+	s.mu.Lock()
+	on := s.on
+	s.mu.Unlock()
+	if !on || !strings.Contains(key, ".sst") {
+		return s.Store.Get(ctx, key, off, n)
+	}
+	start := time.Now()
+	r, info, err := s.Store.Get(ctx, key, off, n)
+	if err != nil {
+		return r, info, err
+	}
+	return &closeHook{ReadCloser: r, done: func() {
+		s.mu.Lock()
+		s.gets = append(s.gets, tableGet{key, start, time.Now()})
+		s.mu.Unlock()
+	}}, info, nil
+}
+
+func (s *tableGets) record(on bool) {
+	s.mu.Lock()
+	s.on = on
+	if on {
+		s.gets = nil
+	}
+	s.mu.Unlock()
+}
+
+// maxTablesAtOnce is the most different tables with a GET in flight at
+// the same instant.
+func (s *tableGets) maxTablesAtOnce() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	most := 0
+	for _, g := range s.gets {
+		// At g's start: the tables whose GETs span that instant.
+		tables := map[string]bool{}
+		for _, h := range s.gets {
+			if !h.start.After(g.start) && h.end.After(g.start) {
+				tables[h.key] = true
+			}
+		}
+		most = max(most, len(tables))
+	}
+	return most
+}
+
+// A MultiGet of 32 keys spread over several tables left in the store
+// reads those tables concurrently with --optimize-multiget-for-io (the
+// engine splits it; RocksDB's synchronous MultiGet visits one table after
+// another), and reads exactly what the synchronous path reads.
+func TestAsyncMultiGetReadsTablesAtOnce(t *testing.T) {
+	base, model := rangeDB(t)
+	store := &tableGets{Store: base}
+	keys := make([]string, 0, len(model))
+	for k := range model {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	multiGets := func(d *engine.DB) []string {
+		var out []string
+		rng := rand.New(rand.NewSource(5))
+		for round := 0; round < 50; round++ {
+			batch := make([][]byte, 32)
+			for i := range batch {
+				batch[i] = []byte(fmt.Sprintf("k%06d", rng.Intn(20000))) // some missing, some twice
+			}
+			vals, found, err := d.MultiGet(batch)
+			if err != nil {
+				t.Fatalf("MultiGet: %v", err)
+			}
+			for i, k := range batch {
+				if want, ok := model[string(k)]; found[i] != ok || string(vals[i]) != want {
+					t.Fatalf("MultiGet %s: found %v, %d bytes; want found %v, %d bytes", k, found[i], len(vals[i]), ok, len(want))
+				}
+				out = append(out, fmt.Sprintf("%s %v %s", k, found[i], vals[i]))
+			}
+		}
+		return out
+	}
+	var log getLog
+	var want []string
+	for _, async := range []bool{false, true} {
+		f, d := asyncReader(t, store, map[bool]uint64{false: 2, true: 3}[async], async, 0, &log)
+		if s, _ := d.Stats(); s.SSTFiles < 3 {
+			t.Fatalf("%d tables; want several", s.SSTFiles)
+		}
+		store.record(true)
+		got := multiGets(d)
+		store.record(false)
+		most := store.maxTablesAtOnce()
+		t.Logf("async %v: at most %d tables read at once by 50 MultiGets of 32 keys (%d GETs of tables)", async, most, len(store.gets))
+		d.Close()
+		f.Stop()
+		if !async {
+			want = got
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("async MultiGets read %d results, differing from the sync path's %d", len(got), len(want))
+		}
+		if most < 2 {
+			t.Errorf("with --optimize-multiget-for-io at most %d table was read at once; want a MultiGet's tables read concurrently", most)
+		}
+	}
+}
