@@ -123,9 +123,10 @@ func tuningFlags(c *cobra.Command, t *engine.Tuning) {
 	fs.Var(offDurationValue{durationValue{&t.GroupCommitWindow}}, "group-commit-window", "how long a durable write group may wait for the previous group's writers to come back before its upload (0: off); a group closes as soon as they are back")
 	fs.BoolVar(&t.AsyncIO, "async-io", false, "let RocksDB read ahead asynchronously for scans (ReadOptions.async_io)")
 	fs.BoolVar(&t.OptimizeMultiGetForIO, "optimize-multiget-for-io", false, "with --async-io: read the files of a MultiGet's keys in several levels in parallel")
+	fs.Var(newSize(&t.ScanReadahead, 0), "scan-readahead", "largest readahead of a scan of a table, starting at 64 KiB from its first block read (0: RocksDB's, 8 KiB after 2 reads up to 256 KiB); on tables left in the store each readahead is a round trip, e.g. 2MiB")
 	rocksDBHistogramsFlag(c, t)
 	c.RegisterFlagCompletionFunc("data-block-index", cobra.FixedCompletions([]cobra.Completion{"binary", "binary-and-hash"}, cobra.ShellCompDirectiveNoFileComp))
-	noFileCompletion(c, "data-block-hash-ratio", "group-commit-window")
+	noFileCompletion(c, "data-block-hash-ratio", "group-commit-window", "scan-readahead")
 }
 
 // rocksDBHistogramsFlag registers --rocksdb-histograms (primary, dev,
