@@ -12,9 +12,14 @@
 #           fetched whole), --block-cache-size CACHE (default 8MiB)
 #   new     this tree: --cache-size 1, RocksDB's block cache and the range
 #           cache CACHE/2 each (same memory as base)
-#   async   this tree as `new`, with --async-io --optimize-multiget-for-io:
-#           RocksDB's asynchronous prefetch and seeks (ReadAsync/Poll of
-#           the Shale FileSystem: ranged GETs in goroutines) against the
+#   readahead  this tree as `new`, with --scan-readahead READAHEAD
+#           (default 2MiB): the synchronous path with the async setup's
+#           scan readahead, to tell the two apart
+#   async   this tree as `new`, with --async-io --optimize-multiget-for-io
+#           --scan-readahead READAHEAD: RocksDB's asynchronous prefetch and
+#           seeks (ReadAsync/Poll of the Shale FileSystem: ranged GETs in
+#           goroutines), a MultiGet's parts read at once (the engine splits
+#           it), and scans reading ahead in large steps, against the
 #           synchronous path of `new`, alternating with it
 #   cached  this tree with its default caches (8 GiB of tables, 256 MiB
 #           block cache), after a warm-up that fetches every table: the
@@ -50,7 +55,8 @@ ROUNDS=${ROUNDS:-1}
 SECONDS_EACH=${READ_SECONDS:-20}
 BASE=${BASE:-main}
 CACHE=${CACHE:-8MiB}
-SETUPS=${SETUPS:-base new async cached}
+SETUPS=${SETUPS:-base new readahead async cached}
+READAHEAD=${READAHEAD:-2MiB}
 LATENCY=${LATENCY:-0}
 work=$(mktemp -d "${TMPDIR:-/tmp}/shale-remote.XXXXXX")
 pids=()
@@ -79,7 +85,7 @@ fi
 
 bench_minio
 db=s3://bench/db
-echo "# MinIO on 127.0.0.1:$port; NUM=$NUM ROUNDS=$ROUNDS READ_SECONDS=$SECONDS_EACH CACHE=$CACHE BASE=$BASE SETUPS='$SETUPS' LATENCY='$LATENCY'; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "# MinIO on 127.0.0.1:$port; NUM=$NUM ROUNDS=$ROUNDS READ_SECONDS=$SECONDS_EACH CACHE=$CACHE BASE=$BASE SETUPS='$SETUPS' LATENCY='$LATENCY' READAHEAD=$READAHEAD; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 direct=$AWS_ENDPOINT_URL
 declare -A endpoint=([0]=$direct)
 for lat in $LATENCY; do
@@ -132,9 +138,13 @@ for round in $(seq "$ROUNDS"); do
     case $setup in
       base) start base "base-$round-$lat" --cache-size 1 --block-cache-size "$CACHE" ;;
       new) start new "new-$round-$lat" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" ;;
+      readahead)
+        start new "readahead-$round-$lat" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" \
+          --scan-readahead "$READAHEAD"
+        ;;
       async)
         start new "async-$round-$lat" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" \
-          --async-io --optimize-multiget-for-io
+          --async-io --optimize-multiget-for-io --scan-readahead "$READAHEAD"
         ;;
       cached)
         start new "cached-$round-$lat"
@@ -148,7 +158,7 @@ for round in $(seq "$ROUNDS"); do
     run "$setup" "$round" multireadrandom 1 --batch 32
     run "$setup" "$round" scan 4 --scan-length 1000
     run "$setup" "$round" scan 1 --scan-length 1000
-    if [ "$setup" = new ] || [ "$setup" = async ]; then
+    if [ "$setup" = new ] || [ "$setup" = readahead ] || [ "$setup" = async ]; then
       curl -fs "http://127.0.0.1:$m/metrics" | grep -E '^shale_range_cache' >&2 || true
     fi
     stop
@@ -172,18 +182,18 @@ printf '\n%-7s %-7s %-5s %-16s %7s %12s %9s %9s %12s %5s\n' setup latency round 
 jq -r '[.setup, .latency, .round, .name, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor), ((.serverCpuMicrosPerOp // 0)*10|round/10), .load] | @tsv' "$results" |
   awk -F'\t' '{ printf "%-7s %-7s %-5s %-16s %7d %12d %9d %9d %12.1f %5s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }'
 echo
-echo "# means over the rounds; ratios: new/base, new/cached, async/new, multireadrandom/readrandom (same setup, latency and threads)"
+echo "# means over the rounds; ratios: new/base, new/cached, async/new (per round after it), readahead/new, async/readahead, multireadrandom/readrandom (same setup, latency and threads)"
 echo "# latency: added to each request to MinIO by hack/latencyproxy (0: direct)"
 jq -rs '
   def mean(s): [s] | if length == 0 then 0 else add / length end;
   (group_by([.latency, .name, .threads])[] | . as $g | [$g[0].latency, $g[0].name, $g[0].threads,
     mean($g[] | select(.setup=="base") | .opsPerSec), mean($g[] | select(.setup=="new") | .opsPerSec),
     mean($g[] | select(.setup=="cached") | .opsPerSec), mean($g[] | select(.setup=="peer") | .opsPerSec),
-    mean($g[] | select(.setup=="async") | .opsPerSec),
+    mean($g[] | select(.setup=="async") | .opsPerSec), mean($g[] | select(.setup=="readahead") | .opsPerSec),
     ([$g[] | select(.setup=="async")] as $a | [$g[] | select(.setup=="new")] as $n |
       [range(0; [($a|length), ($n|length)] | min) | "\(($a[.].opsPerSec / ([$n[.].opsPerSec, 1e-9] | max)) * 100 | round / 100)"] | join("/"))] | @tsv)' "$results" |
   awk -F'\t' 'function r(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "-" }
-    { printf "%-5s %-16s %2d threads: base %8.0f  new %8.0f  async %8.0f  cached %8.0f   new/base %s  new/cached %s  async/new %s (rounds %s)", $1, $2, $3, $4, $5, $8, $6, r($5, $4), r($5, $6), r($8, $5), $9
+    { printf "%-5s %-16s %2d threads: base %6.0f  new %6.0f  readahead %6.0f  async %6.0f  cached %6.0f   new/base %s  new/cached %s  async/new %s (rounds %s)  readahead/new %s  async/readahead %s", $1, $2, $3, $4, $5, $9, $8, $6, r($5, $4), r($5, $6), r($8, $5), $10, r($9, $5), r($8, $9)
     if ($7 > 0) printf "  peer %8.0f  new/peer %s", $7, r($5, $7)
     printf "\n" }'
 jq -rs '
