@@ -13,8 +13,9 @@
 #   new     this tree: --cache-size 1, RocksDB's block cache and the range
 #           cache CACHE/2 each (same memory as base)
 #   readahead  this tree as `new`, with --scan-readahead READAHEAD
-#           (default 2MiB): the synchronous path with the async setup's
-#           scan readahead, to tell the two apart
+#           (default 256KiB, about what a scan of 1,000 pairs reads): the
+#           synchronous path with the async setup's scan readahead, to
+#           tell the two apart
 #   async   this tree as `new`, with --async-io --optimize-multiget-for-io
 #           --scan-readahead READAHEAD: RocksDB's asynchronous prefetch and
 #           seeks (ReadAsync/Poll of the Shale FileSystem: ranged GETs in
@@ -56,7 +57,7 @@ SECONDS_EACH=${READ_SECONDS:-20}
 BASE=${BASE:-main}
 CACHE=${CACHE:-8MiB}
 SETUPS=${SETUPS:-base new readahead async cached}
-READAHEAD=${READAHEAD:-2MiB}
+READAHEAD=${READAHEAD:-256KiB}
 LATENCY=${LATENCY:-0}
 work=$(mktemp -d "${TMPDIR:-/tmp}/shale-remote.XXXXXX")
 pids=()

@@ -92,12 +92,13 @@ type Tuning struct {
 	// (no coroutines) ignores, and the engine's own split of a MultiGet of
 	// 16 keys or more into parts read at once (parallelMultiGet).
 	OptimizeMultiGetForIO bool
-	// ScanReadahead is the largest readahead of a scan's table reads; 0
-	// leaves RocksDB's (from 8 KiB after 2 sequential block reads, up to
-	// 256 KiB). Set, a scan reads ahead from its first block read, at
-	// min(64 KiB, ScanReadahead), doubling up to ScanReadahead: on a table
-	// left in the store each readahead is a round trip to it (5-30 ms to
-	// S3), and a miss fetches a 64 KiB range anyway.
+	// ScanReadahead is the readahead of a scan's table reads; 0 leaves
+	// RocksDB's (from 8 KiB after 2 sequential block reads, doubling up to
+	// 256 KiB). Set, a scan reads ScanReadahead ahead from its first block
+	// read of a table on: on a table left in the store each readahead is a
+	// round trip to it (5-30 ms to S3), so a scan of N bytes waits for
+	// about N/ScanReadahead of them instead of ~5 for 256 KiB; a shorter
+	// scan reads what it does not need.
 	ScanReadahead uint64
 	// GroupCommitWindow is how long a durable write group's leader may
 	// wait for the writers of the previous group to come back before it
@@ -118,8 +119,8 @@ type Tuning struct {
 // are back.
 const MaxGroupCommitWindow = 100 * time.Millisecond
 
-// MaxScanReadahead bounds Tuning.ScanReadahead: each scanning thread may
-// hold that much (twice, with AsyncIO's two buffers).
+// MaxScanReadahead bounds Tuning.ScanReadahead: each scanning thread holds
+// that much per table it reads.
 const MaxScanReadahead = 64 << 20
 
 // DefaultGroupCommitWindow is the peer's usual WAL flush interval: a few
@@ -140,7 +141,7 @@ func (t Tuning) Validate() error {
 	case t.GroupCommitWindow < 0 || t.GroupCommitWindow > MaxGroupCommitWindow:
 		return fmt.Errorf("--group-commit-window %s is out of range: want 0 (off) to %s, e.g. 2ms", t.GroupCommitWindow, MaxGroupCommitWindow)
 	case t.ScanReadahead > MaxScanReadahead:
-		return fmt.Errorf("--scan-readahead %d is over the %d MiB limit; want e.g. 2MiB (0: RocksDB's 256 KiB)", t.ScanReadahead, MaxScanReadahead>>20)
+		return fmt.Errorf("--scan-readahead %d is over the %d MiB limit; want e.g. 256KiB, near the bytes a typical scan reads (0: RocksDB's)", t.ScanReadahead, MaxScanReadahead>>20)
 	case t.OptimizeMultiGetForIO && !t.AsyncIO:
 		return errors.New("--optimize-multiget-for-io needs --async-io (RocksDB only uses it for asynchronous reads)")
 	}
@@ -282,7 +283,8 @@ func Open(dir string, o Options) (_ *DB, err error) {
 		}
 	}
 	if r := o.Tuning.ScanReadahead; r > 0 {
-		rocksshim.SetScanReadahead(d.bbto, min(r, 64<<10), r, 0)
+		// Constant, not doubling from 8 KiB: each step is a round trip.
+		rocksshim.SetScanReadahead(d.bbto, r, r, 0)
 	}
 	d.opts.SetUnorderedWrite(o.Tuning.UnorderedWrite)
 	d.opts.SetEnablePipelinedWrite(o.Tuning.PipelinedWrite)

@@ -188,7 +188,7 @@ func TestTuningValidate(t *testing.T) {
 		{"ratio without hash index", Tuning{DataBlockHashRatio: 0.5}, "needs --data-block-index=binary-and-hash"},
 		{"multiget io without async", Tuning{OptimizeMultiGetForIO: true}, "needs --async-io"},
 		{"scan readahead 64 MiB", Tuning{ScanReadahead: 64 << 20}, ""},
-		{"scan readahead above 64 MiB", Tuning{ScanReadahead: 64<<20 + 1}, "--scan-readahead 67108865 is over the 64 MiB limit"},
+		{"scan readahead above 64 MiB", Tuning{ScanReadahead: 64<<20 + 1}, "--scan-readahead 67108865 is over the 64 MiB limit; want e.g. 256KiB"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.t.Validate()
