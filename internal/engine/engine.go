@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
@@ -182,6 +183,8 @@ type DB struct {
 	wSync   *grocksdb.WriteOptions
 	wNoSync *grocksdb.WriteOptions
 	ro      *grocksdb.ReadOptions
+	// multiGets counts the MultiGets under way (parallelMultiGet).
+	multiGets atomic.Int32
 	tuning  Tuning
 	commit  committer // merges concurrent non-durable writes
 	durable committer // merges concurrent durable writes into one synced write
@@ -657,14 +660,19 @@ func (d *DB) MultiGet(keys [][]byte) (values [][]byte, found []bool, err error) 
 		return nil, nil, err
 	}
 	defer d.leave()
-	if d.tuning.OptimizeMultiGetForIO && len(keys) >= 2*multiGetPartKeys {
+	n := d.multiGets.Add(1)
+	defer d.multiGets.Add(-1)
+	// With as many MultiGets under way as parts, the tables are already
+	// read concurrently: a split would only add work.
+	if d.tuning.OptimizeMultiGetForIO && len(keys) >= 2*multiGetPartKeys && n < multiGetParts {
 		return d.parallelMultiGet(keys)
 	}
 	return rocksshim.MultiGet(d.db, d.ro, keys)
 }
 
 // A MultiGet with OptimizeMultiGetForIO is split into up to
-// multiGetParts MultiGets of at least multiGetPartKeys keys each.
+// multiGetParts MultiGets of at least multiGetPartKeys keys each, while
+// fewer than multiGetParts MultiGets are under way.
 const (
 	multiGetParts    = 4
 	multiGetPartKeys = 8
