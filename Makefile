@@ -65,7 +65,7 @@ bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on M
 bench-served: deps ## server and client CPU per unary Put and Get of shale primary on MinIO, with and without TLS (NUM, ROUNDS, TLS=0; BASE=<git ref> also measures that revision)
 	hack/bench-served.sh
 
-bench-remote-reads: deps ## reads of tables left in the store with caches under 5% of the data: BASE (default main) vs this tree (sync and --async-io) vs all cached (NUM, ROUNDS, READ_SECONDS, CACHE, SETUPS)
+bench-remote-reads: deps ## reads of tables left in the store with caches under 5% of the data: BASE (default main) vs this tree (sync, sync with --scan-readahead, --async-io) vs all cached (NUM, ROUNDS, READ_SECONDS, CACHE, SETUPS, READAHEAD, LATENCY=10ms: through a proxy adding that per request)
 	hack/bench-remote-reads.sh
 
 bench-durable: deps ## durable (sync) writes at 16 and 64 clients on MinIO: BASE (default main) vs this tree vs db_bench fillsync; PEER_BIN (Rust) or PEER_PYTHON add SlateDB (THREADS, DURATION, ROUNDS)

@@ -12,9 +12,15 @@
 #           fetched whole), --block-cache-size CACHE (default 8MiB)
 #   new     this tree: --cache-size 1, RocksDB's block cache and the range
 #           cache CACHE/2 each (same memory as base)
-#   async   this tree as `new`, with --async-io --optimize-multiget-for-io:
-#           RocksDB's asynchronous prefetch and seeks (ReadAsync/Poll of
-#           the Shale FileSystem: ranged GETs in goroutines) against the
+#   readahead  this tree as `new`, with --scan-readahead READAHEAD
+#           (default 256KiB, about what a scan of 1,000 pairs reads): the
+#           synchronous path with the async setup's scan readahead, to
+#           tell the two apart
+#   async   this tree as `new`, with --async-io --optimize-multiget-for-io
+#           --scan-readahead READAHEAD: RocksDB's asynchronous prefetch and
+#           seeks (ReadAsync/Poll of the Shale FileSystem: ranged GETs in
+#           goroutines), a MultiGet's parts read at once (the engine splits
+#           it), and scans reading ahead in large steps, against the
 #           synchronous path of `new`, alternating with it
 #   cached  this tree with its default caches (8 GiB of tables, 256 MiB
 #           block cache), after a warm-up that fetches every table: the
@@ -31,6 +37,13 @@
 #   NUM=200000 READ_SECONDS=10 make bench-remote-reads
 #   REMOTE_JSON=/tmp/remote.jsonl             # one JSON object per benchmark
 #   SETUPS="new async"                        # a subset, in this order
+#   LATENCY="0 10ms"                          # each setup at each latency
+#
+# LATENCY (default 0) lists first-byte latencies to read at: for each one
+# that is not 0, the primaries read through hack/latencyproxy, an HTTP
+# proxy that holds every request to MinIO back by that long (a remote S3
+# answers in 5-30 ms, a MinIO on loopback in ~0.3 ms). The load is always
+# direct. The output says which rows went through the proxy.
 #
 # With PEER_PYTHON set to a Python with the `slatedb` package (pip install
 # slatedb), the embedded peer also loads the same NUM pairs into the same
@@ -43,7 +56,9 @@ ROUNDS=${ROUNDS:-1}
 SECONDS_EACH=${READ_SECONDS:-20}
 BASE=${BASE:-main}
 CACHE=${CACHE:-8MiB}
-SETUPS=${SETUPS:-base new async cached}
+SETUPS=${SETUPS:-base new readahead async cached}
+READAHEAD=${READAHEAD:-256KiB}
+LATENCY=${LATENCY:-0}
 work=$(mktemp -d "${TMPDIR:-/tmp}/shale-remote.XXXXXX")
 pids=()
 cleanup() {
@@ -65,17 +80,31 @@ if [[ " $SETUPS " == *" base "* ]]; then
   base_build "$work/base-src" "$work/base/shale" ./cmd/shale
 fi
 shale=$work/new/shale
+if [ "$LATENCY" != 0 ]; then
+  go build -o "$work/latencyproxy" "$repo/hack/latencyproxy"
+fi
 
 bench_minio
 db=s3://bench/db
-echo "# MinIO on 127.0.0.1:$port; NUM=$NUM ROUNDS=$ROUNDS READ_SECONDS=$SECONDS_EACH CACHE=$CACHE BASE=$BASE SETUPS='$SETUPS'; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "# MinIO on 127.0.0.1:$port; NUM=$NUM ROUNDS=$ROUNDS READ_SECONDS=$SECONDS_EACH CACHE=$CACHE BASE=$BASE SETUPS='$SETUPS' LATENCY='$LATENCY' READAHEAD=$READAHEAD; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+direct=$AWS_ENDPOINT_URL
+declare -A endpoint=([0]=$direct)
+for lat in $LATENCY; do
+  [ "$lat" = 0 ] && continue
+  coproc_out=$work/proxy-$lat.addr
+  "$work/latencyproxy" -target "$direct" -latency "$lat" >"$coproc_out" 2>"$work/proxy-$lat.log" &
+  pids+=($!)
+  for _ in $(seq 100); do [ -s "$coproc_out" ] && break; sleep 0.1; done
+  endpoint[$lat]=$(head -1 "$coproc_out")
+  echo "# LATENCY=$lat: primaries read through ${endpoint[$lat]}, a proxy that holds each request to MinIO back by $lat" >&2
+done
 
 # start BUILD NAME FLAGS...: a primary on $db in the background; sets kv, m, ppid.
 start() {
   local b=$1 name=$2
   shift 2
   kv=$(freeport); m=$(freeport)
-  "$work/$b/shale" primary --db "$db" --cache-dir "$work/cache-$name" \
+  AWS_ENDPOINT_URL=${endpoint[${lat:-0}]} "$work/$b/shale" primary --db "$db" --cache-dir "$work/cache-$name" \
     --listen "127.0.0.1:$kv" --metrics-listen "127.0.0.1:$m" "$@" >"$work/primary-$name.log" 2>&1 &
   ppid=$!
   pids+=("$ppid")
@@ -85,6 +114,7 @@ start() {
 stop() { kill "$ppid"; wait "$ppid" 2>/dev/null || true; }
 common=(--key-size 20 --value-size 400 --compression-ratio 0.5 --keys "$NUM" --progress-interval 1h -o json)
 
+lat=0
 start new load
 "$shale" bench --addr "127.0.0.1:$kv" --benchmarks fillseq --num "$NUM" --batch 100 --threads 4 "${common[@]}" >"$work/load.json"
 "$shale" kv --addr "127.0.0.1:$kv" flush
@@ -99,21 +129,26 @@ run() { # setup round benchmark threads extra...
   shift 4
   "$shale" bench --addr "127.0.0.1:$kv" --server-metrics "127.0.0.1:$m" --benchmarks "$bench" --threads "$threads" \
     --duration "${SECONDS_EACH}s" --seed "$round" "${common[@]}" "$@" 2>>"$work/bench.log" |
-    jq -c --arg setup "$setup" --argjson round "$round" --argjson threads "$threads" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
-      '.benchmarks[] | {setup: $setup, round: $round, name, threads: $threads, opsPerSec, p50: .latencyMicros.p50,
+    jq -c --arg setup "$setup" --arg latency "$lat" --argjson round "$round" --argjson threads "$threads" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
+      '.benchmarks[] | {setup: $setup, latency: $latency, round: $round, name, threads: $threads, opsPerSec, p50: .latencyMicros.p50,
         p99: .latencyMicros.p99, serverCpuMicrosPerOp, errors, load: $load}' >>"$results"
 }
 for round in $(seq "$ROUNDS"); do
+  for lat in $LATENCY; do
   for setup in $SETUPS; do
     case $setup in
-      base) start base "base-$round" --cache-size 1 --block-cache-size "$CACHE" ;;
-      new) start new "new-$round" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" ;;
+      base) start base "base-$round-$lat" --cache-size 1 --block-cache-size "$CACHE" ;;
+      new) start new "new-$round-$lat" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" ;;
+      readahead)
+        start new "readahead-$round-$lat" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" \
+          --scan-readahead "$READAHEAD"
+        ;;
       async)
-        start new "async-$round" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" \
-          --async-io --optimize-multiget-for-io
+        start new "async-$round-$lat" --cache-size 1 --block-cache-size "$half" --range-cache-size "$half" \
+          --async-io --optimize-multiget-for-io --scan-readahead "$READAHEAD"
         ;;
       cached)
-        start new "cached-$round"
+        start new "cached-$round-$lat"
         # Warm up: open every table (each fetched whole into the cache).
         "$shale" bench --addr "127.0.0.1:$kv" --benchmarks scan --scan-length 1000 --threads 4 --duration 20s "${common[@]}" >/dev/null 2>>"$work/bench.log"
         ;;
@@ -124,12 +159,14 @@ for round in $(seq "$ROUNDS"); do
     run "$setup" "$round" multireadrandom 1 --batch 32
     run "$setup" "$round" scan 4 --scan-length 1000
     run "$setup" "$round" scan 1 --scan-length 1000
-    if [ "$setup" = new ] || [ "$setup" = async ]; then
+    if [ "$setup" = new ] || [ "$setup" = readahead ] || [ "$setup" = async ]; then
       curl -fs "http://127.0.0.1:$m/metrics" | grep -E '^shale_range_cache' >&2 || true
     fi
     stop
   done
+  done
 done
+lat=0
 if [ -n "${PEER_PYTHON:-}" ]; then
   peer=$repo/hack/remote-reads-peer.py
   "$PEER_PYTHON" "$peer" load s3://bench/peer "$NUM" >"$work/peer-load.json"
@@ -137,28 +174,31 @@ if [ -n "${PEER_PYTHON:-}" ]; then
   for round in $(seq "$ROUNDS"); do
     "$PEER_PYTHON" "$peer" readrandom s3://bench/peer "$NUM" "$((half * 2))" "$SECONDS_EACH" 16 |
       jq -c --argjson round "$round" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
-        '{setup: "peer", round: $round, name, threads, opsPerSec, p50, p99, serverCpuMicrosPerOp: null, errors: 0, load: $load}' >>"$results"
+        '{setup: "peer", latency: "0", round: $round, name, threads, opsPerSec, p50, p99, serverCpuMicrosPerOp: null, errors: 0, load: $load}' >>"$results"
   done
 fi
 [ -n "${REMOTE_JSON:-}" ] && cp "$results" "$REMOTE_JSON"
 
-printf '\n%-7s %-5s %-16s %7s %12s %9s %9s %12s %5s\n' setup round benchmark threads "keys/s" "p50 µs" "p99 µs" "server µs/op" load
-jq -r '[.setup, .round, .name, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor), ((.serverCpuMicrosPerOp // 0)*10|round/10), .load] | @tsv' "$results" |
-  awk -F'\t' '{ printf "%-7s %-5s %-16s %7d %12d %9d %9d %12.1f %5s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
+printf '\n%-7s %-7s %-5s %-16s %7s %12s %9s %9s %12s %5s\n' setup latency round benchmark threads "keys/s" "p50 µs" "p99 µs" "server µs/op" load
+jq -r '[.setup, .latency, .round, .name, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor), ((.serverCpuMicrosPerOp // 0)*10|round/10), .load] | @tsv' "$results" |
+  awk -F'\t' '{ printf "%-7s %-7s %-5s %-16s %7d %12d %9d %9d %12.1f %5s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }'
 echo
-echo "# means over the rounds; ratios: new/base, new/cached, async/new, multireadrandom/readrandom (same setup and threads)"
+echo "# means over the rounds; ratios: new/base, new/cached, async/new (per round after it), readahead/new, async/readahead, multireadrandom/readrandom (same setup, latency and threads)"
+echo "# latency: added to each request to MinIO by hack/latencyproxy (0: direct)"
 jq -rs '
   def mean(s): [s] | if length == 0 then 0 else add / length end;
-  (group_by([.name, .threads])[] | . as $g | [$g[0].name, $g[0].threads,
+  (group_by([.latency, .name, .threads])[] | . as $g | [$g[0].latency, $g[0].name, $g[0].threads,
     mean($g[] | select(.setup=="base") | .opsPerSec), mean($g[] | select(.setup=="new") | .opsPerSec),
     mean($g[] | select(.setup=="cached") | .opsPerSec), mean($g[] | select(.setup=="peer") | .opsPerSec),
-    mean($g[] | select(.setup=="async") | .opsPerSec)] | @tsv)' "$results" |
+    mean($g[] | select(.setup=="async") | .opsPerSec), mean($g[] | select(.setup=="readahead") | .opsPerSec),
+    ([$g[] | select(.setup=="async")] as $a | [$g[] | select(.setup=="new")] as $n |
+      [range(0; [($a|length), ($n|length)] | min) | "\(($a[.].opsPerSec / ([$n[.].opsPerSec, 1e-9] | max)) * 100 | round / 100)"] | join("/"))] | @tsv)' "$results" |
   awk -F'\t' 'function r(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "-" }
-    { printf "%-16s %2d threads: base %8.0f  new %8.0f  async %8.0f  cached %8.0f   new/base %s  new/cached %s  async/new %s", $1, $2, $3, $4, $7, $5, r($4, $3), r($4, $5), r($7, $4)
-    if ($6 > 0) printf "  peer %8.0f  new/peer %s", $6, r($4, $6)
+    { printf "%-5s %-16s %2d threads: base %6.0f  new %6.0f  readahead %6.0f  async %6.0f  cached %6.0f   new/base %s  new/cached %s  async/new %s (rounds %s)  readahead/new %s  async/readahead %s", $1, $2, $3, $4, $5, $9, $8, $6, r($5, $4), r($5, $6), r($8, $5), $10, r($9, $5), r($8, $9)
+    if ($7 > 0) printf "  peer %8.0f  new/peer %s", $7, r($5, $7)
     printf "\n" }'
 jq -rs '
   def mean(s): [s] | if length == 0 then 0 else add / length end;
-  map(select((.name=="readrandom" or .name=="multireadrandom") and .setup != "peer")) | group_by([.setup, .threads])[] | . as $g | [$g[0].setup, $g[0].threads,
+  map(select((.name=="readrandom" or .name=="multireadrandom") and .setup != "peer")) | group_by([.latency, .setup, .threads])[] | . as $g | [$g[0].latency, $g[0].setup, $g[0].threads,
     mean($g[] | select(.name=="readrandom") | .opsPerSec), mean($g[] | select(.name=="multireadrandom") | .opsPerSec)] | @tsv' "$results" |
-  awk -F'\t' '{ printf "%-7s %2d threads: MultiGet of 32 %8.0f keys/s vs Gets %8.0f keys/s: %sx\n", $1, $2, $4, $3, ($3 > 0 ? sprintf("%.2f", $4/$3) : "-") }'
+  awk -F'\t' '{ printf "%-5s %-7s %2d threads: MultiGet of 32 %8.0f keys/s vs Gets %8.0f keys/s: %sx\n", $1, $2, $3, $5, $4, ($4 > 0 ? sprintf("%.2f", $5/$4) : "-") }'

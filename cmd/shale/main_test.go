@@ -239,6 +239,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"primary", "--db", "file:///tmp/x", "--group-commit-window", "1s"}, []string{"--group-commit-window 1s is out of range: want 0 (off) to 100ms"}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--group-commit-window", "-1ms"}, []string{`invalid argument "-1ms" for "--group-commit-window"`, "must be 0 (off) or positive"}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--optimize-multiget-for-io"}, []string{"--optimize-multiget-for-io needs --async-io"}},
+		{[]string{"primary", "--db", "file:///tmp/x", "--scan-readahead", "65MiB"}, []string{"primary: --scan-readahead 68157440 is over the 64 MiB limit"}},
 		{[]string{"dev", "--data", "/tmp/x", "--rocksdb-histograms=some"}, []string{`invalid argument "some" for "--rocksdb-histograms" flag`}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--clone-from", "file:///tmp/p"}, []string{"primary: a clone needs --clone-from, --clone-checkpoint and --clone-id together"}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--clone-from", "file:///tmp/p", "--clone-checkpoint", "c1", "--clone-id", "a", "--existing"}, []string{"primary: --existing and --clone-from exclude each other"}},

@@ -136,10 +136,11 @@ func tuningFlags(c *cobra.Command, t *engine.Tuning) {
 	fs.BoolVar(&t.PipelinedWrite, "pipelined-write", false, "overlap a write group's WAL write with the previous group's memtable insert (not with --unordered-write)")
 	fs.Var(offDurationValue{durationValue{&t.GroupCommitWindow}}, "group-commit-window", "how long a durable write group may wait for the previous group's writers to come back before its upload (0: off); a group closes as soon as they are back")
 	fs.BoolVar(&t.AsyncIO, "async-io", false, "let RocksDB read ahead asynchronously for scans (ReadOptions.async_io)")
-	fs.BoolVar(&t.OptimizeMultiGetForIO, "optimize-multiget-for-io", false, "with --async-io: read the files of a MultiGet's keys in several levels in parallel")
+	fs.BoolVar(&t.OptimizeMultiGetForIO, "optimize-multiget-for-io", false, "with --async-io: read the tables of a MultiGet's keys concurrently (while fewer than 4 MultiGets are under way, one of 8+ keys is split into up to 8 parts read at once, under one snapshot)")
+	fs.Var(newSize(&t.ScanReadahead, 0), "scan-readahead", "readahead of a scan of a table, from its first block read (0: RocksDB's, 8 KiB after 2 reads doubling up to 256 KiB); on tables left in the store each readahead is a round trip: set it near the bytes a typical scan reads, e.g. 256KiB")
 	rocksDBHistogramsFlag(c, t)
 	c.RegisterFlagCompletionFunc("data-block-index", cobra.FixedCompletions([]cobra.Completion{"binary", "binary-and-hash"}, cobra.ShellCompDirectiveNoFileComp))
-	noFileCompletion(c, "data-block-hash-ratio", "group-commit-window")
+	noFileCompletion(c, "data-block-hash-ratio", "group-commit-window", "scan-readahead")
 }
 
 // rocksDBHistogramsFlag registers --rocksdb-histograms (primary, dev,

@@ -4,14 +4,17 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
@@ -85,10 +88,19 @@ type Tuning struct {
 	// AsyncIO lets RocksDB prefetch for scans asynchronously
 	// (ReadOptions.async_io).
 	AsyncIO bool
-	// OptimizeMultiGetForIO reads the SST files of a MultiGet's keys in
-	// several levels in parallel when AsyncIO is on
-	// (ReadOptions.optimize_multiget_for_io).
+	// OptimizeMultiGetForIO reads the tables of a MultiGet's keys
+	// concurrently: RocksDB's optimize_multiget_for_io, which this build
+	// (no coroutines) ignores, and the engine's own split of a MultiGet of
+	// 8 keys or more into parts read at once (parallelMultiGet).
 	OptimizeMultiGetForIO bool
+	// ScanReadahead is the readahead of a scan's table reads; 0 leaves
+	// RocksDB's (from 8 KiB after 2 sequential block reads, doubling up to
+	// 256 KiB). Set, a scan reads ScanReadahead ahead from its first block
+	// read of a table on: on a table left in the store each readahead is a
+	// round trip to it (5-30 ms to S3), so a scan of N bytes waits for
+	// about N/ScanReadahead of them instead of ~5 for 256 KiB; a shorter
+	// scan reads what it does not need.
+	ScanReadahead uint64
 	// GroupCommitWindow is how long a durable write group's leader may
 	// wait for the writers of the previous group to come back before it
 	// syncs (commit.go): one upload for all of them instead of one for
@@ -108,6 +120,10 @@ type Tuning struct {
 // are back.
 const MaxGroupCommitWindow = 100 * time.Millisecond
 
+// MaxScanReadahead bounds Tuning.ScanReadahead: each scanning thread holds
+// that much per table it reads.
+const MaxScanReadahead = 64 << 20
+
 // DefaultGroupCommitWindow is the peer's usual WAL flush interval: a few
 // milliseconds against an object-store PUT of several.
 const DefaultGroupCommitWindow = 2 * time.Millisecond
@@ -125,6 +141,8 @@ func (t Tuning) Validate() error {
 		return errors.New("--data-block-hash-ratio needs --data-block-index=binary-and-hash (the ratio sizes the hash index)")
 	case t.GroupCommitWindow < 0 || t.GroupCommitWindow > MaxGroupCommitWindow:
 		return fmt.Errorf("--group-commit-window %s is out of range: want 0 (off) to %s, e.g. 2ms", t.GroupCommitWindow, MaxGroupCommitWindow)
+	case t.ScanReadahead > MaxScanReadahead:
+		return fmt.Errorf("--scan-readahead %d is over the %d MiB limit; want e.g. 256KiB, near the bytes a typical scan reads (0: RocksDB's)", t.ScanReadahead, MaxScanReadahead>>20)
 	case t.OptimizeMultiGetForIO && !t.AsyncIO:
 		return errors.New("--optimize-multiget-for-io needs --async-io (RocksDB only uses it for asynchronous reads)")
 	}
@@ -169,10 +187,12 @@ type DB struct {
 	wSync   *grocksdb.WriteOptions
 	wNoSync *grocksdb.WriteOptions
 	ro      *grocksdb.ReadOptions
-	tuning  Tuning
-	commit  committer // merges concurrent non-durable writes
-	durable committer // merges concurrent durable writes into one synced write
-	merge   bool      // use the committers (not with RocksDB's own write modes)
+	// multiGets counts the MultiGets under way (parallelMultiGet).
+	multiGets atomic.Int32
+	tuning    Tuning
+	commit    committer // merges concurrent non-durable writes
+	durable   committer // merges concurrent durable writes into one synced write
+	merge     bool      // use the committers (not with RocksDB's own write modes)
 
 	lockFile *os.File // flock on <dir>/LOCK, held while open
 	fs       *rocksshim.FileSystem
@@ -268,6 +288,10 @@ func Open(dir string, o Options) (_ *DB, err error) {
 		if o.Tuning.DataBlockHashRatio > 0 {
 			d.bbto.SetDataBlockHashRatio(o.Tuning.DataBlockHashRatio)
 		}
+	}
+	if r := o.Tuning.ScanReadahead; r > 0 {
+		// Constant, not doubling from 8 KiB: each step is a round trip.
+		rocksshim.SetScanReadahead(d.bbto, r, r, 0)
 	}
 	d.opts.SetUnorderedWrite(o.Tuning.UnorderedWrite)
 	d.opts.SetEnablePipelinedWrite(o.Tuning.PipelinedWrite)
@@ -655,7 +679,79 @@ func (d *DB) MultiGet(keys [][]byte) (values [][]byte, found []bool, err error) 
 		return nil, nil, err
 	}
 	defer d.leave()
+	n := d.multiGets.Add(1)
+	defer d.multiGets.Add(-1)
+	// With several MultiGets under way, the tables are already read
+	// concurrently: a split would only add work.
+	if d.tuning.OptimizeMultiGetForIO && len(keys) >= 2*multiGetPartKeys && n < multiGetSplitBelow {
+		return d.parallelMultiGet(keys)
+	}
 	return rocksshim.MultiGet(d.db, d.ro, keys)
+}
+
+// A MultiGet with OptimizeMultiGetForIO is split into up to
+// multiGetParts MultiGets of at least multiGetPartKeys keys each, while
+// fewer than multiGetSplitBelow MultiGets are under way. (1,000,000 pairs
+// (220 MB of tables), 10 ms per GET, one caller: 8 parts of 4 read 431 and 380
+// keys/s where 4 parts of 8 read 363 and 349, and no split 204 and 297.)
+const (
+	multiGetParts      = 8
+	multiGetPartKeys   = 4
+	multiGetSplitBelow = 4
+)
+
+// parallelMultiGet is what optimize_multiget_for_io does in a RocksDB built
+// with coroutines, and this one (no folly, no USE_COROUTINES) does not:
+// read the tables of one MultiGet concurrently. RocksDB's synchronous
+// MultiGet visits a level's tables one after another (Version::MultiGet,
+// db/version_set.cc), so on tables left in the object store it waits for
+// one table's GETs before it starts the next table's. Here the keys are
+// sorted and cut into contiguous parts, whose tables mostly differ, and
+// the parts run at once, each a MultiGet on its own thread, all under one
+// snapshot: the same consistent view, and so the same result, as one
+// MultiGet.
+func (d *DB) parallelMultiGet(keys [][]byte) (values [][]byte, found []bool, err error) {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
+	snap := d.db.NewSnapshot()
+	defer d.db.ReleaseSnapshot(snap)
+	ro := d.newReadOptions()
+	defer ro.Destroy()
+	ro.SetSnapshot(snap)
+
+	parts := min(multiGetParts, len(keys)/multiGetPartKeys)
+	values, found = make([][]byte, len(keys)), make([]bool, len(keys))
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		idx := order[p*len(order)/parts : (p+1)*len(order)/parts]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part := make([][]byte, len(idx))
+			for j, i := range idx {
+				part[j] = keys[i]
+			}
+			v, f, err := rocksshim.MultiGet(d.db, ro, part)
+			if err != nil {
+				errs[p] = err
+				return
+			}
+			for j, i := range idx {
+				values[i], found[i] = v[j], f[j]
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return values, found, nil
 }
 
 // ScanOptions select a key range. Start is inclusive, End exclusive; empty

@@ -187,6 +187,8 @@ func TestTuningValidate(t *testing.T) {
 		{"negative ratio", Tuning{DataBlockHashIndex: true, DataBlockHashRatio: -0.1}, "out of range"},
 		{"ratio without hash index", Tuning{DataBlockHashRatio: 0.5}, "needs --data-block-index=binary-and-hash"},
 		{"multiget io without async", Tuning{OptimizeMultiGetForIO: true}, "needs --async-io"},
+		{"scan readahead 64 MiB", Tuning{ScanReadahead: 64 << 20}, ""},
+		{"scan readahead above 64 MiB", Tuning{ScanReadahead: 64<<20 + 1}, "--scan-readahead 67108865 is over the 64 MiB limit; want e.g. 256KiB"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.t.Validate()
@@ -298,6 +300,67 @@ func TestConcurrentWritesMerged(t *testing.T) {
 				if v, ok, _ := d.Get([]byte(k + "-pair")); !ok || string(v) != k {
 					t.Fatalf("%s-pair of the same batch missing", k)
 				}
+			}
+		}
+	}
+}
+
+// A MultiGet that OptimizeMultiGetForIO splits into parts still reads one
+// consistent view: with a writer rewriting every key in one atomic batch,
+// all keys of one MultiGet come from the same batch; keys missing or asked
+// twice read as in one MultiGet.
+func TestParallelMultiGetOneView(t *testing.T) {
+	o := DefaultOptions()
+	o.Tuning.AsyncIO, o.Tuning.OptimizeMultiGetForIO = true, true
+	d, err := Open(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	write := func(gen int) {
+		ms := make([]Mutation, n)
+		for i := range ms {
+			ms[i] = Mutation{Key: fmt.Appendf(nil, "k%03d", i), Value: fmt.Appendf(nil, "gen%06d", gen)}
+		}
+		if err := d.Write(ms, false); err != nil {
+			t.Error(err)
+		}
+	}
+	defer d.Close()
+	write(0)
+	if err := d.Flush(); err != nil { // some keys in a table, later ones in the memtable
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for gen := 1; ; gen++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			write(gen)
+		}
+	}()
+	defer func() { close(stop); <-done }() // before Close
+	keys := [][]byte{[]byte("missing")}
+	for i := n - 1; i >= 0; i-- { // unsorted: the parts are cut from the sorted keys
+		keys = append(keys, fmt.Appendf(nil, "k%03d", i))
+	}
+	keys = append(keys, []byte("k007"))
+	for round := 0; round < 300; round++ {
+		vals, found, err := d.MultiGet(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if found[0] || vals[0] != nil {
+			t.Fatalf("missing key found: %q", vals[0])
+		}
+		for i := 1; i < len(keys); i++ {
+			if !found[i] || string(vals[i]) != string(vals[1]) {
+				t.Fatalf("round %d: %s = %q (found %v), %s = %q: one MultiGet saw two batches", round, keys[i], vals[i], found[i], keys[1], vals[1])
 			}
 		}
 	}

@@ -388,6 +388,13 @@ void shale_block_based_set_bloom(rocksdb_block_based_table_options_t* o, double 
   o->rep.filter_policy.reset(NewBloomFilterPolicy(bits_per_key));
 }
 
+void shale_block_based_set_readahead(rocksdb_block_based_table_options_t* o, size_t initial, size_t max,
+                                     uint64_t num_reads) {
+  o->rep.initial_auto_readahead_size = initial;
+  o->rep.max_auto_readahead_size = max;
+  o->rep.num_file_reads_for_auto_readahead = num_reads;
+}
+
 char* shale_table_options(rocksdb_options_t* opts, char** err) {
   std::string s;
   ConfigOptions cfg;

@@ -142,6 +142,15 @@ func SetBloomFilter(bbto *grocksdb.BlockBasedTableOptions, bitsPerKey float64) {
 	runtime.KeepAlive(bbto)
 }
 
+// SetScanReadahead sets an iterator's implicit readahead
+// (BlockBasedTableOptions, which grocksdb lacks): it begins after
+// numReads sequential block reads of a table at initial bytes and doubles
+// with each read up to max.
+func SetScanReadahead(bbto *grocksdb.BlockBasedTableOptions, initial, max, numReads uint64) {
+	C.shale_block_based_set_readahead(bbtoHandle(bbto), C.size_t(initial), C.size_t(max), C.uint64_t(numReads))
+	runtime.KeepAlive(bbto)
+}
+
 // TableOptions returns the table factory's options as a RocksDB option
 // string.
 func TableOptions(opts *grocksdb.Options) (string, error) {

@@ -105,42 +105,62 @@ IOStatus ToStatus(int code, char* msg) {
 
 class ShaleFS;
 
-// One ReadAsync of a remote table in flight: filled by the goroutine that
-// reads it (shale_fs_async_done), delivered to RocksDB's callback by Poll
-// or AbortIO on RocksDB's thread, freed by RocksDB's del_fn.
+// One ReadAsync of a remote table in flight. The goroutine that reads it
+// fills its own buffer (buf) and reports with shale_fs_async_done; Poll
+// waits for that and copies the bytes to RocksDB's buffer before running
+// RocksDB's callback on RocksDB's thread; AbortIO runs the callback at once
+// with Aborted and leaves the GET to finish on its own, into buf, which
+// RocksDB never sees: an iterator that ends or seeks elsewhere does not
+// wait a round trip to the store for a readahead it no longer wants. Two
+// references, RocksDB's handle (del_fn) and the goroutine's (done); the
+// last one frees it.
 struct AsyncRead {
-  FSReadRequest req;
+  FSReadRequest req;  // RocksDB's request; req.scratch is RocksDB's buffer
+  char* buf = nullptr;
   std::function<void(FSReadRequest&, void*)> cb;
   void* cb_arg = nullptr;
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;       // the goroutine finished (it no longer touches req.scratch)
+  std::atomic<int> refs{2};
+  bool done = false;       // the goroutine finished (it no longer touches buf)
   bool delivered = false;  // the callback ran
   int code = 0;
   uint64_t got = 0;
   char* err = nullptr;
 
+  ~AsyncRead() {
+    free(buf);
+    free(err);
+  }
+  void Unref() {
+    if (refs.fetch_sub(1) == 1) delete this;
+  }
   void Wait() {
     std::unique_lock<std::mutex> l(mu);
     cv.wait(l, [&] { return done; });
   }
-  // Deliver waits for the read and runs the callback once, with the
-  // result, or with Aborted (AbortIO: RocksDB drops the buffer, and the
+  // Deliver runs the callback once: with the result once the read is done,
+  // or at once with Aborted (AbortIO: RocksDB drops the buffer, and the
   // callback frees its per-read state, as POSIX's AbortIO does).
   void Deliver(bool abort) {
-    Wait();
     if (delivered) return;
     delivered = true;
-    IOStatus s = ToStatus(code, err);
-    err = nullptr;
     if (abort) {
-      s.PermitUncheckedError();
       req.status = IOStatus::Aborted();
       req.result = Slice();
-    } else {
-      req.status = s;
-      req.result = s.ok() ? Slice(req.scratch, got) : Slice();
+      cb(req, cb_arg);
+      return;
     }
+    Wait();
+    IOStatus s = ToStatus(code, err);
+    err = nullptr;
+    if (s.ok()) {
+      memcpy(req.scratch, buf, got);
+      req.result = Slice(req.scratch, got);
+    } else {
+      req.result = Slice();
+    }
+    req.status = s;
     cb(req, cb_arg);
   }
 };
@@ -419,7 +439,7 @@ class ShaleFS : public FileSystemWrapper {
       async_.insert(a);
     }
     shaleFSReadAsync(h_, const_cast<char*>(name.data()), static_cast<int>(name.size()), a->req.offset,
-                     a->req.len, a->req.scratch, reinterpret_cast<uintptr_t>(a), activity);
+                     a->req.len, a->buf, reinterpret_cast<uintptr_t>(a), activity);
   }
   void Forget(AsyncRead* a) {
     std::lock_guard<std::mutex> l(async_mu_);
@@ -440,8 +460,8 @@ class ShaleFS : public FileSystemWrapper {
     if (others.empty()) return IOStatus::OK();
     return target()->Poll(others, min);
   }
-  // AbortIO cannot stop a GET under way: it waits for it (the buffer is
-  // then free for RocksDB to reuse) and reports the read aborted.
+  // AbortIO cannot stop a GET under way, and does not wait for it: the
+  // GET fills the read's own buffer, not RocksDB's (AsyncRead).
   IOStatus AbortIO(std::vector<void*>& handles) override {
     std::vector<void*> others;
     for (AsyncRead* a : Split(handles, &others)) a->Deliver(true);
@@ -679,6 +699,11 @@ IOStatus ShaleRandomAccessFile::ReadAsync(FSReadRequest& req, const IOOptions& o
     }
   }
   auto* a = new AsyncRead;
+  a->buf = static_cast<char*>(malloc(req.len > 0 ? req.len : 1));
+  if (a->buf == nullptr) {
+    delete a;
+    return IOStatus::NoSpace("cannot allocate an asynchronous read of " + std::to_string(req.len) + " bytes");
+  }
   a->req.offset = req.offset;
   a->req.len = req.len;
   a->req.scratch = req.scratch;
@@ -686,14 +711,12 @@ IOStatus ShaleRandomAccessFile::ReadAsync(FSReadRequest& req, const IOOptions& o
   a->cb_arg = cb_arg;
   ShaleFS* fs = fs_;
   *io_handle = a;
-  // RocksDB frees a handle after its callback ran (Poll or AbortIO); it
-  // still waits for the goroutine, which writes into req.scratch.
+  // RocksDB frees a handle after its callback ran (Poll or AbortIO); the
+  // goroutine may still be reading into a->buf, and holds its reference.
   *del_fn = [fs](void* p) {
     auto* a = static_cast<AsyncRead*>(p);
-    a->Wait();
     fs->Forget(a);
-    free(a->err);
-    delete a;
+    a->Unref();
   };
   fs_->StartAsync(name_, a, ReadActivity(o));
   return IOStatus::OK();
@@ -727,12 +750,15 @@ void shale_fs_evict(shale_fs_t* s, const char* name, int n) { s->fs->Evict(std::
 
 void shale_fs_async_done(uintptr_t token, int code, uint64_t got, char* err) {
   auto* a = reinterpret_cast<AsyncRead*>(token);
-  std::lock_guard<std::mutex> l(a->mu);
-  a->code = code;
-  a->got = got;
-  a->err = err;
-  a->done = true;
-  a->cv.notify_all();
+  {
+    std::lock_guard<std::mutex> l(a->mu);
+    a->code = code;
+    a->got = got;
+    a->err = err;
+    a->done = true;
+    a->cv.notify_all();
+  }
+  a->Unref();
 }
 
 void shale_fs_destroy(shale_fs_t* s) { delete s; }

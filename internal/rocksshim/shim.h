@@ -85,6 +85,8 @@ void shale_compaction_service_attach(rocksdb_options_t* opts, uintptr_t handle);
 // the C API's (a wrapper whose id lacks the bits), it serializes as
 // "bloomfilter:<bits>:false", which a compaction worker can rebuild.
 void shale_block_based_set_bloom(rocksdb_block_based_table_options_t* o, double bits_per_key);
+void shale_block_based_set_readahead(rocksdb_block_based_table_options_t* o, size_t initial, size_t max,
+                                     uint64_t num_reads);
 // The table factory's options as a RocksDB option string (malloc'd).
 char* shale_table_options(rocksdb_options_t* opts, char** err);
 // The top-level field `key` of a serialized CompactionServiceInput or
