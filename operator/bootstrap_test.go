@@ -164,12 +164,16 @@ func TestDecideBootstrapClone(t *testing.T) {
 		// fromCheckpoint reads the store only: the parent need not be Ready.
 		{"from-checkpoint-parent-not-ready", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.Status.Conditions = nil })), ""},
 		// A check resumed after status.clone was written: same parent.
-		{"clone-from-resumed", base(fromNew, func(in *bootstrapInput) { in.DB.Status.Clone = &shalev1.CloneStatus{Database: "orders", UID: parentUID} }), ""},
+		{"clone-from-resumed", base(fromNew, func(in *bootstrapInput) {
+			in.DB.Status.Clone = &shalev1.CloneStatus{Database: "orders", UID: parentUID}
+		}), ""},
 
 		{"itself", base(clone(shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders-test"}}), nil), "spec.bootstrap.cloneFrom.database names this RocksDB itself"},
 		{"no-parent", base(fromNew, func(in *bootstrapInput) { in.RocksDBs = in.RocksDBs[1:] }), "RocksDB orders (spec.bootstrap.cloneFrom.database) does not exist in namespace ns"},
 		{"parent-other-namespace", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.Namespace = "prod" })), "does not exist in namespace ns"},
-		{"parent-recreated", base(fromNew, func(in *bootstrapInput) { in.DB.Status.Clone = &shalev1.CloneStatus{Database: "orders", UID: "99999999-0000-4000-8000-000000000009"} }), "it was deleted and created again"},
+		{"parent-recreated", base(fromNew, func(in *bootstrapInput) {
+			in.DB.Status.Clone = &shalev1.CloneStatus{Database: "orders", UID: "99999999-0000-4000-8000-000000000009"}
+		}), "it was deleted and created again"},
 		{"parent-deleting", base(fromNew, onParent(func(p *shalev1.RocksDB) { p.DeletionTimestamp = &now })), "RocksDB orders is being deleted"},
 		{"parent-deleting-from-checkpoint", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.DeletionTimestamp = &now })), "RocksDB orders is being deleted"},
 		{"parent-other-store", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.Spec.ObjectStoreRef.Name = "aws" })), "RocksDB orders is in ObjectStore aws and this RocksDB in minio: a clone starts only from a database of its own ObjectStore (copying a parent from another store is not built yet"},

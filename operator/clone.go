@@ -190,7 +190,9 @@ func (r *rocksDBReconciler) clone(ctx context.Context, db *shalev1.RocksDB, stor
 		now := r.now()
 		// The expiry is fixed before the request, so a retry sends the
 		// same one; renewed only if it passed before any answer.
-		expires := now.Add(cloneCheckpointTTL)
+		// Whole seconds: what status keeps, so a retry after a re-read
+		// sends exactly the same.
+		expires := now.Add(cloneCheckpointTTL).Truncate(time.Second)
 		if c := db.Status.Clone; c != nil && c.CheckpointExpiresAt != nil && c.CheckpointExpiresAt.Time.After(now.Add(time.Minute)) {
 			expires = c.CheckpointExpiresAt.Time
 		}
