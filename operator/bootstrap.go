@@ -19,7 +19,8 @@ import (
 )
 
 // spec.bootstrap (docs/rfcs/0010-checkpoints-and-clones.md, steps 21-22).
-// Only fromExistingPath is built: a new RocksDB adopts the directory a
+// fromExistingPath here (clones, fromCheckpoint and cloneFrom: clone.go):
+// a new RocksDB adopts the directory a
 // deleted RocksDB with reclaimPolicy Retain left behind. Before its first
 // primary, the operator reads what decideBootstrap needs, and claims the
 // directory by rewriting its owner record with If-Match on the version it
@@ -99,11 +100,32 @@ type bootstrapInput struct {
 	// epoch claimed there (0: none).
 	HasCurrent bool
 	Claims     uint64
+	// Checkpoint is the Checkpoint fromCheckpoint names (nil: none).
+	Checkpoint *shalev1.Checkpoint
 }
 
-// decideBootstrap decides whether a RocksDB may adopt the directory its
-// spec.bootstrap.fromExistingPath names (a pure function, table-tested).
-// It may only if:
+// bootstrapPlan is what decideBootstrap allows: an adoption (the target)
+// or a clone (Clone set).
+type bootstrapPlan struct {
+	adoptTarget
+	Clone *cloneSource
+}
+
+// decideBootstrap decides whether a RocksDB may start from what its
+// spec.bootstrap names (a pure function, table-tested): a retained
+// directory (decideAdopt) or a checkpoint of another RocksDB (decideClone,
+// clone.go). problem, when set, names what is wrong and what to do.
+func decideBootstrap(in bootstrapInput) (bootstrapPlan, string) {
+	if clones(in.DB) {
+		src, problem := decideClone(in)
+		return bootstrapPlan{Clone: &src}, problem
+	}
+	t, problem := decideAdopt(in)
+	return bootstrapPlan{adoptTarget: t}, problem
+}
+
+// decideAdopt decides whether a RocksDB may adopt the directory its
+// spec.bootstrap.fromExistingPath names. It may only if:
 //   - the path is NAMESPACE/NAME-UID/ of its own namespace under its
 //     ObjectStore's prefix;
 //   - no RocksDB has that UID (the directory's own database is deleted),
@@ -116,7 +138,7 @@ type bootstrapInput struct {
 //   - CURRENT and an epoch claim exist: a database was opened there.
 //
 // problem, when set, names what is wrong and what to do.
-func decideBootstrap(in bootstrapInput) (t adoptTarget, problem string) {
+func decideAdopt(in bootstrapInput) (t adoptTarget, problem string) {
 	db := in.DB
 	t, problem = parseAdoptPath(db.Spec.Bootstrap.FromExistingPath.Path, in.Prefix)
 	if problem != "" {

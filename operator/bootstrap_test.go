@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -106,6 +107,110 @@ func TestDecideBootstrap(t *testing.T) {
 			}
 			if !strings.Contains(problem, tc.want) {
 				t.Errorf("problem %q, want it to say %q", problem, tc.want)
+			}
+		})
+	}
+}
+
+// TestDecideBootstrapClone: the checks of spec.bootstrap.fromCheckpoint
+// and cloneFrom (decideBootstrap's clone half).
+func TestDecideBootstrapClone(t *testing.T) {
+	const (
+		parentUID = types.UID("0a1b2c3d-0000-4000-8000-00000000abcd")
+		selfUID   = types.UID("11111111-0000-4000-8000-000000000001")
+		parentDir = "dbs/ns/orders-" + string(parentUID)
+	)
+	created := metav1.NewTime(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	clone := func(b shalev1.BootstrapSpec) *shalev1.RocksDB {
+		return &shalev1.RocksDB{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orders-test", UID: selfUID},
+			Spec:       shalev1.RocksDBSpec{ObjectStoreRef: shalev1.ObjectStoreReference{Name: "minio"}, Bootstrap: &b},
+		}
+	}
+	fromCk := clone(shalev1.BootstrapSpec{FromCheckpoint: &shalev1.CheckpointSource{Database: "orders", Name: "c1"}})
+	fromNew := clone(shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders"}})
+	parent := func() shalev1.RocksDB {
+		p := shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orders", UID: parentUID, CreationTimestamp: created},
+			Spec: shalev1.RocksDBSpec{ObjectStoreRef: shalev1.ObjectStoreReference{Name: "minio"}}}
+		p.Status.StoragePath = parentDir
+		p.Status.Conditions = []metav1.Condition{{Type: shalev1.ConditionReady, Status: metav1.ConditionTrue, Reason: shalev1.ReasonPrimaryReady}}
+		return p
+	}
+	checkpoint := func() *shalev1.Checkpoint {
+		return &shalev1.Checkpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", CreationTimestamp: metav1.NewTime(created.Add(time.Hour))},
+			Spec: shalev1.CheckpointSpec{Database: "orders"}, Status: shalev1.CheckpointStatus{Phase: shalev1.CheckpointReady}}
+	}
+	base := func(db *shalev1.RocksDB, mod func(*bootstrapInput)) bootstrapInput {
+		in := bootstrapInput{DB: db.DeepCopy(), Prefix: "dbs", Store: "minio", RocksDBs: []shalev1.RocksDB{parent(), *db.DeepCopy()}, Checkpoint: checkpoint()}
+		if mod != nil {
+			mod(&in)
+		}
+		return in
+	}
+	onParent := func(f func(*shalev1.RocksDB)) func(*bootstrapInput) {
+		return func(in *bootstrapInput) { f(&in.RocksDBs[0]) }
+	}
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name string
+		in   bootstrapInput
+		// want is a part of the refusal ("" = clone).
+		want string
+	}{
+		{"from-checkpoint", base(fromCk, nil), ""},
+		{"clone-from", base(fromNew, nil), ""},
+		// cloneFrom needs no Checkpoint resource.
+		{"clone-from-no-checkpoint-resource", base(fromNew, func(in *bootstrapInput) { in.Checkpoint = nil }), ""},
+		// fromCheckpoint reads the store only: the parent need not be Ready.
+		{"from-checkpoint-parent-not-ready", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.Status.Conditions = nil })), ""},
+		// A check resumed after status.clone was written: same parent.
+		{"clone-from-resumed", base(fromNew, func(in *bootstrapInput) {
+			in.DB.Status.Clone = &shalev1.CloneStatus{Database: "orders", UID: parentUID}
+		}), ""},
+
+		{"itself", base(clone(shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders-test"}}), nil), "spec.bootstrap.cloneFrom.database names this RocksDB itself"},
+		{"no-parent", base(fromNew, func(in *bootstrapInput) { in.RocksDBs = in.RocksDBs[1:] }), "RocksDB orders (spec.bootstrap.cloneFrom.database) does not exist in namespace ns"},
+		{"parent-other-namespace", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.Namespace = "prod" })), "does not exist in namespace ns"},
+		{"parent-recreated", base(fromNew, func(in *bootstrapInput) {
+			in.DB.Status.Clone = &shalev1.CloneStatus{Database: "orders", UID: "99999999-0000-4000-8000-000000000009"}
+		}), "it was deleted and created again"},
+		{"parent-deleting", base(fromNew, onParent(func(p *shalev1.RocksDB) { p.DeletionTimestamp = &now })), "RocksDB orders is being deleted"},
+		{"parent-deleting-from-checkpoint", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.DeletionTimestamp = &now })), "RocksDB orders is being deleted"},
+		{"parent-other-store", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.Spec.ObjectStoreRef.Name = "aws" })), "RocksDB orders is in ObjectStore aws and this RocksDB in minio: a clone starts only from a database of its own ObjectStore (copying a parent from another store is not built yet"},
+		{"parent-no-path", base(fromNew, onParent(func(p *shalev1.RocksDB) { p.Status.StoragePath = "" })), "has no storage directory yet"},
+		{"parent-adopted", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.Status.StoragePath = "dbs/ns/old-" + string(selfUID) })), "it adopted a retained directory"},
+		{"parent-not-ready", base(fromNew, onParent(func(p *shalev1.RocksDB) {
+			p.Status.Conditions = []metav1.Condition{{Type: shalev1.ConditionReady, Status: metav1.ConditionFalse, Message: "primary orders-primary-2 (epoch 2) is starting"}}
+		})), "RocksDB orders is not Ready (primary orders-primary-2 (epoch 2) is starting)"},
+		{"parent-no-conditions", base(fromNew, onParent(func(p *shalev1.RocksDB) { p.Status.Conditions = nil })), "is not Ready (no Ready condition yet)"},
+		{"no-checkpoint", base(fromCk, func(in *bootstrapInput) { in.Checkpoint = nil }), "Checkpoint c1 does not exist in namespace ns: create it (spec.database: orders)"},
+		{"checkpoint-of-other", base(fromCk, func(in *bootstrapInput) { in.Checkpoint.Spec.Database = "invoices" }), "Checkpoint c1 is of RocksDB invoices, not orders"},
+		{"checkpoint-of-earlier-parent", base(fromCk, func(in *bootstrapInput) { in.Checkpoint.CreationTimestamp = metav1.NewTime(created.Add(-time.Hour)) }), "taken of an earlier database of that name"},
+		{"checkpoint-deleting", base(fromCk, func(in *bootstrapInput) { in.Checkpoint.DeletionTimestamp = &now }), "Checkpoint c1 is being deleted"},
+		{"checkpoint-pending", base(fromCk, func(in *bootstrapInput) {
+			in.Checkpoint.Status = shalev1.CheckpointStatus{Phase: shalev1.CheckpointPending, Message: "waiting for a ready primary"}
+		}), "Checkpoint c1 is Pending, not Ready (waiting for a ready primary)"},
+		{"checkpoint-new", base(fromCk, func(in *bootstrapInput) { in.Checkpoint.Status = shalev1.CheckpointStatus{} }), "Checkpoint c1 is Pending, not Ready"},
+		{"checkpoint-failed", base(fromCk, func(in *bootstrapInput) { in.Checkpoint.Status.Phase = shalev1.CheckpointFailed }), "Checkpoint c1 is Failed, not Ready"},
+		{"checkpoint-expired", base(fromCk, func(in *bootstrapInput) { in.Checkpoint.Status.Phase = shalev1.CheckpointExpired }), "Checkpoint c1 is Expired, not Ready"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, problem := decideBootstrap(tc.in)
+			if tc.want != "" {
+				if !strings.Contains(problem, tc.want) {
+					t.Errorf("problem %q, want it to say %q", problem, tc.want)
+				}
+				return
+			}
+			if problem != "" {
+				t.Fatalf("refused: %s", problem)
+			}
+			want := cloneSource{Parent: "orders", ParentUID: parentUID, ParentPath: parentDir, Checkpoint: "c1"}
+			if tc.in.DB.Spec.Bootstrap.CloneFrom != nil {
+				want.Checkpoint, want.Request = "clone-"+string(selfUID), true
+			}
+			if plan.Clone == nil || *plan.Clone != want {
+				t.Errorf("plan %+v, want %+v", plan.Clone, want)
 			}
 		})
 	}

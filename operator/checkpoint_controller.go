@@ -296,7 +296,14 @@ func (r *checkpointReconciler) view(ctx context.Context, ck *shalev1.Checkpoint)
 // primaryAddr is the address of the database's current primary and the
 // dial option with the operator's identity.
 func (r *checkpointReconciler) primaryAddr(ctx context.Context, db *shalev1.RocksDB) (string, grpc.DialOption, error) {
-	pod, err := r.dbs.primaryPod(ctx, db, db.Status.Epoch, false)
+	return r.dbs.primaryKVAddr(ctx, db)
+}
+
+// primaryKVAddr is the address of the database's current primary and the
+// dial option with the operator's identity (its checkpoint RPCs: the
+// Checkpoint resource, and a clone's checkpoint in its parent).
+func (r *rocksDBReconciler) primaryKVAddr(ctx context.Context, db *shalev1.RocksDB) (string, grpc.DialOption, error) {
+	pod, err := r.primaryPod(ctx, db, db.Status.Epoch, false)
 	if err != nil {
 		return "", nil, err
 	}
@@ -307,7 +314,7 @@ func (r *checkpointReconciler) primaryAddr(ctx context.Context, db *shalev1.Rock
 	if why != "" {
 		return "", nil, fmt.Errorf("primary %s: %s", pod.Name, why)
 	}
-	dial, err := r.dbs.kvDial(ctx, db, db.ServiceName())
+	dial, err := r.kvDial(ctx, db, db.ServiceName())
 	if err != nil {
 		return "", nil, err
 	}

@@ -38,4 +38,8 @@ const (
 	eventNetworkPolicyConflict  = "NetworkPolicyConflict"
 	eventNetworkPolicyInvalid   = "NetworkPolicyInvalid"
 	eventBootstrapAdopted       = "BootstrapAdopted"
+	// Clones (clone.go).
+	eventBootstrapCloning           = "BootstrapCloning"
+	eventBootstrapWaiting           = "BootstrapWaiting"
+	eventBootstrapCheckpointDeleted = "BootstrapCheckpointDeleted"
 )

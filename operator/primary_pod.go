@@ -101,6 +101,13 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 		// database (an ObjectStore pointed elsewhere must not fork the
 		// database).
 		args = append(args, "--existing")
+	} else if c := db.Status.Clone; c != nil && clones(db) {
+		// A clone's primaries until it was ready once: the first
+		// bootstraps it from the parent's checkpoint (pins, the frozen
+		// MANIFEST, CURRENT); a later one finds CURRENT and opens it. The
+		// parent's directory is read with this ObjectStore's credentials,
+		// which are the parent's (same ObjectStore: decideClone).
+		args = append(args, "--clone-from", c.URL, "--clone-checkpoint", c.Checkpoint, "--clone-id", string(db.UID))
 	}
 
 	name := db.PrimaryPodName(epoch)

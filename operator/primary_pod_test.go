@@ -94,3 +94,30 @@ func TestPrimaryPodFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestPrimaryPodCloneFlags: a clone's primaries get the clone flags (the
+// parent's URL, the checkpoint, the clone's UID as clone id) until the
+// database was ready once, then --existing and no clone flags (the CLI
+// refuses both together).
+func TestPrimaryPodCloneFlags(t *testing.T) {
+	db := &shalev1.RocksDB{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders-test", Namespace: "prod", UID: "11111111-0000-4000-8000-000000000001"},
+		Spec:       shalev1.RocksDBSpec{Bootstrap: &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders"}}},
+		Status: shalev1.RocksDBStatus{StoragePath: "dbs/prod/orders-test-11111111-0000-4000-8000-000000000001",
+			Clone: &shalev1.CloneStatus{Database: "orders", UID: "0a1b2c3d-0000-4000-8000-00000000abcd", URL: "s3://data/dbs/prod/orders-0a1b2c3d-0000-4000-8000-00000000abcd",
+				Checkpoint: "clone-11111111-0000-4000-8000-000000000001"}},
+	}
+	store := &shalev1.ObjectStore{Spec: shalev1.ObjectStoreSpec{Endpoint: "https://s3.example.com", Hot: shalev1.BucketLocation{Bucket: "data", Prefix: "dbs"}}}
+	for _, epoch := range []int64{1, 2} {
+		args := " " + strings.Join(primaryPod(db, store, epoch, "img").Spec.Containers[0].Args, " ") + " "
+		want := " --clone-from s3://data/dbs/prod/orders-0a1b2c3d-0000-4000-8000-00000000abcd --clone-checkpoint clone-11111111-0000-4000-8000-000000000001 --clone-id 11111111-0000-4000-8000-000000000001 "
+		if !strings.Contains(args, want) || strings.Contains(args, "--existing") {
+			t.Errorf("epoch %d before ready: args %q, want %q and no --existing", epoch, args, want)
+		}
+	}
+	db.Status.Created = &shalev1.DatabaseLocation{Time: metav1.Now(), Endpoint: store.Spec.Endpoint, Bucket: "data"}
+	args := " " + strings.Join(primaryPod(db, store, 3, "img").Spec.Containers[0].Args, " ") + " "
+	if !strings.Contains(args, " --existing ") || strings.Contains(args, "--clone-") {
+		t.Errorf("after ready: args %q, want --existing and no clone flags", args)
+	}
+}

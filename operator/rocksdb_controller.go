@@ -66,6 +66,8 @@ type rocksDBReconciler struct {
 	coldAfterSeen map[types.NamespacedName]time.Duration
 	// setTiering calls a primary's SetTiering (grpcSetTiering).
 	setTiering setTieringFunc
+	// kv calls a parent's primary for a clone's checkpoint (clone.go).
+	kv checkpointKV
 	// issuer issues the database's certificates (certificates.go); creds
 	// is the operator's own, for the Status calls.
 	issuer *issuer
@@ -123,6 +125,8 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Watches(&shalev1.CompactorPool{}, handler.EnqueueRequestsFromMapFunc(r.forCompactorPool)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.forCASecret)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.forCordonedNode), builder.WithPredicates(cordonChanged)).
+		Watches(&shalev1.RocksDB{}, handler.EnqueueRequestsFromMapFunc(r.forBootstrapSource)).
+		Watches(&shalev1.Checkpoint{}, handler.EnqueueRequestsFromMapFunc(r.forBootstrapSource)).
 		Complete(r)
 }
 
@@ -275,6 +279,15 @@ func (r *rocksDBReconciler) reconcileWorkloads(ctx context.Context, db *shalev1.
 				return ctrl.Result{RequeueAfter: bootstrapRecheck}, err
 			}
 		}
+	} else if store != nil && db.Status.StoragePath == "" && clones(db) {
+		// A clone (clone.go): its directory is set once the parent and
+		// the checkpoint were checked (and, for cloneFrom, made); until
+		// then startFirstPrimary waits.
+		if store.IsReachable() {
+			if res, err := r.clone(ctx, db, store, rep); err != nil || res.RequeueAfter > 0 {
+				return res, err
+			}
+		}
 	} else if store != nil && db.Status.StoragePath == "" {
 		path := db.StoragePathUnder(store.Spec.Hot.Prefix)
 		if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
@@ -298,6 +311,15 @@ func (r *rocksDBReconciler) reconcileWorkloads(ctx context.Context, db *shalev1.
 		err = certErr
 	}
 	res.RequeueAfter = requeueBy(res.RequeueAfter, renewAt, r.now())
+	if c := db.Status.Clone; c != nil && clonesFromNew(db) && !c.CheckpointReleased && db.Status.Created != nil && err == nil {
+		// The clone was ready: its pin holds the parent's tables, and
+		// the checkpoint made for it goes.
+		rres, rerr := r.releaseCloneCheckpoint(ctx, db)
+		err = rerr
+		if rres.RequeueAfter > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > rres.RequeueAfter) {
+			res.RequeueAfter = rres.RequeueAfter
+		}
+	}
 	if db.Spec.Tiering != nil || db.Status.ColdStoragePath != "" {
 		rep.tiers = r.pollTiers(ctx, db)
 		if res.RequeueAfter == 0 || res.RequeueAfter > r.opts.SecondaryStatusInterval {

@@ -5,6 +5,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ReclaimPolicy says what happens to a database's storage directory when
@@ -105,7 +106,7 @@ type RocksDBSpec struct {
 
 // BootstrapSpec is where a new database's data comes from. One source.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.fromExistingPath)",message="bootstrap needs a source: fromExistingPath (or leave bootstrap out for an empty database)"
+// +kubebuilder:validation:XValidation:rule="(has(self.fromExistingPath) ? 1 : 0) + (has(self.fromCheckpoint) ? 1 : 0) + (has(self.cloneFrom) ? 1 : 0) == 1",message="bootstrap needs exactly one source: fromExistingPath, fromCheckpoint or cloneFrom (or leave bootstrap out for an empty database)"
 type BootstrapSpec struct {
 	// FromExistingPath adopts the directory a deleted RocksDB with
 	// reclaimPolicy Retain left in this RocksDB's ObjectStore: the new
@@ -116,6 +117,68 @@ type BootstrapSpec struct {
 	// record does not say Retain.
 	// +optional
 	FromExistingPath *ExistingPathSource `json:"fromExistingPath,omitempty"`
+
+	// FromCheckpoint makes the database a zero-copy clone of a Checkpoint
+	// of another RocksDB of this namespace and ObjectStore: it starts with
+	// every key the checkpoint holds, shares the parent's tables (pinned
+	// in the parent's directory, nothing copied), and writes only to its
+	// own directory (docs/operator.md, "Clone a database"). The Checkpoint
+	// must be Ready when the clone is created.
+	// +optional
+	FromCheckpoint *CheckpointSource `json:"fromCheckpoint,omitempty"`
+
+	// CloneFrom makes the database a zero-copy clone of another RocksDB of
+	// this namespace and ObjectStore as it is now: the operator creates a
+	// checkpoint clone-<this RocksDB's UID> on the parent's primary
+	// (expiring in an hour), the clone's first primary starts from it, and
+	// the operator deletes it once the clone was ready (its pin keeps the
+	// tables). The parent must be Ready.
+	// +optional
+	CloneFrom *CloneSource `json:"cloneFrom,omitempty"`
+}
+
+// CheckpointSource names a Checkpoint of a RocksDB.
+type CheckpointSource struct {
+	// Database is the RocksDB (in this namespace) the checkpoint is of.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Database string `json:"database"`
+	// Name is the Checkpoint (the resource, in this namespace; its name is
+	// the checkpoint's name in the database).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+}
+
+// CloneSource names the RocksDB a clone starts from.
+type CloneSource struct {
+	// Database is the RocksDB (in this namespace) to clone.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Database string `json:"database"`
+}
+
+// CloneStatus is where a clone (spec.bootstrap.fromCheckpoint or
+// cloneFrom) starts from, fixed by the operator once its checks passed:
+// its first primaries get --clone-from URL --clone-checkpoint CHECKPOINT
+// --clone-id UID until the database was ready once.
+type CloneStatus struct {
+	// Database is the parent RocksDB, UID its UID when checked.
+	Database string    `json:"database"`
+	UID      types.UID `json:"uid"`
+	// URL is the parent's directory in the store.
+	// +optional
+	URL string `json:"url,omitempty"`
+	// Checkpoint is the parent's checkpoint the clone starts from.
+	Checkpoint string `json:"checkpoint"`
+	// CheckpointExpiresAt (cloneFrom) is the expiry asked for the
+	// operator's checkpoint clone-UID.
+	// +optional
+	CheckpointExpiresAt *metav1.Time `json:"checkpointExpiresAt,omitempty"`
+	// CheckpointReleased (cloneFrom): the operator deleted its checkpoint
+	// in the parent after the clone was ready (or found it gone).
+	// +optional
+	CheckpointReleased bool `json:"checkpointReleased,omitempty"`
 }
 
 // ExistingPathSource names a retained database directory.
@@ -544,6 +607,11 @@ type RocksDBStatus struct {
 	// NAME-UID's), once the operator has claimed it.
 	// +optional
 	StoragePath string `json:"storagePath,omitempty"`
+
+	// Clone is where a clone starts from (spec.bootstrap.fromCheckpoint
+	// or cloneFrom), set once the operator checked the source.
+	// +optional
+	Clone *CloneStatus `json:"clone,omitempty"`
 
 	// LastFailoverTime is when the last failover was decided.
 	// +optional

@@ -511,6 +511,19 @@ func TestBootstrapImmutable(t *testing.T) {
 	}), "bootstrap is immutable")
 	wantInvalid(t, "bootstrap removed", update(adopter, func(db *shalev1.RocksDB) { db.Spec.Bootstrap = nil }), "bootstrap is set when the RocksDB is created, or never")
 	wantInvalid(t, "bootstrap added", update(plain, func(db *shalev1.RocksDB) { db.Spec.Bootstrap = from(retained) }), "bootstrap is set when the RocksDB is created, or never")
+	clone := newDB("clone", &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders"}})
+	if err := c.Create(ctx, clone); err != nil {
+		t.Fatalf("a RocksDB with bootstrap.cloneFrom refused: %v", err)
+	}
+	fromCk := newDB("from-checkpoint", &shalev1.BootstrapSpec{FromCheckpoint: &shalev1.CheckpointSource{Database: "orders", Name: "c1"}})
+	if err := c.Create(ctx, fromCk); err != nil {
+		t.Fatalf("a RocksDB with bootstrap.fromCheckpoint refused: %v", err)
+	}
+	wantInvalid(t, "cloneFrom changed", update(clone, func(db *shalev1.RocksDB) { db.Spec.Bootstrap.CloneFrom.Database = "invoices" }), "bootstrap is immutable")
+	wantInvalid(t, "cloneFrom to fromCheckpoint", update(clone, func(db *shalev1.RocksDB) {
+		db.Spec.Bootstrap = &shalev1.BootstrapSpec{FromCheckpoint: &shalev1.CheckpointSource{Database: "orders", Name: "c1"}}
+	}), "bootstrap is immutable")
+	wantInvalid(t, "fromCheckpoint name changed", update(fromCk, func(db *shalev1.RocksDB) { db.Spec.Bootstrap.FromCheckpoint.Name = "c2" }), "bootstrap is immutable")
 	// The rest of the spec still changes.
 	if err := update(adopter, func(db *shalev1.RocksDB) { db.Spec.ReclaimPolicy = shalev1.ReclaimDelete }); err != nil {
 		t.Errorf("changing reclaimPolicy of an adopter: %v", err)
@@ -521,7 +534,13 @@ func TestBootstrapImmutable(t *testing.T) {
 		b    *shalev1.BootstrapSpec
 		msg  string
 	}{
-		{"no-source", &shalev1.BootstrapSpec{}, "bootstrap needs a source"},
+		{"no-source", &shalev1.BootstrapSpec{}, "bootstrap needs exactly one source"},
+		{"two-sources", &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders"},
+			FromCheckpoint: &shalev1.CheckpointSource{Database: "orders", Name: "c1"}}, "bootstrap needs exactly one source"},
+		{"three-sources", &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders"}, FromExistingPath: &shalev1.ExistingPathSource{Path: retained},
+			FromCheckpoint: &shalev1.CheckpointSource{Database: "orders", Name: "c1"}}, "bootstrap needs exactly one source"},
+		{"clone-no-database", &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{}}, "spec.bootstrap.cloneFrom.database"},
+		{"checkpoint-no-name", &shalev1.BootstrapSpec{FromCheckpoint: &shalev1.CheckpointSource{Database: "orders"}}, "spec.bootstrap.fromCheckpoint.name"},
 		{"empty-path", from(""), "spec.bootstrap.fromExistingPath.path"},
 		{"leading-slash", from("/" + retained), "fromExistingPath.path must be the deleted RocksDB's status.storagePath"},
 		{"url", from("s3://shale/" + retained), "fromExistingPath.path must be"},

@@ -1,0 +1,345 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+)
+
+// Clones in Kubernetes (docs/rfcs/0010-checkpoints-and-clones.md, steps
+// 21-22): spec.bootstrap.fromCheckpoint starts a database from a Ready
+// Checkpoint of another RocksDB; cloneFrom from a checkpoint the operator
+// creates on the parent's primary for it, clone-<clone UID>, with the
+// clone's UID as request id (a retry gets the same checkpoint), expiring in
+// cloneCheckpointTTL (the bound on what a clone that never starts leaves
+// in the parent). The storage layer does the cloning: the clone's first
+// primaries run `shale primary --clone-from URL --clone-checkpoint NAME
+// --clone-id UID` until the database was ready once (status.created), then
+// --existing. The clone's pin in the parent holds the tables from its
+// bootstrap on, so the operator deletes clone-<UID> once the clone was
+// ready. Nothing is written (no status.storagePath, no Pod, no checkpoint)
+// before decideClone passed; the parent is fixed by UID in status.clone.
+
+// cloneCheckpointTTL is the expiry of the checkpoint cloneFrom creates.
+const cloneCheckpointTTL = time.Hour
+
+// clones reports whether the RocksDB starts as a clone.
+func clones(db *shalev1.RocksDB) bool {
+	b := db.Spec.Bootstrap
+	return b != nil && (b.FromCheckpoint != nil || b.CloneFrom != nil)
+}
+
+// clonesFromNew reports whether the operator makes the clone's checkpoint
+// (cloneFrom).
+func clonesFromNew(db *shalev1.RocksDB) bool {
+	return db.Spec.Bootstrap != nil && db.Spec.Bootstrap.CloneFrom != nil
+}
+
+// cloneCheckpointName is the checkpoint cloneFrom creates in the parent.
+func cloneCheckpointName(uid types.UID) string { return "clone-" + string(uid) }
+
+// cloneSource is the parent a clone may start from.
+type cloneSource struct {
+	// Parent is the parent RocksDB's name, ParentUID its UID, ParentPath
+	// its status.storagePath.
+	Parent     string
+	ParentUID  types.UID
+	ParentPath string
+	// Checkpoint is the checkpoint's name in the parent; Request: the
+	// operator creates it (cloneFrom).
+	Checkpoint string
+	Request    bool
+}
+
+// decideClone decides whether a RocksDB may start as a clone of what its
+// spec.bootstrap.fromCheckpoint or cloneFrom names. It may only if:
+//   - the parent is another RocksDB of its namespace, not being deleted,
+//     in the same ObjectStore (a parent in another store would be copied:
+//     RFC 0010 step 20, not built), and the same one (UID) the clone
+//     checked before, if it did;
+//   - the parent's status.storagePath ends in its own NAME-UID (not an
+//     adopted directory: the pins and the checks name the parent by UID);
+//   - cloneFrom: the parent is Ready (its primary makes the checkpoint);
+//   - fromCheckpoint: the Checkpoint exists, is of that RocksDB (and not
+//     of an earlier one of the same name), is not being deleted, and is
+//     Ready (the primary reported it created).
+func decideClone(in bootstrapInput) (src cloneSource, problem string) {
+	db := in.DB
+	b := db.Spec.Bootstrap
+	field := "spec.bootstrap.cloneFrom"
+	if b.FromCheckpoint != nil {
+		field = "spec.bootstrap.fromCheckpoint"
+		src.Parent, src.Checkpoint = b.FromCheckpoint.Database, b.FromCheckpoint.Name
+	} else {
+		src.Parent, src.Checkpoint, src.Request = b.CloneFrom.Database, cloneCheckpointName(db.UID), true
+	}
+	fix := "(bootstrap is immutable: delete this RocksDB and create it again with another source)"
+	if src.Parent == db.Name {
+		return src, fmt.Sprintf("%s.database names this RocksDB itself: a database is cloned from another one %s", field, fix)
+	}
+	var parent *shalev1.RocksDB
+	for i := range in.RocksDBs {
+		if o := &in.RocksDBs[i]; o.Name == src.Parent && o.Namespace == db.Namespace {
+			parent = o
+		}
+	}
+	if parent == nil {
+		return src, fmt.Sprintf("RocksDB %s (%s.database) does not exist in namespace %s: create it, or fix the name %s", src.Parent, field, db.Namespace, fix)
+	}
+	src.ParentUID, src.ParentPath = parent.UID, parent.Status.StoragePath
+	if c := db.Status.Clone; c != nil && c.UID != "" && c.UID != parent.UID {
+		return src, fmt.Sprintf("RocksDB %s is not the one this clone was started from (UID %s, now %s): it was deleted and created again %s", src.Parent, c.UID, parent.UID, fix)
+	}
+	if parent.DeletionTimestamp != nil {
+		return src, fmt.Sprintf("RocksDB %s is being deleted: a clone starts only from a database that stays %s", src.Parent, fix)
+	}
+	if got, want := parent.Spec.ObjectStoreRef.Name, db.Spec.ObjectStoreRef.Name; got != want {
+		return src, fmt.Sprintf("RocksDB %s is in ObjectStore %s and this RocksDB in %s: a clone starts only from a database of its own ObjectStore (copying a parent from another store is not built yet, RFC 0010 step 20); set spec.objectStoreRef to %s %s", src.Parent, got, want, got, fix)
+	}
+	switch {
+	case parent.Status.StoragePath == "":
+		return src, fmt.Sprintf("RocksDB %s has no storage directory yet (status.storagePath): waiting until its first primary starts", src.Parent)
+	case path.Base(parent.Status.StoragePath) != parent.DirName():
+		return src, fmt.Sprintf("RocksDB %s serves the directory %s, not its own %s (it adopted a retained directory): cloning an adopted database is not built yet %s", src.Parent, parent.Status.StoragePath, parent.DirName(), fix)
+	}
+	if src.Request {
+		if !condIsTrue(parent, shalev1.ConditionReady) {
+			why := "no Ready condition yet"
+			if c := parent.Condition(shalev1.ConditionReady); c != nil {
+				why = c.Message
+			}
+			return src, fmt.Sprintf("RocksDB %s is not Ready (%s): cloneFrom needs its primary to create the checkpoint %s; waiting until it is Ready", src.Parent, why, src.Checkpoint)
+		}
+		return src, ""
+	}
+	ck := in.Checkpoint
+	switch {
+	case ck == nil:
+		return src, fmt.Sprintf("Checkpoint %s does not exist in namespace %s: create it (spec.database: %s) and the clone starts once it is Ready", src.Checkpoint, db.Namespace, src.Parent)
+	case ck.Spec.Database != src.Parent:
+		return src, fmt.Sprintf("Checkpoint %s is of RocksDB %s, not %s: fix spec.bootstrap.fromCheckpoint %s", src.Checkpoint, ck.Spec.Database, src.Parent, fix)
+	case ck.CreationTimestamp.Before(&parent.CreationTimestamp):
+		return src, fmt.Sprintf("Checkpoint %s is older than RocksDB %s: it was taken of an earlier database of that name, whose directory this one is not %s", src.Checkpoint, src.Parent, fix)
+	case ck.DeletionTimestamp != nil:
+		return src, fmt.Sprintf("Checkpoint %s is being deleted: a clone starts only from a checkpoint that stays until its first primary started %s", src.Checkpoint, fix)
+	case ck.Status.Phase != shalev1.CheckpointReady:
+		phase := ck.Status.Phase
+		if phase == "" {
+			phase = shalev1.CheckpointPending
+		}
+		return src, fmt.Sprintf("Checkpoint %s is %s, not Ready (%s): a clone starts only from a checkpoint its primary reported created; waiting", src.Checkpoint, phase, ck.Status.Message)
+	}
+	return src, ""
+}
+
+// condIsTrue reports whether the RocksDB's condition of type t is True.
+func condIsTrue(db *shalev1.RocksDB, t string) bool {
+	c := db.Condition(t)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+// clone carries out the checks and, for cloneFrom, the checkpoint in the
+// parent, then sets status.clone and status.storagePath (the clone's own
+// NAME-UID directory): from then on startFirstPrimary starts its primary
+// with the clone flags. A refusal writes nothing.
+func (r *rocksDBReconciler) clone(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, rep *report) (ctrl.Result, error) {
+	refuse := func(msg string) error {
+		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonBootstrapRefused, "not starting: "+msg)
+		return &refusal{shalev1.ReasonBootstrapRefused, msg}
+	}
+	in := bootstrapInput{DB: db, Prefix: store.Spec.Hot.Prefix, Store: store.Name, Cluster: r.clusterID}
+	var dbs shalev1.RocksDBList
+	if err := r.apiReader.List(ctx, &dbs, client.InNamespace(db.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	in.RocksDBs = dbs.Items
+	if fc := db.Spec.Bootstrap.FromCheckpoint; fc != nil {
+		ck := &shalev1.Checkpoint{}
+		switch err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: fc.Name}, ck); {
+		case err == nil:
+			in.Checkpoint = ck
+		case !apierrors.IsNotFound(err):
+			return ctrl.Result{}, err
+		}
+	}
+	plan, problem := decideBootstrap(in)
+	if problem != "" {
+		return ctrl.Result{RequeueAfter: bootstrapRecheck}, refuse(problem)
+	}
+	src := plan.Clone
+	want := shalev1.CloneStatus{Database: src.Parent, UID: src.ParentUID, URL: store.DatabaseURL(src.ParentPath), Checkpoint: src.Checkpoint}
+	detail := ""
+	if src.Request {
+		now := r.now()
+		// The expiry is fixed before the request, so a retry sends the
+		// same one; renewed only if it passed before any answer.
+		// Whole seconds: what status keeps, so a retry after a re-read
+		// sends exactly the same.
+		expires := now.Add(cloneCheckpointTTL).Truncate(time.Second)
+		if c := db.Status.Clone; c != nil && c.CheckpointExpiresAt != nil && c.CheckpointExpiresAt.Time.After(now.Add(time.Minute)) {
+			expires = c.CheckpointExpiresAt.Time
+		}
+		want.CheckpointExpiresAt = &metav1.Time{Time: expires}
+		if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+			c := want
+			cur.Status.Clone = &c
+			return nil
+		}); err != nil {
+			return ctrl.Result{}, err
+		}
+		var parent *shalev1.RocksDB
+		for i := range in.RocksDBs {
+			if in.RocksDBs[i].UID == src.ParentUID {
+				parent = &in.RocksDBs[i]
+			}
+		}
+		wait := func(msg string) (ctrl.Result, error) {
+			rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, eventBootstrapWaiting, "not starting yet: "+msg)
+			r.recorder.Event(db, corev1.EventTypeWarning, eventBootstrapWaiting, msg)
+			return ctrl.Result{RequeueAfter: checkpointRetry}, nil
+		}
+		addr, dial, err := r.primaryKVAddr(ctx, parent)
+		if err != nil {
+			return wait(fmt.Sprintf("cannot reach RocksDB %s's primary for the checkpoint %s: %v; trying again", src.Parent, src.Checkpoint, err))
+		}
+		c, cancel := context.WithTimeout(ctx, checkpointRPCTimeout)
+		info, err := r.kv.Checkpoint(c, addr, dial, &kvv1.CheckpointRequest{Name: src.Checkpoint, RequestId: string(db.UID), Expires: timestamppb.New(expires)})
+		cancel()
+		switch s := status.Convert(err); s.Code() {
+		case codes.OK:
+			detail = fmt.Sprintf(", made for it at sequence %d, expiring at %s", info.GetSequence(), expires.UTC().Format(time.RFC3339))
+		case codes.AlreadyExists, codes.InvalidArgument:
+			return ctrl.Result{RequeueAfter: bootstrapRecheck}, refuse(fmt.Sprintf("RocksDB %s's primary refused the checkpoint %s: %s (%s)", src.Parent, src.Checkpoint, s.Message(), s.Code()))
+		default:
+			// FAILED_PRECONDITION: not created, the next primary is asked;
+			// UNAVAILABLE and the rest: maybe created, and the same request
+			// id finds out.
+			return wait(fmt.Sprintf("RocksDB %s's primary did not create the checkpoint %s: %s (%s); asking again with the same request id", src.Parent, src.Checkpoint, s.Message(), s.Code()))
+		}
+	}
+	own := db.StoragePathUnder(store.Spec.Hot.Prefix)
+	if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		c := want
+		if cur.Status.Clone != nil {
+			c.CheckpointReleased = cur.Status.Clone.CheckpointReleased
+		}
+		cur.Status.Clone = &c
+		if cur.Status.StoragePath == "" {
+			cur.Status.StoragePath = own
+		}
+		return nil
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.recorder.Eventf(db, corev1.EventTypeNormal, eventBootstrapCloning, "cloning RocksDB %s (%s) at its checkpoint %s%s: the first primary starts with --clone-from into %s", src.Parent, want.URL, src.Checkpoint, detail, store.DatabaseURL(own))
+	return ctrl.Result{}, nil
+}
+
+// releaseCloneCheckpoint deletes, once the clone was ready, the checkpoint
+// cloneFrom made in the parent (its pin holds the tables now), and only
+// the one this clone's request id made. A parent gone or being deleted
+// has nothing to delete it with: the checkpoint expires (or went with its
+// directory).
+func (r *rocksDBReconciler) releaseCloneCheckpoint(ctx context.Context, db *shalev1.RocksDB) (ctrl.Result, error) {
+	c := db.Status.Clone
+	release := func(msg string) (ctrl.Result, error) {
+		if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+			if cur.Status.Clone == nil || cur.Status.Clone.CheckpointReleased {
+				return errNoChange
+			}
+			cur.Status.Clone.CheckpointReleased = true
+			return nil
+		}); err != nil && !errors.Is(err, errNoChange) {
+			return ctrl.Result{}, err
+		}
+		r.recorder.Event(db, corev1.EventTypeNormal, eventBootstrapCheckpointDeleted, msg)
+		return ctrl.Result{}, nil
+	}
+	expiry := "when it expires"
+	if c.CheckpointExpiresAt != nil {
+		expiry = "when it expires at " + c.CheckpointExpiresAt.UTC().Format(time.RFC3339)
+	}
+	parent := &shalev1.RocksDB{}
+	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: c.Database}, parent)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && parent.UID != c.UID):
+		return release(fmt.Sprintf("RocksDB %s is gone: the checkpoint %s went with its directory (reclaimPolicy Delete) or stays in it until it expires", c.Database, c.Checkpoint))
+	case err != nil:
+		return ctrl.Result{}, err
+	case parent.DeletionTimestamp != nil:
+		return release(fmt.Sprintf("RocksDB %s is being deleted: the checkpoint %s goes with its directory (reclaimPolicy Delete) or stays in it until it expires", c.Database, c.Checkpoint))
+	case !condIsTrue(parent, shalev1.ConditionPrimaryAvailable):
+		// Looked at again when the parent changes; it expires anyway.
+		log.FromContext(ctx).Info("waiting for the parent's primary to delete the clone's checkpoint", "parent", c.Database, "checkpoint", c.Checkpoint)
+		return ctrl.Result{RequeueAfter: checkpointWait}, nil
+	}
+	addr, dial, err := r.primaryKVAddr(ctx, parent)
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, checkpointRPCTimeout)
+		defer cancel()
+		var list []*kvv1.CheckpointInfo
+		if list, err = r.kv.ListCheckpoints(cctx, addr, dial); err == nil {
+			for _, ck := range list {
+				if ck.GetName() == c.Checkpoint && ck.GetRequestId() == string(db.UID) {
+					if err = r.kv.DeleteCheckpoint(cctx, addr, dial, c.Checkpoint); status.Code(err) == codes.NotFound {
+						err = nil
+					}
+				}
+			}
+		}
+	}
+	if err != nil {
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventBootstrapWaiting, "deleting the checkpoint %s in RocksDB %s (the clone's pin holds its tables now): %v; trying again (it goes anyway %s)", c.Checkpoint, c.Database, err, expiry)
+		return ctrl.Result{RequeueAfter: checkpointRetry}, nil
+	}
+	return release(fmt.Sprintf("deleted the checkpoint %s in RocksDB %s: the clone was ready, and its pin in %s holds the tables it reads", c.Checkpoint, c.Database, c.URL))
+}
+
+// forBootstrapSource maps a RocksDB or a Checkpoint to the RocksDBs of its
+// namespace whose spec.bootstrap names it (a parent becoming Ready, a
+// Checkpoint becoming Ready wake the clones waiting for them).
+func (r *rocksDBReconciler) forBootstrapSource(ctx context.Context, o client.Object) []reconcile.Request {
+	var dbs shalev1.RocksDBList
+	if err := r.List(ctx, &dbs, client.InNamespace(o.GetNamespace())); err != nil {
+		log.FromContext(ctx).Error(err, "listing the RocksDBs that clone", "source", o.GetName())
+		return nil
+	}
+	_, isCheckpoint := o.(*shalev1.Checkpoint)
+	var reqs []reconcile.Request
+	for _, db := range dbs.Items {
+		b := db.Spec.Bootstrap
+		if b == nil || (db.Status.StoragePath != "" && (b.CloneFrom == nil || db.Status.Clone == nil || db.Status.Clone.CheckpointReleased)) {
+			continue
+		}
+		match := false
+		switch {
+		case isCheckpoint:
+			match = b.FromCheckpoint != nil && b.FromCheckpoint.Name == o.GetName()
+		case b.CloneFrom != nil:
+			match = b.CloneFrom.Database == o.GetName()
+		case b.FromCheckpoint != nil:
+			match = b.FromCheckpoint.Database == o.GetName()
+		}
+		if match {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&db)})
+		}
+	}
+	return reqs
+}

@@ -1,0 +1,182 @@
+package operator
+
+import (
+	"fmt"
+	"math/rand"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/auth"
+)
+
+// TestBootstrapFromCheckpoint: clones on envtest, the parent's primary a
+// stand-in behind the real guard (the clone's own primary process is the
+// storage layer's, tested in primary/clone_test.go). fromCheckpoint: refused
+// with an Event and a condition, nothing written, while its Checkpoint does
+// not exist; started once it is Ready, its first primary with the clone
+// flags (the parent's URL, the checkpoint, its UID), then Ready. cloneFrom:
+// the checkpoint clone-UID is asked of the parent's primary with the
+// operator's identity and the clone's UID as request id, expiring in an
+// hour, the clone's primary gets it, and once the clone is Ready the
+// checkpoint is deleted in the parent. A parent that does not exist:
+// refused, nothing written.
+func TestBootstrapFromCheckpoint(t *testing.T) {
+	h := startOperator(t)
+	ns := h.namespace("clones")
+	sec, store, db := h.samples(ns)
+	h.create(sec, store, db)
+
+	// The parent's primary: a stand-in answering the checkpoint RPCs.
+	ip := fmt.Sprintf("127.%d.%d.%d", 10+rand.Intn(200), rand.Intn(250), 1+rand.Intn(250))
+	lis, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(portKV)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := &checkpointStandIn{guardedStatus: guardedStatus{st: &kvv1.StatusResponse{Role: kvv1.Role_ROLE_PRIMARY}}, cps: map[string]*kvv1.CheckpointInfo{}}
+	h.waitPod(ns, "orders-primary-1")
+	h.serveGuarded(lis, ns, "orders-primary-tls", "orders-access", kv)
+	pod := h.waitPod(ns, "orders-primary-1")
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.PodIP = ip
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	h.primaryOpened(pod)
+	if err := h.c.Status().Update(h.ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	db = h.waitDB(ns, "orders", "ready", func(d *shalev1.RocksDB) (bool, string) { return d.Status.Phase == shalev1.PhaseReady, "want Ready" })
+	parentURL := "s3://shale/" + db.Status.StoragePath
+
+	nothingWritten := func(name string) {
+		t.Helper()
+		d := h.db(ns, name)
+		if d.Status.StoragePath != "" || d.Status.Epoch != 0 || d.Status.Clone != nil || len(h.primaries(ns, name)) != 0 {
+			t.Errorf("refused clone %s: storagePath %q, epoch %d, status.clone %s, Pods %v; want none", name, d.Status.StoragePath, d.Status.Epoch, jsonString(d.Status.Clone), h.primaries(ns, name))
+		}
+	}
+	argsOf := func(pod *corev1.Pod) string { return " " + strings.Join(pod.Spec.Containers[0].Args, " ") + " " }
+
+	// fromCheckpoint before its Checkpoint exists: refused, nothing written.
+	fromCk := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-ck"}, Spec: *db.Spec.DeepCopy()}
+	fromCk.Spec.Bootstrap = &shalev1.BootstrapSpec{FromCheckpoint: &shalev1.CheckpointSource{Database: "orders", Name: "c1"}}
+	h.create(fromCk)
+	ev := h.waitEvent(ns, "orders-ck", shalev1.ReasonBootstrapRefused)
+	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "Checkpoint c1 does not exist in namespace "+ns) {
+		t.Errorf("event %s %q: want a warning saying Checkpoint c1 does not exist", ev.Type, ev.Message)
+	}
+	h.waitDB(ns, "orders-ck", "refused", func(d *shalev1.RocksDB) (bool, string) {
+		return condIs(d, shalev1.ConditionReady, metav1.ConditionFalse, shalev1.ReasonBootstrapRefused), "want Ready False BootstrapRefused"
+	})
+	nothingWritten("orders-ck")
+
+	// The Checkpoint made and Ready: the clone starts from it (the
+	// Checkpoint becoming Ready wakes it up).
+	h.create(&shalev1.Checkpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"}, Spec: shalev1.CheckpointSpec{Database: "orders"}})
+	h.waitCheckpoint(ns, "c1", "Ready", func(c *shalev1.Checkpoint) bool { return c.Status.Phase == shalev1.CheckpointReady })
+	fromCk = h.waitDB(ns, "orders-ck", "started as a clone", func(d *shalev1.RocksDB) (bool, string) {
+		return d.Status.Epoch == 1 && d.Status.CurrentPrimary == "orders-ck-primary-1", "want its first primary"
+	})
+	if c := fromCk.Status.Clone; c == nil || c.Database != "orders" || c.UID != db.UID || c.URL != parentURL || c.Checkpoint != "c1" || c.CheckpointExpiresAt != nil {
+		t.Errorf("status.clone %s: want orders %s at %s, checkpoint c1", jsonString(c), db.UID, parentURL)
+	}
+	if want := "dbs/" + ns + "/" + fromCk.DirName(); fromCk.Status.StoragePath != want {
+		t.Errorf("clone's storagePath %q, want its own %q", fromCk.Status.StoragePath, want)
+	}
+	ev = h.waitEvent(ns, "orders-ck", eventBootstrapCloning)
+	if !strings.Contains(ev.Message, "cloning RocksDB orders ("+parentURL+") at its checkpoint c1") {
+		t.Errorf("event %q", ev.Message)
+	}
+	args := argsOf(h.waitPod(ns, "orders-ck-primary-1"))
+	for _, want := range []string{" --db s3://shale/" + fromCk.Status.StoragePath + " ", " --clone-from " + parentURL + " ", " --clone-checkpoint c1 ", " --clone-id " + string(fromCk.UID) + " "} {
+		if !strings.Contains(args, want) {
+			t.Errorf("clone's first primary's args %q lack %q", args, want)
+		}
+	}
+	if strings.Contains(args, "--existing") {
+		t.Errorf("clone's first primary's args %q: --existing (the CLI refuses it with --clone-from)", args)
+	}
+	h.setPod(ns, "orders-ck-primary-1", corev1.PodRunning, true, time.Now())
+	h.waitDB(ns, "orders-ck", "ready", func(d *shalev1.RocksDB) (bool, string) {
+		return d.Status.Phase == shalev1.PhaseReady && d.Status.Created != nil, "want Ready"
+	})
+
+	// cloneFrom: the operator's checkpoint in the parent.
+	fromNew := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-new"}, Spec: *db.Spec.DeepCopy()}
+	fromNew.Spec.Bootstrap = &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders"}}
+	h.create(fromNew)
+	fromNew = h.waitDB(ns, "orders-new", "started as a clone", func(d *shalev1.RocksDB) (bool, string) {
+		return d.Status.Epoch == 1 && d.Status.CurrentPrimary == "orders-new-primary-1", "want its first primary"
+	})
+	ckName := "clone-" + string(fromNew.UID)
+	if !kv.has(ckName) {
+		t.Fatalf("no checkpoint %s in the parent", ckName)
+	}
+	kv.cmu.Lock()
+	var calls []checkpointCall
+	for _, c := range kv.creates {
+		if c.req.Name == ckName {
+			calls = append(calls, c)
+		}
+	}
+	kv.cmu.Unlock()
+	c := fromNew.Status.Clone
+	if c == nil || c.Checkpoint != ckName || c.URL != parentURL || c.UID != db.UID || c.CheckpointExpiresAt == nil || c.CheckpointReleased {
+		t.Fatalf("status.clone %s", jsonString(c))
+	}
+	if left := time.Until(c.CheckpointExpiresAt.Time); left < 55*time.Minute || left > time.Hour {
+		t.Errorf("the clone's checkpoint expires in %v, want about an hour", left)
+	}
+	for _, call := range calls {
+		if call.id.Kind != auth.KindOperator || call.req.RequestId != string(fromNew.UID) || call.req.Expires == nil || !call.req.Expires.AsTime().Equal(c.CheckpointExpiresAt.Time) {
+			t.Errorf("Checkpoint call %+v by %+v: want the operator, request id %s, expiry %v", call.req, call.id, fromNew.UID, c.CheckpointExpiresAt)
+		}
+	}
+	if len(calls) == 0 {
+		t.Errorf("no Checkpoint call for %s", ckName)
+	}
+	args = argsOf(h.waitPod(ns, "orders-new-primary-1"))
+	if want := " --clone-from " + parentURL + " --clone-checkpoint " + ckName + " --clone-id " + string(fromNew.UID) + " "; !strings.Contains(args, want) || strings.Contains(args, "--existing") {
+		t.Errorf("cloneFrom's first primary's args %q, want %q and no --existing", args, want)
+	}
+	// Not deleted before the clone's primary opened.
+	kv.cmu.Lock()
+	early := slices.Contains(kv.deletes, ckName)
+	kv.cmu.Unlock()
+	if early {
+		t.Errorf("checkpoint %s deleted before the clone was ready", ckName)
+	}
+	h.setPod(ns, "orders-new-primary-1", corev1.PodRunning, true, time.Now())
+	h.waitDB(ns, "orders-new", "ready, its checkpoint released", func(d *shalev1.RocksDB) (bool, string) {
+		return d.Status.Phase == shalev1.PhaseReady && d.Status.Clone != nil && d.Status.Clone.CheckpointReleased, "want Ready and checkpointReleased"
+	})
+	if kv.has(ckName) {
+		t.Errorf("checkpoint %s still in the parent after the clone was ready", ckName)
+	}
+	ev = h.waitEvent(ns, "orders-new", eventBootstrapCheckpointDeleted)
+	if !strings.Contains(ev.Message, "deleted the checkpoint "+ckName+" in RocksDB orders") {
+		t.Errorf("event %q", ev.Message)
+	}
+	if !kv.has("c1") {
+		t.Errorf("the user's Checkpoint c1 went with the clone's")
+	}
+
+	// A parent that does not exist: refused, nothing written.
+	orphan := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orphan"}, Spec: *db.Spec.DeepCopy()}
+	orphan.Spec.Bootstrap = &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "invoices"}}
+	h.create(orphan)
+	ev = h.waitEvent(ns, "orphan", shalev1.ReasonBootstrapRefused)
+	if !strings.Contains(ev.Message, "RocksDB invoices (spec.bootstrap.cloneFrom.database) does not exist") {
+		t.Errorf("event %q", ev.Message)
+	}
+	h.waitDB(ns, "orphan", "refused", func(d *shalev1.RocksDB) (bool, string) {
+		return condIs(d, shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonBootstrapRefused), "want PrimaryAvailable False BootstrapRefused"
+	})
+	nothingWritten("orphan")
+}
