@@ -359,4 +359,7 @@ type Reader struct {
 	leaseSum     string
 	leaseRenewed atomic.Int64
 	lapsed       atomic.Bool // the lease lapsed and RocksDB has not caught up since
+	// beforeGrow, in tests, runs when a refresh has installed a view and
+	// is about to append what the logs named gained to their local copies.
+	beforeGrow func(logs []string)
 }

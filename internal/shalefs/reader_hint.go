@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
@@ -70,20 +69,24 @@ func (f *Reader) refreshHinted(ctx context.Context, h *Hint) error {
 	}
 	got := make([]*file, len(jobs))
 	data := make([][]byte, len(jobs))
+	growths := make([]*logGrowth, len(jobs))
 	if err := parallel(ctx, len(jobs), openParallelism, func(ctx context.Context, i int) (err error) {
 		j := jobs[i]
-		got[i], data[i], err = f.fetchSlots(ctx, j.t, j.of, j.from, activity)
+		got[i], data[i], growths[i], err = f.fetchSlots(ctx, j.t, j.of, j.from, activity)
 		return err
 	}); err != nil {
 		return err
 	}
 	manifestGrew := false
 	fresh := map[string][]byte{}
+	grown := map[string]*logGrowth{}
 	for i, st := range got {
 		name := jobs[i].t.Name
 		files[name] = st
 		if jobs[i].of == nil {
 			fresh[name] = data[i]
+		} else if growths[i] != nil {
+			grown[name] = growths[i]
 		}
 		manifestGrew = manifestGrew || isManifest(name)
 	}
@@ -121,7 +124,7 @@ func (f *Reader) refreshHinted(ctx context.Context, h *Hint) error {
 	}
 	files["CURRENT"] = &file{kind: layout.KindCurrent, size: int64(len(current))}
 	return f.installView(ctx, viewUpdate{
-		old: old, files: files, fresh: fresh, current: current, currentTag: tag,
+		old: old, files: files, fresh: fresh, grown: grown, current: current, currentTag: tag,
 		full: false, start: start, manifestGrew: manifestGrew, activity: activity, prefetch: true,
 	})
 }
@@ -136,15 +139,16 @@ func lastSlot(st *file) uint64 {
 	return 0
 }
 
-// fetchSlots reads the segments from..t.LastSegment of the log t names and
-// returns it grown by them: of extended in place (its local copy too), or
-// for a log new to the view (of nil) a new version and its bytes. A
+// fetchSlots reads the segments from..t.LastSegment of the log t names:
+// for a log new to the view (of nil) a new version and its bytes, for one
+// the view has what it gained (installView records it in of and appends it
+// to the local copy, after the view holds the tables it may name). A
 // segment that is not there (folded away meanwhile) makes the hint fall
 // short; a seal ends the log.
-func (f *Reader) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, activity Activity) (*file, []byte, error) {
+func (f *Reader) fetchSlots(ctx context.Context, t LogTail, of *file, from uint64, activity Activity) (*file, []byte, *logGrowth, error) {
 	n := t.LastSegment - from + 1
 	if n > maxHintSlots {
-		return nil, nil, errHintShort
+		return nil, nil, nil, errHintShort
 	}
 	parts := make([][]byte, n)
 	err := parallel(ctx, int(n), 16, func(ctx context.Context, i int) error {
@@ -154,10 +158,10 @@ func (f *Reader) fetchSlots(ctx context.Context, t LogTail, of *file, from uint6
 		})
 	})
 	if errors.Is(err, objstore.ErrNotFound) {
-		return nil, nil, errHintShort
+		return nil, nil, nil, errHintShort
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var segs []protocol.Segment
 	var data []byte
@@ -166,7 +170,7 @@ func (f *Reader) fetchSlots(ctx context.Context, t LogTail, of *file, from uint6
 			// A seal: a takeover is under way. It may also be void (in a
 			// slot the owner folded away: protocol.BuildLogVersion), which only a
 			// listing can tell.
-			return nil, nil, errHintShort
+			return nil, nil, nil, errHintShort
 		}
 		seq := from + uint64(len(segs))
 		segs = append(segs, protocol.Segment{Seq: seq, Last: seq, Size: int64(len(p))})
@@ -174,37 +178,21 @@ func (f *Reader) fetchSlots(ctx context.Context, t LogTail, of *file, from uint6
 	}
 	if of == nil {
 		if len(segs) == 0 || int64(len(data)) != t.Bytes {
-			return nil, nil, errHintShort
+			return nil, nil, nil, errHintShort
 		}
-		return &file{kind: layout.KindLog, epoch: t.Epoch, size: int64(len(data)), segments: segs, nextSeq: segs[len(segs)-1].Seq + 1}, data, nil
+		return &file{kind: layout.KindLog, epoch: t.Epoch, size: int64(len(data)), segments: segs, nextSeq: segs[len(segs)-1].Seq + 1}, data, nil, nil
 	}
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if of.size+int64(len(data)) != t.Bytes {
-		return nil, nil, errHintShort
+		return nil, nil, nil, errHintShort
 	}
 	if len(segs) == 0 {
-		return of, nil, nil
+		return of, nil, nil, nil
 	}
-	path := f.localPath(t.Name)
-	if fi, err := os.Stat(path); err == nil {
-		if fi.Size() != of.size {
-			return nil, nil, fmt.Errorf("local copy of %s is %d bytes, the reader had %d", t.Name, fi.Size(), of.size)
-		}
-		fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			return nil, nil, err
-		}
-		_, err = fh.Write(data)
-		if cerr := fh.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("extend the local copy of %s: %w", t.Name, err)
-		}
-	}
-	of.segments = append(append([]protocol.Segment(nil), of.segments...), segs...)
-	of.size += int64(len(data))
-	of.nextSeq = segs[len(segs)-1].Seq + 1
-	return of, nil, nil
+	return of, nil, &logGrowth{
+		of: of, from: of.size, data: data,
+		segments: append(append([]protocol.Segment(nil), of.segments...), segs...),
+		size:     of.size + int64(len(data)), nextSeq: segs[len(segs)-1].Seq + 1,
+	}, nil
 }

@@ -16,7 +16,11 @@ type viewUpdate struct {
 	files map[string]*file // the view the refresh found
 	// fresh holds the whole bytes of logs new to the view that a hinted
 	// refresh fetched; a listed refresh fetches none (nil).
-	fresh      map[string][]byte
+	fresh map[string][]byte
+	// grown holds what logs of the view gained that a hinted refresh
+	// fetched (their versions in files are the old view's); a listed
+	// refresh reads it in installView.
+	grown      map[string]*logGrowth
 	current    []byte // CURRENT's content (nil: none yet)
 	currentTag string // and its etag
 	full       bool   // the refresh listed everything
@@ -30,13 +34,18 @@ type viewUpdate struct {
 
 // installView makes v.files (with CURRENT's content v.current and etag
 // v.currentTag) the view: versions the old view had keep their state and
-// local copies, logs grow in place, logs new to it get their bytes in
-// v.fresh as local copies (or lose stale ones, to be fetched), tables that
-// left are retired, the lease is published, and with v.prefetch the logs
-// RocksDB will read are brought local.
+// local copies, logs new to it get their bytes in v.fresh as local copies
+// (or lose stale ones, to be fetched), tables that left are retired, the
+// lease is published, then logs grow in place, and with v.prefetch the
+// logs RocksDB will read are brought local.
+//
+// The new bytes of a log reach its local copy only once the view holds
+// every table they may name (logGrowth): a follower reads them on its own
+// thread, concurrently with the refresh.
 func (f *Reader) installView(ctx context.Context, v viewUpdate) error {
 	rs := &f.rs
 	old, files, manifestGrew := v.old, v.files, v.manifestGrew
+	grown := map[string]*logGrowth{}
 	for name, nf := range files {
 		of := old[name]
 		if isManifest(name) && (of == nil || of.epoch != nf.epoch || nf.size > of.size) {
@@ -53,10 +62,15 @@ func (f *Reader) installView(ctx context.Context, v viewUpdate) error {
 			}
 		case of == nil:
 		case nf.kind == layout.KindLog && of.epoch == nf.epoch:
-			if nf != of {
-				if err := f.extendLog(ctx, name, of, nf, v.activity); err != nil {
+			g := v.grown[name]
+			if g == nil && nf != of {
+				var err error
+				if g, err = f.readGrowth(ctx, name, of, nf, v.activity); err != nil {
 					return err
 				}
+			}
+			if g != nil {
+				grown[name] = g
 			}
 			files[name] = of
 		case nf.kind == layout.KindLog:
@@ -110,6 +124,18 @@ func (f *Reader) installView(ctx context.Context, v viewUpdate) error {
 	// new logs are fetched), so the owner never deletes a file it uses.
 	if err := f.publishLease(ctx); err != nil {
 		return err
+	}
+	if f.beforeGrow != nil && len(grown) > 0 {
+		names := make([]string, 0, len(grown))
+		for name := range grown {
+			names = append(names, name)
+		}
+		f.beforeGrow(names)
+	}
+	for name, g := range grown {
+		if err := f.grow(name, g); err != nil {
+			return err
+		}
 	}
 	if v.prefetch {
 		return f.bringLogsLocal(ctx, v.activity)

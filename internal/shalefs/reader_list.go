@@ -165,24 +165,39 @@ func (f *Reader) listLog(ctx context.Context, name string, trashed map[layout.Ve
 	return &file{kind: layout.KindLog, epoch: v.Epoch, size: v.Size, segments: v.Segments, nextSeq: v.LastSeq + 1}, nil
 }
 
-// extendLog appends the bytes a log gained in the store (nf, a newer
-// listing of the same version as of) to its local copy, in place, and
-// updates of.
-func (f *Reader) extendLog(ctx context.Context, name string, of, nf *file, activity Activity) error {
+// logGrowth is what a log of the view gained in the store, read by a
+// refresh. installView records it in the view and appends its bytes to the
+// local copy (grow) only after it installed the view that holds the tables
+// those bytes may name: a follower's own thread (DB::OpenAsFollower) reads
+// the MANIFEST's local copy at any time, and an edit it reads names a table
+// that must be in the view already, or it counts the table as missing and
+// never looks again (its version stays behind for good).
+type logGrowth struct {
+	of   *file
+	from int64  // of.size when read: the bytes follow it
+	data []byte // the bytes past from (nil: there was no local copy)
+	// The log version with them.
+	segments []protocol.Segment
+	size     int64
+	nextSeq  uint64 // 0: unchanged
+}
+
+// readGrowth reads the bytes a log gained in the store (nf, a newer
+// listing of the same version as of) past its local copy, without
+// touching of or the local copy; nil when it gained none.
+func (f *Reader) readGrowth(ctx context.Context, name string, of, nf *file, activity Activity) (*logGrowth, error) {
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if nf.size <= of.size {
-		return nil // nothing new (a listing never shrinks a log)
+		return nil, nil // nothing new (a listing never shrinks a log)
 	}
-	path := f.localPath(name)
-	fi, err := os.Stat(path)
+	g := &logGrowth{of: of, from: of.size, segments: nf.segments, size: nf.size}
+	fi, err := os.Stat(f.localPath(name))
 	if err != nil {
-		// Not fetched yet: the fetch will read everything there is.
-		of.segments, of.size = nf.segments, nf.size
-		return nil
+		return g, nil // not fetched yet: the fetch will read everything there is
 	}
 	if fi.Size() != of.size {
-		return fmt.Errorf("local copy of %s is %d bytes, the reader had %d", name, fi.Size(), of.size)
+		return nil, fmt.Errorf("local copy of %s is %d bytes, the reader had %d", name, fi.Size(), of.size)
 	}
 	// The objects of the new listing that hold bytes past of.size.
 	var start, off int64
@@ -202,10 +217,10 @@ func (f *Reader) extendLog(ctx context.Context, name string, of, nf *file, activ
 		// listing: list the version again, its fold holds the same bytes.
 		v, lerr := f.listVersion(ctx, name, nf.epoch)
 		if lerr != nil {
-			return lerr
+			return nil, lerr
 		}
 		if v.Size < nf.size || !v.Contiguous() {
-			return fmt.Errorf("log %s (epoch %d) lost segments while being read (%d of %d bytes left): %w", name, nf.epoch, v.Size, nf.size, err)
+			return nil, fmt.Errorf("log %s (epoch %d) lost segments while being read (%d of %d bytes left): %w", name, nf.epoch, v.Size, nf.size, err)
 		}
 		segs := trimSegments(v.Segments, nf.size)
 		start, off, pieces = 0, 0, nil
@@ -218,24 +233,49 @@ func (f *Reader) extendLog(ctx context.Context, name string, of, nf *file, activ
 			}
 			off += s.Size
 		}
-		nf = &file{segments: segs, size: nf.size, epoch: nf.epoch}
+		g.segments = segs
 		data, err = f.readSegments(ctx, name, nf.epoch, pieces, nf.size-start, activity)
 	}
 	if err != nil {
-		return fmt.Errorf("read the new part of %s: %w", name, err)
+		return nil, fmt.Errorf("read the new part of %s: %w", name, err)
+	}
+	g.data = data[of.size-start:]
+	return g, nil
+}
+
+// grow records g in its log's version of the view and appends its bytes
+// to the local copy, in place (same inode: RocksDB's open log readers see
+// them). A local copy it cannot bring to the new size is dropped: the next
+// open fetches the whole log.
+func (f *Reader) grow(name string, g *logGrowth) error {
+	of := g.of
+	of.mu.Lock()
+	defer of.mu.Unlock()
+	of.segments, of.size = g.segments, g.size
+	if g.nextSeq > 0 {
+		of.nextSeq = g.nextSeq
+	}
+	path := f.localPath(name)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil // not fetched yet: the fetch will read everything there is
+	}
+	if g.data == nil || fi.Size() != g.from {
+		// Fetched (at the old size) since the growth was read.
+		os.Remove(path)
+		return nil
 	}
 	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return err
+	if err == nil {
+		_, err = fh.Write(g.data)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
 	}
-	_, err = fh.Write(data[of.size-start:])
-	if cerr := fh.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
+		os.Remove(path)
 		return fmt.Errorf("extend the local copy of %s: %w", name, err)
 	}
-	of.segments, of.size = nf.segments, nf.size
 	return nil
 }
 
