@@ -12,6 +12,7 @@ const (
 	eventEpochExhausted         = "EpochExhausted"
 	eventOwnerRecordFailed      = "OwnerRecordFailed"
 	eventStorageDeleted         = "StorageDeleted"
+	eventStoragePinned          = "StoragePinned"
 	eventStorageRetained        = "StorageRetained"
 	eventStorageDeleteFailed    = "StorageDeleteFailed"
 	eventStorageDeleteRefused   = "StorageDeleteRefused"

@@ -31,8 +31,11 @@ const podsGoneRecheck = 2 * time.Second
 //     into a directory being deleted, and no secondary renews its reader
 //     lease there; a Pod stuck terminating on a lost node holds the
 //     deletion until it is force deleted);
-//  2. Delete: delete every object under the storage path, then the owner
-//     record. Retain: rewrite the owner record with Retain, so the garbage
+//  2. Delete: create _shale/deleting, delete every object under the
+//     storage path (cold tier first) but what clones' pins name, then,
+//     with no pin left, the marker and the owner record (with pins, the
+//     record stays, says Delete, and the garbage collector finishes once
+//     the last pin is gone: StoragePinned). Retain: rewrite the owner record with Retain, so the garbage
 //     collector never deletes the directory (with the ObjectStore gone,
 //     wait for it unless status says the record says Retain already);
 //  3. remove the RocksDB from its ObjectStore's status.usedBy, and the
@@ -203,24 +206,29 @@ func (r *rocksDBReconciler) reclaim(ctx context.Context, db *shalev1.RocksDB, po
 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	// The cold tier first: the hot directory (and the owner record the
-	// garbage collector goes by) stays until the cold one is gone.
-	if res, err := r.reclaimCold(ctx, db, store); err != nil || res.RequeueAfter > 0 {
+	d, res, err := r.reclaimTiers(ctx, db, store)
+	if err != nil || res.RequeueAfter > 0 {
 		return res, err
 	}
-	st, err := r.stores.database(ctx, store, db.Status.StoragePath)
+	// Clones may read tables of this directory: reclaimDir keeps what
+	// their pins name (docs/rfcs/0010-checkpoints-and-clones.md, step 14).
+	done, err := reclaimDir(ctx, d, "reclaim of RocksDB "+db.Namespace+"/"+db.Name, nil)
+	if err == nil && len(done.Pinned) > 0 {
+		// The record stays and says Delete: the garbage collector
+		// deletes the rest once the last pin is gone.
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventStoragePinned,
+			"deleted %s except what clones read: %d objects, %d bytes deleted; %d kept, pinned by %s; the garbage collector deletes them once those clones detach or are deleted",
+			url, done.Objects, done.Bytes, len(done.Kept), strings.Join(done.Pinned, ", "))
+		log.FromContext(ctx).Info("deleted storage but pinned objects", "url", url, "objects", done.Objects, "bytes", done.Bytes, "kept", len(done.Kept), "pins", done.Pinned)
+		return ctrl.Result{}, nil
+	}
 	if err == nil {
-		var objects int
-		var bytes int64
-		objects, bytes, err = deleteAll(ctx, st, "")
-		if err == nil {
-			err = r.deleteOwnerRecord(ctx, db, store)
-		}
-		if err == nil {
-			r.recorder.Eventf(db, corev1.EventTypeNormal, eventStorageDeleted, "deleted %s: %d objects, %d bytes (reclaimPolicy Delete)", url, objects, bytes)
-			log.FromContext(ctx).Info("deleted storage", "url", url, "objects", objects, "bytes", bytes)
-			return ctrl.Result{}, nil
-		}
+		err = r.deleteOwnerRecord(ctx, db, store)
+	}
+	if err == nil {
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventStorageDeleted, "deleted %s: %d objects, %d bytes (reclaimPolicy Delete)", url, done.Objects, done.Bytes)
+		log.FromContext(ctx).Info("deleted storage", "url", url, "objects", done.Objects, "bytes", done.Bytes)
+		return ctrl.Result{}, nil
 	}
 	r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", url, err)
 	return ctrl.Result{}, err
@@ -235,29 +243,28 @@ func (r *rocksDBReconciler) deleteOwnerRecord(ctx context.Context, db *shalev1.R
 	return hot.Delete(ctx, key)
 }
 
-// reclaimCold deletes the database's directory in the cold tier
-// (reclaimPolicy Delete), if it has one.
-func (r *rocksDBReconciler) reclaimCold(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) (ctrl.Result, error) {
-	if db.Status.ColdStoragePath == "" {
-		return ctrl.Result{}, nil
-	}
-	if store.Spec.Cold == nil {
-		r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteRefused,
-			"cannot delete the cold tables under %s: ObjectStore %s has no spec.cold any more (restore it, or remove the finalizer %s to leave the data)", db.Status.ColdStoragePath, store.Name, shalev1.FinalizerStorage)
-		return ctrl.Result{RequeueAfter: time.Minute}, nil
-	}
-	url := store.ColdDatabaseURL(db.Status.ColdStoragePath)
-	cold, err := r.stores.open(ctx, store, store.ColdEndpoint(), url)
-	if err == nil {
-		var objects int
-		var bytes int64
-		if objects, bytes, err = deleteAll(ctx, cold, ""); err == nil {
-			r.recorder.Eventf(db, corev1.EventTypeNormal, eventStorageDeleted, "deleted %s: %d objects, %d bytes (reclaimPolicy Delete)", url, objects, bytes)
-			return ctrl.Result{}, nil
+// reclaimTiers opens the database's directory in the hot tier and, if it
+// has one, in the cold tier.
+func (r *rocksDBReconciler) reclaimTiers(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) (dirTiers, ctrl.Result, error) {
+	var d dirTiers
+	var err error
+	if db.Status.ColdStoragePath != "" {
+		if store.Spec.Cold == nil {
+			r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteRefused,
+				"cannot delete the cold tables under %s: ObjectStore %s has no spec.cold any more (restore it, or remove the finalizer %s to leave the data)", db.Status.ColdStoragePath, store.Name, shalev1.FinalizerStorage)
+			return d, ctrl.Result{RequeueAfter: time.Minute}, nil
+		}
+		url := store.ColdDatabaseURL(db.Status.ColdStoragePath)
+		if d.cold, err = r.stores.open(ctx, store, store.ColdEndpoint(), url); err != nil {
+			r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", url, err)
+			return d, ctrl.Result{}, err
 		}
 	}
-	r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", url, err)
-	return ctrl.Result{}, err
+	if d.hot, err = r.stores.database(ctx, store, db.Status.StoragePath); err != nil {
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", store.DatabaseURL(db.Status.StoragePath), err)
+		return d, ctrl.Result{}, err
+	}
+	return d, ctrl.Result{}, nil
 }
 
 // namespaceTerminating reports whether the namespace is being deleted.
