@@ -1,0 +1,294 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/kvserver"
+	"github.com/shale-rocks/shale/internal/miniotest"
+	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/primary"
+)
+
+// Clones against the reclaim and the garbage collector
+// (docs/rfcs/0010-checkpoints-and-clones.md, step 14 and the race "A
+// parent deleted while a clone opens"). The operator runs no primary in
+// these tests' envtest, so the databases are real primaries run in this
+// process (`shale primary`, and `shale primary --clone-from`), on MinIO.
+
+var cloneTestStorage = shalefs.Config{Lease: 100 * time.Millisecond, DeleteGrace: 200 * time.Millisecond}
+
+type testPrimary struct {
+	srv  *primary.Server
+	kv   kvv1.KVClient
+	conn *grpc.ClientConn
+	once sync.Once
+}
+
+func (p *testPrimary) stop() {
+	p.once.Do(func() {
+		p.srv.Stop(time.Second)
+		p.conn.Close()
+	})
+}
+
+// startPrimary runs `shale primary` on db (with clone: `--clone-from`).
+func startPrimary(t *testing.T, db string, clone *primary.CloneConfig) (*testPrimary, error) {
+	t.Helper()
+	sc := cloneTestStorage
+	sc.CacheDir = filepath.Join(t.TempDir(), "cache")
+	s, err := primary.Start(primary.Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(), Storage: sc, Clone: clone})
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &testPrimary{srv: s, kv: kvv1.NewKVClient(conn), conn: conn}
+	t.Cleanup(p.stop)
+	return p, nil
+}
+
+func cloneValue(i int) string { return fmt.Sprintf("v%05d-%s", i, strings.Repeat("x", 100)) }
+
+// parentWithCheckpoint starts a primary on db, writes n keys and takes
+// checkpoint c1.
+func parentWithCheckpoint(t *testing.T, db string, n int) *testPrimary {
+	t.Helper()
+	p, err := startPrimary(t, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < n; i += 1000 {
+		var ms []*kvv1.Mutation
+		for j := i; j < min(n, i+1000); j++ {
+			ms = append(ms, &kvv1.Mutation{Op: &kvv1.Mutation_Put_{Put: &kvv1.Mutation_Put{Key: []byte(fmt.Sprintf("k%05d", j)), Value: []byte(cloneValue(j))}}})
+		}
+		if _, err := p.kv.Write(ctx, &kvv1.WriteRequest{Mutations: ms, Sync: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.kv.Checkpoint(ctx, &kvv1.CheckpointRequest{Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// checkEveryKey scans a database and checks it holds exactly keys 0..n-1.
+func checkEveryKey(t *testing.T, who string, kv kvv1.KVClient, n int) {
+	t.Helper()
+	st, err := kv.Scan(context.Background(), &kvv1.ScanRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: scan: %v", who, err)
+		}
+		for _, p := range r.Pairs {
+			got[string(p.Key)] = string(p.Value)
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("%s holds %d keys, want %d", who, len(got), n)
+	}
+	for i := 0; i < n; i++ {
+		if k := fmt.Sprintf("k%05d", i); got[k] != cloneValue(i) {
+			t.Fatalf("%s: %s = %.20q, want %.20q", who, k, got[k], cloneValue(i))
+		}
+	}
+}
+
+// statHooked runs after(key) once the store answered a Stat: the bootstrap
+// checks the parent's _shale/deleting with a Stat (step 16.5).
+type statHooked struct {
+	objstore.Store
+	after func(key string)
+}
+
+func (s *statHooked) Stat(ctx context.Context, key string) (objstore.ObjectInfo, error) {
+	info, err := s.Store.Stat(ctx, key)
+	if s.after != nil {
+		s.after(key)
+	}
+	return info, err
+}
+
+func listKeys(t *testing.T, st objstore.Store) map[string]bool {
+	t.Helper()
+	keys := map[string]bool{}
+	if err := st.List(context.Background(), "", func(o objstore.ObjectInfo) error { keys[o.Key] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+func readPinRecord(t *testing.T, st objstore.Store, id string) layout.PinRecord {
+	t.Helper()
+	r, _, err := st.Get(context.Background(), layout.PinKey(id), 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r)
+	r.Close()
+	pin, err := layout.ParsePin(layout.PinKey(id), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pin
+}
+
+// TestParentDeletedWhileCloneOpens: a reclaim of the parent (reclaimDir,
+// as the finalizer and the garbage collector run it) against a clone's
+// bootstrap, on MinIO. The deleter's marker written after the clone pinned
+// but before its check: the clone refuses and its pin goes, and the next
+// deletion removes everything. Written after the clone's check: the
+// deleter keeps exactly what the pin names, and the clone reads every key.
+func TestParentDeletedWhileCloneOpens(t *testing.T) {
+	srv := miniotest.Start(t)
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	srv.CreateBucket(t, "clones")
+	const n = 3000
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name string
+		// beforeCheck: the deleter runs between the clone's pin and its
+		// check (the check then finds the marker); else just after it.
+		beforeCheck bool
+	}{{"marker-before-check", true}, {"marker-after-check", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pdb := "s3://clones/" + tc.name + "/parent"
+			cdb := "s3://clones/" + tc.name + "/clone"
+			p := parentWithCheckpoint(t, pdb, n)
+			p.stop() // the finalizer stops the primaries first
+			pstore, err := objstore.Open(pdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cstore, err := objstore.Open(cdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var done reclaimDone
+			var derr error
+			ran := false
+			deleter := func() {
+				ran = true
+				done, derr = reclaimDir(ctx, dirTiers{hot: pstore}, "test", nil)
+			}
+			hooked := &statHooked{Store: pstore, after: func(key string) {
+				if key == layout.DeletingKey && !ran {
+					deleter()
+				}
+			}}
+			if tc.beforeCheck {
+				// Stand between the clone's pins and its Stat: the marker
+				// is there when the Stat is sent.
+				hooked = &statHooked{Store: &statBefore{Store: pstore, before: func(key string) {
+					if key == layout.DeletingKey && !ran {
+						deleter()
+					}
+				}}}
+			}
+			_, berr := shalefs.Bootstrap(ctx, shalefs.BootstrapConfig{Store: cstore, Parent: pdb, Checkpoint: "c1", CloneID: "clone-1",
+				OpenOrigin: func(url string) (objstore.Store, error) {
+					if url == pdb {
+						return hooked, nil
+					}
+					return objstore.Open(url)
+				}})
+			if !ran {
+				t.Fatal("the bootstrap never checked the parent's _shale/deleting")
+			}
+			if derr != nil {
+				t.Fatalf("the deletion: %v", derr)
+			}
+			// Either way the deleter listed the pin (written before its
+			// marker) and kept what it names.
+			if len(done.Pinned) != 1 || !strings.HasPrefix(done.Pinned[0], "clone-1 ") || len(done.Kept) == 0 {
+				t.Fatalf("the deleter kept %d objects for pins %v; want the tables of clone-1's pin", len(done.Kept), done.Pinned)
+			}
+			left := listKeys(t, pstore)
+			if tc.beforeCheck {
+				if !errors.Is(berr, shalefs.ErrBootstrapRefused) || !strings.Contains(berr.Error(), "being deleted") {
+					t.Fatalf("bootstrap = %v; want refused: the parent is being deleted", berr)
+				}
+				if left[layout.PinKey("clone-1")] {
+					t.Fatal("the refused clone left its pin")
+				}
+				// The next deletion (the garbage collector's) finds no pin
+				// and removes everything, the marker last.
+				again, err := reclaimDir(ctx, dirTiers{hot: pstore}, "test", nil)
+				if err != nil || len(again.Pinned) > 0 {
+					t.Fatalf("second deletion: %+v, %v", again, err)
+				}
+				if left := listKeys(t, pstore); len(left) != 0 {
+					t.Fatalf("left after the second deletion: %v", left)
+				}
+				return
+			}
+			if berr != nil {
+				t.Fatalf("bootstrap: %v", berr)
+			}
+			pin := readPinRecord(t, pstore, "clone-1")
+			want := map[string]bool{layout.DeletingKey: true, layout.PinKey("clone-1"): true}
+			for _, f := range pin.Files {
+				want[layout.ObjectKey(f.Name, f.Epoch)] = true
+			}
+			for k := range left {
+				if !want[k] {
+					t.Errorf("the deletion left %s, which no pin names", k)
+				}
+			}
+			for k := range want {
+				if !left[k] {
+					t.Errorf("the deletion removed %s, which the pin names", k)
+				}
+			}
+			c, err := startPrimary(t, cdb, &primary.CloneConfig{From: pdb, Checkpoint: "c1", ID: "clone-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkEveryKey(t, "the clone of the deleted parent", c.kv, n)
+		})
+	}
+}
+
+// statBefore runs before(key) before a Stat is sent.
+type statBefore struct {
+	objstore.Store
+	before func(key string)
+}
+
+func (s *statBefore) Stat(ctx context.Context, key string) (objstore.ObjectInfo, error) {
+	if s.before != nil {
+		s.before(key)
+	}
+	return s.Store.Stat(ctx, key)
+}
