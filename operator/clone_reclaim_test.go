@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +14,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/internal/miniotest"
@@ -291,4 +294,133 @@ func (s *statBefore) Stat(ctx context.Context, key string) (objstore.ObjectInfo,
 		s.before(key)
 	}
 	return s.Store.Stat(ctx, key)
+}
+
+// TestCloneSurvivesParentDelete (envtest and MinIO; the issue's clone
+// test): a RocksDB with reclaimPolicy Delete, its data written by a real
+// primary, is deleted while a clone (`shale primary --clone-from`, run in
+// this process) pins it. The finalizer leaves only the marker, the pin and
+// the pinned tables, keeps the owner record and says StoragePinned; the
+// clone, taken over with an empty cache, reads every key; the garbage
+// collector at a 1 s grace keeps the pinned directory. Once the clone has
+// compacted its origin tables away and detached, the next GC pass removes
+// the rest, record included, and the clone still reads every key.
+func TestCloneSurvivesParentDelete(t *testing.T) {
+	h := startOperator(t)
+	for _, kv := range h.minio.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v) // objstore.Open, for the primaries run here
+	}
+	const n = 3000
+	ns := h.namespace("clonedel")
+	sec, store, db := h.samples(ns)
+	db.Name = "parent"
+	db.Spec.ReclaimPolicy = shalev1.ReclaimDelete
+	h.create(sec, store, db)
+	db = h.waitDB(ns, "parent", "started", func(db *shalev1.RocksDB) (bool, string) {
+		return db.Status.Epoch == 1 && db.Status.StoragePath != "", "want epoch 1 and a storage path"
+	})
+	pdb := "s3://" + bucket + "/" + db.Status.StoragePath
+	pstore := h.store(db.Status.StoragePath)
+	p := parentWithCheckpoint(t, pdb, n)
+	p.stop()
+
+	// The clone lives outside the operator's prefix (the GC does not judge it).
+	cdb := "s3://" + bucket + "/clones/" + ns + "/clone"
+	c, err := startPrimary(t, cdb, &primary.CloneConfig{From: pdb, Checkpoint: "c1", ID: "clone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEveryKey(t, "the clone", c.kv, n)
+	pin := readPinRecord(t, pstore, "clone-1")
+	pinned := map[string]bool{layout.DeletingKey: true, layout.PinKey("clone-1"): true}
+	for _, f := range pin.Files {
+		pinned[layout.ObjectKey(f.Name, f.Epoch)] = true
+	}
+	if len(pin.Files) == 0 {
+		t.Fatal("the clone pins no table of its parent")
+	}
+	checkLeft := func(when string) {
+		t.Helper()
+		left := listKeys(t, pstore)
+		for k := range left {
+			if !pinned[k] {
+				t.Errorf("%s: %s is left, which no pin names", when, k)
+			}
+		}
+		for k := range pinned {
+			if !left[k] {
+				t.Errorf("%s: %s is gone, which the pin names", when, k)
+			}
+		}
+		if rec := h.ownerRecord(store.Spec.Hot.Prefix, ns, db.DirName()); rec == nil || rec.ReclaimPolicy != shalev1.ReclaimDelete {
+			t.Errorf("%s: owner record %s, want it kept, saying Delete", when, jsonString(rec))
+		}
+	}
+
+	// The parent deleted with Delete: only what the pin names is left.
+	if err := h.c.Delete(h.ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	h.waitGone(ns, "parent")
+	h.waitEvent(ns, "parent", eventStoragePinned)
+	checkLeft("after the reclaim")
+	c.stop()
+	c, err = startPrimary(t, cdb, nil) // a takeover, with an empty cache
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEveryKey(t, "the clone of the deleted parent", c.kv, n)
+
+	// The garbage collector at a 1 s grace keeps it while pinned.
+	if err := h.c.Get(h.ctx, client.ObjectKeyFromObject(store), store); err != nil {
+		t.Fatal(err)
+	}
+	g := *h.gc
+	g.grace = time.Second
+	dir := ns + "/" + db.DirName()
+	eventually(t, "the GC judges the parent's directory pinned", func() (bool, string) {
+		rep, err := g.pass(h.ctx, store)
+		if err != nil {
+			return false, err.Error()
+		}
+		return rep.Verdicts[dir] == keepPinned, "verdict " + rep.Verdicts[dir].String()
+	})
+	checkLeft("after a GC pass")
+
+	// The clone rewrites every key (same values) and compacts: no origin
+	// table is live, and past its grace it releases the pin.
+	for i := 0; i < n; i += 1000 {
+		var ms []*kvv1.Mutation
+		for j := i; j < min(n, i+1000); j++ {
+			ms = append(ms, &kvv1.Mutation{Op: &kvv1.Mutation_Put_{Put: &kvv1.Mutation_Put{Key: []byte(fmt.Sprintf("k%05d", j)), Value: []byte(cloneValue(j))}}})
+		}
+		if _, err := c.kv.Write(h.ctx, &kvv1.WriteRequest{Mutations: ms, Sync: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.kv.Flush(h.ctx, &kvv1.FlushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.kv.Compact(h.ctx, &kvv1.CompactRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the clone released its pin", func() (bool, string) {
+		_, err := pstore.Stat(h.ctx, layout.PinKey("clone-1"))
+		return errors.Is(err, objstore.ErrNotFound), fmt.Sprintf("stat: %v", err)
+	})
+	eventually(t, "the GC removes the rest", func() (bool, string) {
+		rep, err := g.pass(h.ctx, store)
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.Contains(rep.Deleted, dir), "verdict " + rep.Verdicts[dir].String()
+	})
+	if left := listKeys(t, pstore); len(left) != 0 {
+		t.Errorf("left after the GC: %v", left)
+	}
+	if rec := h.ownerRecord(store.Spec.Hot.Prefix, ns, db.DirName()); rec != nil {
+		t.Errorf("owner record left: %s", jsonString(rec))
+	}
+	checkEveryKey(t, "the detached clone", c.kv, n)
 }
