@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
@@ -423,4 +425,97 @@ func TestCloneSurvivesParentDelete(t *testing.T) {
 		t.Errorf("owner record left: %s", jsonString(rec))
 	}
 	checkEveryKey(t, "the detached clone", c.kv, n)
+}
+
+// TestReclaimReleasesClonePins (envtest and MinIO): deleting a clone
+// releases its pins in its parent first (RFC 0010 step 14), whether the
+// finalizer deletes it (reclaimPolicy Delete) or the garbage collector
+// deletes its orphaned directory; a clone directory whose origin record
+// names another clone id than its RocksDB's UID keeps its pins, said in an
+// Event.
+func TestReclaimReleasesClonePins(t *testing.T) {
+	h := startOperator(t)
+	for _, kv := range h.minio.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	ns := h.namespace("clonerel")
+	sec, store, db := h.samples(ns)
+	db.Name = "clone"
+	db.Spec.ReclaimPolicy = shalev1.ReclaimDelete
+	h.create(sec, store, db)
+	pdb := "s3://" + bucket + "/parents/" + ns + "/parent"
+	parentWithCheckpoint(t, pdb, 500).stop()
+	pstore := h.store("parents/" + ns + "/parent")
+	bootstrap := func(dir, id string) {
+		t.Helper()
+		cstore, err := objstore.Open("s3://" + bucket + "/" + dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := shalefs.Bootstrap(h.ctx, shalefs.BootstrapConfig{Store: cstore, Parent: pdb, Checkpoint: "c1", CloneID: id}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pstore.Stat(h.ctx, layout.PinKey(id)); err != nil {
+			t.Fatalf("pin %s after the bootstrap: %v", id, err)
+		}
+	}
+
+	// The finalizer: the clone's directory bootstrapped as its first
+	// primary would (`--clone-id` its UID).
+	db = h.waitDB(ns, "clone", "started", func(db *shalev1.RocksDB) (bool, string) {
+		return db.Status.Epoch == 1 && db.Status.StoragePath != "", "want epoch 1 and a storage path"
+	})
+	bootstrap(db.Status.StoragePath, string(db.UID))
+	if err := h.c.Delete(h.ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	h.waitGone(ns, "clone")
+	h.waitEvent(ns, "clone", eventClonePinsReleased)
+	if _, err := pstore.Stat(h.ctx, layout.PinKey(string(db.UID))); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("the deleted clone's pin in its parent: %v, want it gone", err)
+	}
+	if left := h.keys(h.store(db.Status.StoragePath), ""); len(left) != 0 {
+		t.Errorf("left in the deleted clone's directory: %v", left)
+	}
+
+	// The garbage collector: an orphaned clone directory (its RocksDB
+	// gone without its finalizer) and one whose record names another id.
+	if err := h.c.Get(h.ctx, client.ObjectKeyFromObject(store), store); err != nil {
+		t.Fatal(err)
+	}
+	hot := h.store(store.Spec.Hot.Prefix)
+	orphanDir := func(name, id string) string {
+		uid := types.UID(uuid.NewString())
+		dirName := name + "-" + string(uid)
+		if id == "" {
+			id = string(uid)
+		}
+		bootstrap(store.Spec.Hot.Prefix+"/"+ns+"/"+dirName, id)
+		if err := putOwnerRecord(h.ctx, hot, ownerRecordKey(ns, dirName), dirOwnerRecord{Cluster: h.cluster, Namespace: ns, Name: name, UID: uid, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
+			t.Fatal(err)
+		}
+		return dirName
+	}
+	ghost := orphanDir("ghost", "")
+	stranger := orphanDir("stranger", "someone-else")
+	g := *h.gc
+	g.now = func() time.Time { return time.Now().Add(48 * time.Hour) }
+	rep, err := g.pass(h.ctx, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{ghost, stranger} {
+		if !slices.Contains(rep.Deleted, ns+"/"+d) {
+			t.Errorf("%s not deleted: verdict %v", d, rep.Verdicts[ns+"/"+d])
+		}
+	}
+	_, ghostUID, _ := parseDirName(ghost)
+	if _, err := pstore.Stat(h.ctx, layout.PinKey(string(ghostUID))); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("the orphaned clone's pin: %v, want it gone", err)
+	}
+	if _, err := pstore.Stat(h.ctx, layout.PinKey("someone-else")); err != nil {
+		t.Errorf("the pin of a clone id that is not the directory's UID: %v, want it kept", err)
+	}
+	h.waitEvent(ns, store.Name, eventStoragePinned)
 }

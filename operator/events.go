@@ -13,6 +13,7 @@ const (
 	eventOwnerRecordFailed      = "OwnerRecordFailed"
 	eventStorageDeleted         = "StorageDeleted"
 	eventStoragePinned          = "StoragePinned"
+	eventClonePinsReleased      = "ClonePinsReleased"
 	eventStorageRetained        = "StorageRetained"
 	eventStorageDeleteFailed    = "StorageDeleteFailed"
 	eventStorageDeleteRefused   = "StorageDeleteRefused"

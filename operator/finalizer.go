@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
 )
 
 // podsGoneRecheck is how often a deletion looks again for primaries that
@@ -213,6 +214,7 @@ func (r *rocksDBReconciler) reclaim(ctx context.Context, db *shalev1.RocksDB, po
 	// Clones may read tables of this directory: reclaimDir keeps what
 	// their pins name (docs/rfcs/0010-checkpoints-and-clones.md, step 14).
 	done, err := reclaimDir(ctx, d, "reclaim of RocksDB "+db.Namespace+"/"+db.Name, nil)
+	r.reportClonePins(ctx, db, done)
 	if err == nil && len(done.Pinned) > 0 {
 		// The record stays and says Delete: the garbage collector
 		// deletes the rest once the last pin is gone.
@@ -232,6 +234,17 @@ func (r *rocksDBReconciler) reclaim(ctx context.Context, db *shalev1.RocksDB, po
 	}
 	r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", url, err)
 	return ctrl.Result{}, err
+}
+
+// reportClonePins says what became of the pins of a clone being deleted.
+func (r *rocksDBReconciler) reportClonePins(ctx context.Context, db *shalev1.RocksDB, done reclaimDone) {
+	if len(done.Released) > 0 {
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventClonePinsReleased, "released the clone's pins in its origins: %s", strings.Join(done.Released, ", "))
+		log.FromContext(ctx).Info("released a clone's pins", "pins", done.Released)
+	}
+	if done.Unreleased != "" {
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventStoragePinned, "%s", done.Unreleased)
+	}
 }
 
 func (r *rocksDBReconciler) deleteOwnerRecord(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) error {
@@ -260,6 +273,8 @@ func (r *rocksDBReconciler) reclaimTiers(ctx context.Context, db *shalev1.RocksD
 			return d, ctrl.Result{}, err
 		}
 	}
+	d.uid = string(db.UID)
+	d.openOrigin = func(url string) (objstore.Store, error) { return r.stores.open(ctx, store, store.Spec.Endpoint, url) }
 	if d.hot, err = r.stores.database(ctx, store, db.Status.StoragePath); err != nil {
 		r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", store.DatabaseURL(db.Status.StoragePath), err)
 		return d, ctrl.Result{}, err

@@ -226,7 +226,14 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 			g.recorder.Eventf(os, corev1.EventTypeNormal, eventOrphanFound, "dry run: would delete %s (%d objects, %d bytes; what clones' pins name kept): %s", url, obs.Objects, obs.Bytes, why)
 			continue
 		}
-		deleted, done, err := g.deleteOrphan(ctx, hot, cold, c, obs.Record, seen)
+		openOrigin := func(url string) (objstore.Store, error) { return g.stores.open(ctx, os, os.Spec.Endpoint, url) }
+		deleted, done, err := g.deleteOrphan(ctx, hot, cold, c, obs.Record, seen, openOrigin)
+		if done.Unreleased != "" {
+			g.recorder.Eventf(os, corev1.EventTypeWarning, eventStoragePinned, "%s: %s", url, done.Unreleased)
+		}
+		if len(done.Released) > 0 {
+			g.log.Info("released an orphaned clone's pins", "dir", k, "pins", done.Released)
+		}
 		if err != nil {
 			g.recorder.Eventf(os, corev1.EventTypeWarning, eventOrphanDeleteFailed, "deleting %s: %v", url, err)
 			return rep, err
@@ -311,7 +318,7 @@ func (g *gc) observe(ctx context.Context, hot, cold objstore.Store, c *candidate
 // once nothing is left. It reports false when it found the directory's
 // RocksDB, or the one its record says adopted it, after all; the pins
 // left, when clones keep part of it.
-func (g *gc) deleteOrphan(ctx context.Context, hot, cold objstore.Store, c *candidate, rec *dirOwnerRecord, seen *observedKeys) (bool, reclaimDone, error) {
+func (g *gc) deleteOrphan(ctx context.Context, hot, cold objstore.Store, c *candidate, rec *dirOwnerRecord, seen *observedKeys, openOrigin func(string) (objstore.Store, error)) (bool, reclaimDone, error) {
 	var done reclaimDone
 	owners := []recordRef{{Name: c.name, UID: c.uid}}
 	if rec != nil && rec.AdoptedBy != nil {
@@ -329,7 +336,7 @@ func (g *gc) deleteOrphan(ctx context.Context, hot, cold objstore.Store, c *cand
 	}
 	dirName := c.name + "-" + string(c.uid)
 	prefix := dbDirKey(c.namespace, dirName)
-	d := dirTiers{hot: hot, hotPrefix: prefix, cold: cold, coldPrefix: prefix}
+	d := dirTiers{hot: hot, hotPrefix: prefix, cold: cold, coldPrefix: prefix, uid: string(c.uid), openOrigin: openOrigin}
 	done, err := reclaimDir(ctx, d, "garbage collector", seen)
 	if err != nil || len(done.Pinned) > 0 || done.Left > 0 {
 		// Pinned: the record stays, saying Delete. Left: written after

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,13 @@ type dirTiers struct {
 	hotPrefix  string
 	cold       objstore.Store
 	coldPrefix string
+	// uid is the UID of the directory's RocksDB: a clone's pins are
+	// released only when its _shale/origin names that clone id (the one
+	// the operator passes, --clone-id UID).
+	uid string
+	// openOrigin opens an origin's directory by URL, to release a clone's
+	// pins there (nil: pins are not released).
+	openOrigin func(url string) (objstore.Store, error)
 }
 
 // observedKeys are the keys of a directory (relative to it) that the
@@ -34,6 +42,10 @@ type reclaimDone struct {
 	// Left: objects it did not delete because only lets it delete
 	// what was observed before (the garbage collector's rule).
 	Left int
+	// Released: the pins of this directory's clone deleted in its origins
+	// (URL + key); Unreleased says why a clone's pins were left.
+	Released   []string
+	Unreleased string
 }
 
 // reclaimDir deletes a directory as reclaimPlan says: (a) create
@@ -90,6 +102,13 @@ func reclaimDir(ctx context.Context, d dirTiers, by string, only *observedKeys) 
 		hot = append(hot, k)
 	}
 	in.Hot = hot
+	// A clone's own pins in its origins go first, while its origin
+	// record (what says where they are) is still here.
+	if slices.Contains(in.Hot, layout.OriginKey) {
+		if err := releaseClonePins(ctx, d, &done); err != nil {
+			return done, err
+		}
+	}
 	plan, err := reclaimPlan(in)
 	if err != nil {
 		return done, err
@@ -164,6 +183,46 @@ func deleteKeys(ctx context.Context, st objstore.Store, prefix string, keys []st
 			done.Bytes += sizes[k]
 		}
 		keys = keys[n:]
+	}
+	return nil
+}
+
+// releaseClonePins deletes, in every origin its _shale/origin names, the
+// pin of the clone whose directory is being deleted (RFC 0010 step 14:
+// "a clone's own pins are released first"). Only a record naming this
+// directory's UID as its clone id is trusted to say where this database's
+// pins are; another one is left, and said so.
+func releaseClonePins(ctx context.Context, d dirTiers, done *reclaimDone) error {
+	r, _, err := d.hot.Get(ctx, d.hotPrefix+layout.OriginKey, 0, -1)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", layout.OriginKey, err)
+	}
+	b, err := io.ReadAll(r)
+	r.Close()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", layout.OriginKey, err)
+	}
+	rec, err := layout.ParseOriginRecord(b)
+	switch {
+	case err != nil:
+		done.Unreleased = fmt.Sprintf("%v: its pins in its origins, if any, are left (delete them by hand)", err)
+		return nil
+	case d.openOrigin == nil || d.uid == "" || rec.CloneID != d.uid:
+		done.Unreleased = fmt.Sprintf("%s names clone id %q, not this RocksDB's UID %q: its pins %s in %d origin(s) are left (delete them by hand)", layout.OriginKey, rec.CloneID, d.uid, layout.PinKey(rec.CloneID), len(rec.Origins))
+		return nil
+	}
+	for _, o := range rec.Origins {
+		st, err := d.openOrigin(o.URL)
+		if err != nil {
+			return fmt.Errorf("open origin %s to release the pin %s: %w", o.URL, o.Pin, err)
+		}
+		if err := st.Delete(ctx, o.Pin); err != nil {
+			return fmt.Errorf("release the pin %s in %s: %w", o.Pin, o.URL, err)
+		}
+		done.Released = append(done.Released, strings.TrimSuffix(o.URL, "/")+"/"+o.Pin)
 	}
 	return nil
 }
