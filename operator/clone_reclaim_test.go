@@ -499,6 +499,15 @@ func TestReclaimReleasesClonePins(t *testing.T) {
 	}
 	ghost := orphanDir("ghost", "")
 	stranger := orphanDir("stranger", "someone-else")
+	// An orphan with an unreadable pin: nothing of it is deleted, and the
+	// pass goes on with the others.
+	broken := "broken-" + uuid.NewString()
+	_, brokenUID, _ := parseDirName(broken)
+	h.put(hot, dbDirKey(ns, broken)+"000005.sst.00000000000000000001", "a table")
+	h.put(hot, dbDirKey(ns, broken)+layout.PinKey("mangled"), "not JSON")
+	if err := putOwnerRecord(h.ctx, hot, ownerRecordKey(ns, broken), dirOwnerRecord{Cluster: h.cluster, Namespace: ns, Name: "broken", UID: brokenUID, ReclaimPolicy: shalev1.ReclaimDelete}); err != nil {
+		t.Fatal(err)
+	}
 	g := *h.gc
 	g.now = func() time.Time { return time.Now().Add(48 * time.Hour) }
 	rep, err := g.pass(h.ctx, store)
@@ -510,6 +519,10 @@ func TestReclaimReleasesClonePins(t *testing.T) {
 			t.Errorf("%s not deleted: verdict %v", d, rep.Verdicts[ns+"/"+d])
 		}
 	}
+	if got := h.keys(hot, dbDirKey(ns, broken)); !slices.Contains(got, dbDirKey(ns, broken)+"000005.sst.00000000000000000001") {
+		t.Errorf("the orphan with an unreadable pin lost its table: %v", got)
+	}
+	h.waitEvent(ns, store.Name, eventOrphanDeleteFailed)
 	_, ghostUID, _ := parseDirName(ghost)
 	if _, err := pstore.Stat(h.ctx, layout.PinKey(string(ghostUID))); !errors.Is(err, objstore.ErrNotFound) {
 		t.Errorf("the orphaned clone's pin: %v, want it gone", err)

@@ -236,6 +236,9 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 		}
 		if err != nil {
 			g.recorder.Eventf(os, corev1.EventTypeWarning, eventOrphanDeleteFailed, "deleting %s: %v", url, err)
+			if errors.Is(err, errPinRefused) {
+				continue // this directory waits; the others are judged
+			}
 			return rep, err
 		}
 		if !deleted {

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 
@@ -48,6 +49,9 @@ type reclaimPlanned struct {
 	Pinned []string
 }
 
+// errPinRefused: a pin could not be read, so nothing is deleted.
+var errPinRefused = errors.New("a clone's pin")
+
 // reclaimPlan decides what a deletion of a directory removes. It deletes
 // every object but the marker, the pins and the <name>.<E> keys a pin
 // names (in either tier). An unreadable pin refuses the whole deletion,
@@ -62,12 +66,12 @@ func reclaimPlan(in reclaimInput) (reclaimPlanned, error) {
 	}
 	for _, k := range in.Hot {
 		if _, ok := layout.ParsePinKey(k); ok && !read[k] {
-			return reclaimPlanned{}, fmt.Errorf("pin %s was listed but not read; refusing to delete anything", k)
+			return reclaimPlanned{}, fmt.Errorf("%w: pin %s was listed but not read; refusing to delete anything", errPinRefused, k)
 		}
 	}
 	for _, pin := range in.Pins {
 		if pin.Err != nil {
-			return reclaimPlanned{}, fmt.Errorf("%w; refusing to delete anything until it is fixed (or removed, if its clone is gone)", pin.Err)
+			return reclaimPlanned{}, fmt.Errorf("%w: %w; refusing to delete anything until it is fixed (or removed, if its clone is gone)", errPinRefused, pin.Err)
 		}
 		keep[pin.Key] = true
 		for _, f := range pin.Files {

@@ -338,6 +338,9 @@ type Owner struct {
 	// (trash loop only: owner_detach.go).
 	originPast map[string]bool
 	detached   bool
+	// originDeleting: origin tables deleted whose trash marker is not
+	// noted yet (under mu).
+	originDeleting int
 
 	compactions jobRegistry // remote compaction outputs being installed (owner_install.go)
 

@@ -93,6 +93,7 @@ func (f *Owner) originInUse(ctx context.Context, o *originState) (live, pending,
 			live++
 		}
 	}
+	live += f.originDeleting // deleted, its marker not noted yet
 	f.mu.Unlock()
 	f.trashMu.Lock()
 	for k := range f.trashSeen {
