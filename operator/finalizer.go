@@ -215,6 +215,11 @@ func (r *rocksDBReconciler) reclaim(ctx context.Context, db *shalev1.RocksDB, po
 	// their pins name (docs/rfcs/0010-checkpoints-and-clones.md, step 14).
 	done, err := reclaimDir(ctx, d, "reclaim of RocksDB "+db.Namespace+"/"+db.Name, nil)
 	r.reportClonePins(ctx, db, done)
+	if err == nil && len(done.Pinned) > 0 && db.Status.OwnerRecordPolicy != shalev1.ReclaimDelete {
+		// The record stays, and must say Delete (status does not know
+		// it does): the garbage collector goes by it.
+		err = r.writeOwnerRecord(ctx, db, store, shalev1.ReclaimDelete)
+	}
 	if err == nil && len(done.Pinned) > 0 {
 		// The record stays and says Delete: the garbage collector
 		// deletes the rest once the last pin is gone.
