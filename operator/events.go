@@ -12,6 +12,8 @@ const (
 	eventEpochExhausted         = "EpochExhausted"
 	eventOwnerRecordFailed      = "OwnerRecordFailed"
 	eventStorageDeleted         = "StorageDeleted"
+	eventStoragePinned          = "StoragePinned"
+	eventClonePinsReleased      = "ClonePinsReleased"
 	eventStorageRetained        = "StorageRetained"
 	eventStorageDeleteFailed    = "StorageDeleteFailed"
 	eventStorageDeleteRefused   = "StorageDeleteRefused"

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
 )
 
 // podsGoneRecheck is how often a deletion looks again for primaries that
@@ -31,8 +32,11 @@ const podsGoneRecheck = 2 * time.Second
 //     into a directory being deleted, and no secondary renews its reader
 //     lease there; a Pod stuck terminating on a lost node holds the
 //     deletion until it is force deleted);
-//  2. Delete: delete every object under the storage path, then the owner
-//     record. Retain: rewrite the owner record with Retain, so the garbage
+//  2. Delete: create _shale/deleting, delete every object under the
+//     storage path (cold tier first) but what clones' pins name, then,
+//     with no pin left, the marker and the owner record (with pins, the
+//     record stays, says Delete, and the garbage collector finishes once
+//     the last pin is gone: StoragePinned). Retain: rewrite the owner record with Retain, so the garbage
 //     collector never deletes the directory (with the ObjectStore gone,
 //     wait for it unless status says the record says Retain already);
 //  3. remove the RocksDB from its ObjectStore's status.usedBy, and the
@@ -203,27 +207,49 @@ func (r *rocksDBReconciler) reclaim(ctx context.Context, db *shalev1.RocksDB, po
 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	// The cold tier first: the hot directory (and the owner record the
-	// garbage collector goes by) stays until the cold one is gone.
-	if res, err := r.reclaimCold(ctx, db, store); err != nil || res.RequeueAfter > 0 {
+	d, res, err := r.reclaimTiers(ctx, db, store)
+	if err != nil || res.RequeueAfter > 0 {
 		return res, err
 	}
-	st, err := r.stores.database(ctx, store, db.Status.StoragePath)
+	// Clones may read tables of this directory: reclaimDir keeps what
+	// their pins name (docs/rfcs/0010-checkpoints-and-clones.md, step 14).
+	done, err := reclaimDir(ctx, d, "reclaim of RocksDB "+db.Namespace+"/"+db.Name, nil)
+	r.reportClonePins(ctx, db, done)
+	if err == nil && len(done.Pinned) > 0 && db.Status.OwnerRecordPolicy != shalev1.ReclaimDelete {
+		// The record stays, and must say Delete (status does not know
+		// it does): the garbage collector goes by it.
+		err = r.writeOwnerRecord(ctx, db, store, shalev1.ReclaimDelete)
+	}
+	if err == nil && len(done.Pinned) > 0 {
+		// The record stays and says Delete: the garbage collector
+		// deletes the rest once the last pin is gone.
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventStoragePinned,
+			"deleted %s except what clones read: %d objects, %d bytes deleted; %d kept, pinned by %s; the garbage collector deletes them once those clones detach or are deleted",
+			url, done.Objects, done.Bytes, len(done.Kept), strings.Join(done.Pinned, ", "))
+		log.FromContext(ctx).Info("deleted storage but pinned objects", "url", url, "objects", done.Objects, "bytes", done.Bytes, "kept", len(done.Kept), "pins", done.Pinned)
+		return ctrl.Result{}, nil
+	}
 	if err == nil {
-		var objects int
-		var bytes int64
-		objects, bytes, err = deleteAll(ctx, st, "")
-		if err == nil {
-			err = r.deleteOwnerRecord(ctx, db, store)
-		}
-		if err == nil {
-			r.recorder.Eventf(db, corev1.EventTypeNormal, eventStorageDeleted, "deleted %s: %d objects, %d bytes (reclaimPolicy Delete)", url, objects, bytes)
-			log.FromContext(ctx).Info("deleted storage", "url", url, "objects", objects, "bytes", bytes)
-			return ctrl.Result{}, nil
-		}
+		err = r.deleteOwnerRecord(ctx, db, store)
+	}
+	if err == nil {
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventStorageDeleted, "deleted %s: %d objects, %d bytes (reclaimPolicy Delete)", url, done.Objects, done.Bytes)
+		log.FromContext(ctx).Info("deleted storage", "url", url, "objects", done.Objects, "bytes", done.Bytes)
+		return ctrl.Result{}, nil
 	}
 	r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", url, err)
 	return ctrl.Result{}, err
+}
+
+// reportClonePins says what became of the pins of a clone being deleted.
+func (r *rocksDBReconciler) reportClonePins(ctx context.Context, db *shalev1.RocksDB, done reclaimDone) {
+	if len(done.Released) > 0 {
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventClonePinsReleased, "released the clone's pins in its origins: %s", strings.Join(done.Released, ", "))
+		log.FromContext(ctx).Info("released a clone's pins", "pins", done.Released)
+	}
+	if done.Unreleased != "" {
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventStoragePinned, "%s", done.Unreleased)
+	}
 }
 
 func (r *rocksDBReconciler) deleteOwnerRecord(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) error {
@@ -235,29 +261,30 @@ func (r *rocksDBReconciler) deleteOwnerRecord(ctx context.Context, db *shalev1.R
 	return hot.Delete(ctx, key)
 }
 
-// reclaimCold deletes the database's directory in the cold tier
-// (reclaimPolicy Delete), if it has one.
-func (r *rocksDBReconciler) reclaimCold(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) (ctrl.Result, error) {
-	if db.Status.ColdStoragePath == "" {
-		return ctrl.Result{}, nil
-	}
-	if store.Spec.Cold == nil {
-		r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteRefused,
-			"cannot delete the cold tables under %s: ObjectStore %s has no spec.cold any more (restore it, or remove the finalizer %s to leave the data)", db.Status.ColdStoragePath, store.Name, shalev1.FinalizerStorage)
-		return ctrl.Result{RequeueAfter: time.Minute}, nil
-	}
-	url := store.ColdDatabaseURL(db.Status.ColdStoragePath)
-	cold, err := r.stores.open(ctx, store, store.ColdEndpoint(), url)
-	if err == nil {
-		var objects int
-		var bytes int64
-		if objects, bytes, err = deleteAll(ctx, cold, ""); err == nil {
-			r.recorder.Eventf(db, corev1.EventTypeNormal, eventStorageDeleted, "deleted %s: %d objects, %d bytes (reclaimPolicy Delete)", url, objects, bytes)
-			return ctrl.Result{}, nil
+// reclaimTiers opens the database's directory in the hot tier and, if it
+// has one, in the cold tier.
+func (r *rocksDBReconciler) reclaimTiers(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) (dirTiers, ctrl.Result, error) {
+	var d dirTiers
+	var err error
+	if db.Status.ColdStoragePath != "" {
+		if store.Spec.Cold == nil {
+			r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteRefused,
+				"cannot delete the cold tables under %s: ObjectStore %s has no spec.cold any more (restore it, or remove the finalizer %s to leave the data)", db.Status.ColdStoragePath, store.Name, shalev1.FinalizerStorage)
+			return d, ctrl.Result{RequeueAfter: time.Minute}, nil
+		}
+		url := store.ColdDatabaseURL(db.Status.ColdStoragePath)
+		if d.cold, err = r.stores.open(ctx, store, store.ColdEndpoint(), url); err != nil {
+			r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", url, err)
+			return d, ctrl.Result{}, err
 		}
 	}
-	r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", url, err)
-	return ctrl.Result{}, err
+	d.uid = string(db.UID)
+	d.openOrigin = func(url string) (objstore.Store, error) { return r.stores.open(ctx, store, store.Spec.Endpoint, url) }
+	if d.hot, err = r.stores.database(ctx, store, db.Status.StoragePath); err != nil {
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventStorageDeleteFailed, "deleting %s: %v", store.DatabaseURL(db.Status.StoragePath), err)
+		return d, ctrl.Result{}, err
+	}
+	return d, ctrl.Result{}, nil
 }
 
 // namespaceTerminating reports whether the namespace is being deleted.

@@ -3,6 +3,7 @@ package operator
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -30,6 +31,9 @@ type dirObservation struct {
 	// when it exists but cannot be read or parsed.
 	Record    *dirOwnerRecord
 	RecordErr error
+	// Pins: the clone ids of the directory's _shale/pins/ (clones reading
+	// its tables: docs/rfcs/0010-checkpoints-and-clones.md).
+	Pins []string
 }
 
 // verdict is the GC's judgement of a directory.
@@ -45,12 +49,16 @@ const (
 	keepRetained
 	// keepYoung: something in it changed within the grace period.
 	keepYoung
+	// keepPinned: an orphan but for the pins of clones reading its
+	// tables: everything the pins do not name is deleted, the rest (and
+	// the owner record) kept until the last pin is gone.
+	keepPinned
 	// orphan: delete it.
 	orphan
 )
 
 func (v verdict) String() string {
-	return [...]string{"live", "unclaimed", "retained", "young", "orphan"}[v]
+	return [...]string{"live", "unclaimed", "retained", "young", "pinned", "orphan"}[v]
 }
 
 // classifyDir decides whether a directory is an orphan. live holds the UIDs
@@ -74,7 +82,10 @@ func (v verdict) String() string {
 //     the RocksDB is gone);
 //  4. nothing in it, record included, changed for grace (a zombie primary
 //     still writing, or a directory the checks above misjudge for a
-//     reason not thought of, is kept until it has been quiet that long).
+//     reason not thought of, is kept until it has been quiet that long);
+//  5. no clone pins it (_shale/pins/): a pinned orphan is never deleted
+//     whole (keepPinned: the runner deletes what no pin names); with its
+//     last pin gone it is an ordinary orphan.
 func classifyDir(d dirObservation, live map[types.UID]bool, cluster string, now time.Time, grace time.Duration) (verdict, string) {
 	switch {
 	case live[d.UID]:
@@ -95,6 +106,9 @@ func classifyDir(d dirObservation, live map[types.UID]bool, cluster string, now 
 		return keepRetained, fmt.Sprintf("its RocksDB had reclaimPolicy %s", d.Record.ReclaimPolicy)
 	case d.Newest.IsZero() || now.Sub(d.Newest) < grace:
 		return keepYoung, fmt.Sprintf("it changed %s ago, less than the grace period %s", now.Sub(d.Newest).Round(time.Second), grace)
+	}
+	if len(d.Pins) > 0 {
+		return keepPinned, fmt.Sprintf("no RocksDB has UID %s, but clones read its tables (pins %s)", d.UID, strings.Join(d.Pins, ", "))
 	}
 	return orphan, fmt.Sprintf("no RocksDB has UID %s and nothing changed for %s", d.UID, now.Sub(d.Newest).Round(time.Second))
 }

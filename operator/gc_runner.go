@@ -20,6 +20,7 @@ import (
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // gcPassTimeout bounds one pass over one ObjectStore.
@@ -39,9 +40,12 @@ const gcPassTimeout = 30 * time.Minute
 //     directory (object count, bytes, newest modification), reads the
 //     record, and applies classifyDir;
 //  4. deletes each orphan (unless dry run): checks once more that no
-//     RocksDB with its name and UID exists, deletes exactly the objects
-//     listed in step 3 (all quiet for the grace period), and the owner
-//     record once the directory is empty.
+//     RocksDB with its name and UID exists, creates _shale/deleting, lists
+//     the directory's pins, deletes the objects listed in step 3 (all
+//     quiet for the grace period) but what a pin names (reclaimPlan), and,
+//     with no pin left, the marker and then the owner record once the
+//     directory is empty. A pinned orphan (keepPinned) goes through the
+//     same steps every pass: what its pins keep stays, with the record.
 type gc struct {
 	apiReader client.Reader
 	recorder  record.EventRecorder
@@ -204,28 +208,50 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 			rep.Verdicts[k] = keepLive
 			continue
 		}
-		obs, objects, coldObjects, err := g.observe(ctx, hot, cold, c)
+		obs, seen, err := g.observe(ctx, hot, cold, c)
 		if err != nil {
 			return rep, err
 		}
 		v, why := classifyDir(obs, live, g.clusterID, now, g.grace)
 		rep.Verdicts[k] = v
 		g.log.V(1).Info("directory", "objectstore", label, "dir", k, "verdict", v.String(), "why", why)
-		if v != orphan {
+		if v != orphan && v != keepPinned {
 			continue
 		}
-		gcOrphansFound.WithLabelValues(label).Inc()
+		if v == orphan {
+			gcOrphansFound.WithLabelValues(label).Inc()
+		}
 		url := os.Spec.Hot.URL() + "/" + k
 		if g.dryRun {
-			g.recorder.Eventf(os, corev1.EventTypeNormal, eventOrphanFound, "dry run: would delete %s (%d objects, %d bytes): %s", url, obs.Objects, obs.Bytes, why)
+			g.recorder.Eventf(os, corev1.EventTypeNormal, eventOrphanFound, "dry run: would delete %s (%d objects, %d bytes; what clones' pins name kept): %s", url, obs.Objects, obs.Bytes, why)
 			continue
 		}
-		deleted, err := g.deleteOrphan(ctx, hot, cold, c, obs.Record, objects, coldObjects)
+		openOrigin := func(url string) (objstore.Store, error) { return g.stores.open(ctx, os, os.Spec.Endpoint, url) }
+		deleted, done, err := g.deleteOrphan(ctx, hot, cold, c, obs.Record, seen, openOrigin)
+		if done.Unreleased != "" {
+			g.recorder.Eventf(os, corev1.EventTypeWarning, eventStoragePinned, "%s: %s", url, done.Unreleased)
+		}
+		if len(done.Released) > 0 {
+			g.log.Info("released an orphaned clone's pins", "dir", k, "pins", done.Released)
+		}
 		if err != nil {
 			g.recorder.Eventf(os, corev1.EventTypeWarning, eventOrphanDeleteFailed, "deleting %s: %v", url, err)
+			if errors.Is(err, errPinRefused) {
+				continue // this directory waits; the others are judged
+			}
 			return rep, err
 		}
 		if !deleted {
+			continue
+		}
+		if len(done.Pinned) > 0 {
+			rep.Verdicts[k] = keepPinned
+			rep.Bytes += done.Bytes
+			gcBytesReclaimed.WithLabelValues(label).Add(float64(done.Bytes))
+			if done.Objects > 0 || v == orphan {
+				g.recorder.Eventf(os, corev1.EventTypeNormal, eventStoragePinned, "deleted %s except what clones read: %d objects, %d bytes deleted; %d kept, pinned by %s",
+					url, done.Objects, done.Bytes, len(done.Kept), strings.Join(done.Pinned, ", "))
+			}
 			continue
 		}
 		rep.Deleted = append(rep.Deleted, k)
@@ -239,13 +265,19 @@ func (g *gc) pass(ctx context.Context, os *shalev1.ObjectStore) (rep gcReport, e
 }
 
 // observe lists a candidate's directory (in both tiers) and reads its
-// owner record.
-func (g *gc) observe(ctx context.Context, hot, cold objstore.Store, c *candidate) (dirObservation, []string, []string, error) {
+// owner record. The keys it returns are relative to the directory.
+func (g *gc) observe(ctx context.Context, hot, cold objstore.Store, c *candidate) (dirObservation, *observedKeys, error) {
 	obs := dirObservation{Namespace: c.namespace, Name: c.name, UID: c.uid}
 	dirName := c.name + "-" + string(c.uid)
-	list := func(st objstore.Store, keys *[]string) error {
-		if err := st.List(ctx, dbDirKey(c.namespace, dirName), func(o objstore.ObjectInfo) error {
-			*keys = append(*keys, o.Key)
+	prefix := dbDirKey(c.namespace, dirName)
+	seen := &observedKeys{hot: map[string]bool{}, cold: map[string]bool{}}
+	list := func(st objstore.Store, keys map[string]bool) error {
+		if err := st.List(ctx, prefix, func(o objstore.ObjectInfo) error {
+			rel := strings.TrimPrefix(o.Key, prefix)
+			keys[rel] = true
+			if id, ok := layout.ParsePinKey(rel); ok && st == hot {
+				obs.Pins = append(obs.Pins, id)
+			}
 			obs.Objects++
 			obs.Bytes += o.Size
 			if o.ModTime.After(obs.Newest) {
@@ -257,22 +289,21 @@ func (g *gc) observe(ctx context.Context, hot, cold objstore.Store, c *candidate
 		}
 		return nil
 	}
-	var objects, coldObjects []string
 	if c.dir {
-		if err := list(hot, &objects); err != nil {
-			return obs, nil, nil, err
+		if err := list(hot, seen.hot); err != nil {
+			return obs, nil, err
 		}
 	}
 	if cold != nil {
-		if err := list(cold, &coldObjects); err != nil {
-			return obs, nil, nil, err
+		if err := list(cold, seen.cold); err != nil {
+			return obs, nil, err
 		}
 	}
 	if c.record {
 		rec, info, err := readOwnerRecord(ctx, hot, ownerRecordKey(c.namespace, dirName))
 		switch {
 		case err != nil && objstore.IsRetryable(err):
-			return obs, nil, nil, err
+			return obs, nil, err
 		case err != nil:
 			obs.RecordErr = err
 		default:
@@ -282,14 +313,16 @@ func (g *gc) observe(ctx context.Context, hot, cold objstore.Store, c *candidate
 			obs.Newest = info.ModTime
 		}
 	}
-	return obs, objects, coldObjects, nil
+	return obs, seen, nil
 }
 
-// deleteOrphan deletes the objects observed in an orphaned directory, and
-// its owner record once nothing is left. It reports false when it found
-// the directory's RocksDB, or the one its record says adopted it, after
-// all.
-func (g *gc) deleteOrphan(ctx context.Context, hot, cold objstore.Store, c *candidate, rec *dirOwnerRecord, objects, coldObjects []string) (bool, error) {
+// deleteOrphan deletes an orphaned directory as reclaimPlan says (the
+// objects observed, but none a clone's pin names), and its owner record
+// once nothing is left. It reports false when it found the directory's
+// RocksDB, or the one its record says adopted it, after all; the pins
+// left, when clones keep part of it.
+func (g *gc) deleteOrphan(ctx context.Context, hot, cold objstore.Store, c *candidate, rec *dirOwnerRecord, seen *observedKeys, openOrigin func(string) (objstore.Store, error)) (bool, reclaimDone, error) {
+	var done reclaimDone
 	owners := []recordRef{{Name: c.name, UID: c.uid}}
 	if rec != nil && rec.AdoptedBy != nil {
 		owners = append(owners, *rec.AdoptedBy)
@@ -299,46 +332,39 @@ func (g *gc) deleteOrphan(ctx context.Context, hot, cold objstore.Store, c *cand
 		err := g.apiReader.Get(ctx, types.NamespacedName{Namespace: c.namespace, Name: o.Name}, &db)
 		switch {
 		case err == nil && db.UID == o.UID:
-			return false, nil
+			return false, done, nil
 		case err != nil && !apierrors.IsNotFound(err):
-			return false, err
+			return false, done, err
 		}
-	}
-	for len(coldObjects) > 0 {
-		n := min(len(coldObjects), 1000)
-		if err := cold.DeleteMany(ctx, coldObjects[:n]); err != nil {
-			return false, err
-		}
-		coldObjects = coldObjects[n:]
-	}
-	for len(objects) > 0 {
-		n := min(len(objects), 1000)
-		if err := hot.DeleteMany(ctx, objects[:n]); err != nil {
-			return false, err
-		}
-		objects = objects[n:]
 	}
 	dirName := c.name + "-" + string(c.uid)
+	prefix := dbDirKey(c.namespace, dirName)
+	d := dirTiers{hot: hot, hotPrefix: prefix, cold: cold, coldPrefix: prefix, uid: string(c.uid), openOrigin: openOrigin}
+	done, err := reclaimDir(ctx, d, "garbage collector", seen)
+	if err != nil || len(done.Pinned) > 0 || done.Left > 0 {
+		// Pinned: the record stays, saying Delete. Left: written after
+		// the listing, the next pass finds it young.
+		return err == nil, done, err
+	}
 	left := false
 	for _, st := range []objstore.Store{hot, cold} {
 		if st == nil {
 			continue
 		}
-		if err := st.List(ctx, dbDirKey(c.namespace, dirName), func(objstore.ObjectInfo) error {
+		if err := st.List(ctx, prefix, func(objstore.ObjectInfo) error {
 			left = true
 			return errStopListing
 		}); err != nil && !errors.Is(err, errStopListing) {
-			return false, err
+			return false, done, err
 		}
 	}
 	if left {
-		// Written after the listing: the next pass finds it young.
-		return true, nil
+		return true, done, nil
 	}
 	if err := hot.Delete(ctx, ownerRecordKey(c.namespace, dirName)); err != nil {
-		return false, err
+		return false, done, err
 	}
-	return true, nil
+	return true, done, nil
 }
 
 // list reads every object of a kind in the namespaces in scope from the

@@ -244,35 +244,3 @@ func highestEpoch(ctx context.Context, db objstore.Store) (uint64, error) {
 	})
 	return highest, err
 }
-
-// deleteAll deletes every object under prefix ("" for the store's whole
-// root) and reports how many objects and bytes it deleted.
-func deleteAll(ctx context.Context, st objstore.Store, prefix string) (objects int, bytes int64, err error) {
-	const batch = 1000
-	var keys []string
-	var sizes int64
-	flush := func() error {
-		if len(keys) == 0 {
-			return nil
-		}
-		if err := st.DeleteMany(ctx, keys); err != nil {
-			return err
-		}
-		objects += len(keys)
-		bytes += sizes
-		keys, sizes = keys[:0], 0
-		return nil
-	}
-	err = st.List(ctx, prefix, func(o objstore.ObjectInfo) error {
-		keys = append(keys, o.Key)
-		sizes += o.Size
-		if len(keys) == batch {
-			return flush()
-		}
-		return nil
-	})
-	if err == nil {
-		err = flush()
-	}
-	return objects, bytes, err
-}

@@ -369,3 +369,94 @@ func TestBootstrapRefusesForeignOrigin(t *testing.T) {
 		}
 	})
 }
+
+// Detach (RFC 0010 step 18): once the clone compacted every origin table
+// away and their markers are past the grace, its trash pass releases its
+// pins; the parent's next pass then deletes what only the pin held, and
+// the clone (taken over, with an empty cache) still reads every key.
+func TestCloneDetachesWhenOriginCompactedAway(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Location) {
+		const n = 3000
+		ctx := context.Background()
+		pdb, cdb := be.NewURL(t), be.NewURL(t)
+		pstore, cstore := openStore(t, pdb), openStore(t, cdb)
+		p, c1 := parentWithCheckpoint(t, pdb, n)
+		rec := checkpointRecord(t, pstore, c1.Id)
+		c, err := startClone(t, cdb, pdb, "c1", "clone-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The parent drops the checkpoint and rewrites everything: its
+		// trash keeps the checkpoint's tables for the pin alone.
+		if _, err := p.kv.DeleteCheckpoint(ctx, &kvv1.DeleteCheckpointRequest{Name: "c1"}); err != nil {
+			t.Fatal(err)
+		}
+		writeKeys(t, p.kv, n, func(i int) string { return value("p2", i) })
+		if _, err := p.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the parent trashed the tables the pin holds", 30*time.Second, func() bool {
+			_, trashed := tableState(t, pstore, rec)
+			for _, tr := range trashed {
+				if tr {
+					return true
+				}
+			}
+			return false
+		})
+		if _, err := pstore.Stat(ctx, layout.PinKey("clone-1")); err != nil {
+			t.Fatalf("the pin before the clone compacts: %v", err)
+		}
+
+		// The clone rewrites every key and compacts: no origin table is
+		// live any more.
+		writeKeys(t, c.kv, n, func(i int) string { return value("c2", i) })
+		if _, err := c.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the clone released its pin in the parent", 30*time.Second, func() bool {
+			_, err := pstore.Stat(ctx, layout.PinKey("clone-1"))
+			return errors.Is(err, objstore.ErrNotFound)
+		})
+		if _, err := cstore.Stat(ctx, layout.DetachedKey); err != nil {
+			t.Fatalf("%s in the clone: %v", layout.DetachedKey, err)
+		}
+		waitUntil(t, "the parent's trash loop removed the tables only the pin held", 30*time.Second, func() bool {
+			present, trashed := tableState(t, pstore, rec)
+			for k, tr := range trashed {
+				if tr && present[k] {
+					return false
+				}
+			}
+			return true
+		})
+		// Nothing of the clone depends on its parent any more.
+		checkKeys(t, "the parent", p.kv, n, "p2")
+		c.stop()
+		c2, err := startOwnerWith(t, cdb, cloneStorage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkKeys(t, "the detached clone after a takeover", c2.kv, n, "c2")
+		for k := range listAll(t, cstore) {
+			if name, epoch, ok := layout.ParseTrashKey(k); ok && epoch == 0 && layout.KindOf(name) == layout.KindTable {
+				t.Errorf("a marker of an origin table is left after the detach: %s", k)
+			}
+		}
+	})
+}
+
+func listAll(t *testing.T, s objstore.Store) map[string]bool {
+	t.Helper()
+	keys := map[string]bool{}
+	if err := s.List(context.Background(), "", func(o objstore.ObjectInfo) error { keys[o.Key] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}

@@ -335,6 +335,15 @@ type Owner struct {
 	// loop only).
 	readerLeases map[string]*seenLease
 	pins         map[string]*seenPin // clones' pins (trash loop only)
+	// originPast: trash markers of this clone's origin tables that are
+	// past the grace and were protected by nothing (kept until detach, so
+	// no listing adds their tables back); detached once the pins are gone
+	// (trash loop only: owner_detach.go).
+	originPast map[string]bool
+	detached   bool
+	// originDeleting: origin tables deleted whose trash marker is not
+	// noted yet (under mu).
+	originDeleting int
 
 	compactions jobRegistry // remote compaction outputs being installed (owner_install.go)
 

@@ -31,8 +31,9 @@ type originTable struct {
 
 // originState is a clone's origin record, with its stores opened.
 type originState struct {
-	rec    layout.OriginRecord
-	tables map[string]*originTable
+	rec      layout.OriginRecord
+	tables   map[string]*originTable
+	detached bool // _shale/detached: no tables
 }
 
 // openOrigin opens an origin's store (Config.OpenOrigin, else by URL with
@@ -71,6 +72,26 @@ func (f *core) loadOrigin(ctx context.Context) error {
 		return fmt.Errorf("%w; refusing to open the clone", err)
 	}
 	st := &originState{rec: rec, tables: map[string]*originTable{}}
+	// Detached (step 18): the pins are released, the origin tables no
+	// longer the clone's; the record stays (where it came from).
+	var detached bool
+	err = f.background().do(ctx, func(ctx context.Context) error {
+		_, err := f.store.Stat(ctx, layout.DetachedKey)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil
+		}
+		detached = err == nil
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", layout.DetachedKey, err)
+	}
+	if detached {
+		st.detached = true
+		f.origin.Store(st)
+		f.originLoaded.Store(true)
+		return nil
+	}
 	hot := make([]objstore.Store, len(rec.Origins))
 	cold := make([]objstore.Store, len(rec.Origins))
 	for i, o := range rec.Origins {

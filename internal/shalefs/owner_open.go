@@ -45,7 +45,7 @@ var ErrNotShale = errors.New("the location holds objects but no Shale database")
 // RocksDB is then opened on cfg.CacheDir by the caller.
 func Open(ctx context.Context, cfg Config) (*Owner, error) {
 	cfg.defaults()
-	f := &Owner{core: newCore(cfg), fencedCh: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}, pins: map[string]*seenPin{}}
+	f := &Owner{core: newCore(cfg), fencedCh: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}, pins: map[string]*seenPin{}, originPast: map[string]bool{}}
 	pol := f.background()
 
 	// 0. Recognize the location before claiming anything in it.

@@ -90,7 +90,7 @@ func (f *Owner) emptyTrash(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return f.maybeDetach(ctx)
 }
 
 // trashEntry is what the trash loop knows of one marker.
@@ -129,7 +129,7 @@ func (f *Owner) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) 
 	for r := range pinned {
 		protected[r] = true
 	}
-	var keys, done []string
+	var keys, done, past []string
 	now := f.waitNow()
 	for _, m := range markers {
 		if f.FenceError() != nil || !f.leaseFresh() {
@@ -141,9 +141,10 @@ func (f *Owner) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) 
 		}
 		if epoch == 0 && f.originOf(name) != nil {
 			// An origin table of this clone: the object is the origin's,
-			// kept by the clone's pin there (detach releases it), so only
-			// the marker goes.
-			done = append(done, m.Key)
+			// kept by the clone's pin there. Nothing goes: the marker
+			// stays until detach (so no listing adds the table back),
+			// which releases the pin (owner_detach.go).
+			past = append(past, m.Key)
 			continue
 		}
 		if layout.KindOf(name) != layout.KindLog {
@@ -192,6 +193,10 @@ func (f *Owner) deleteBatch(ctx context.Context, markers []objstore.ObjectInfo) 
 	f.trashMu.Lock()
 	for _, k := range done {
 		delete(f.trashSeen, k)
+	}
+	for _, k := range past {
+		delete(f.trashSeen, k)
+		f.originPast[k] = true
 	}
 	f.trashMu.Unlock()
 	return nil

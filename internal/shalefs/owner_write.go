@@ -323,6 +323,12 @@ func (f *Owner) Delete(name string) error {
 	f.mu.Lock()
 	st := f.files[name]
 	delete(f.files, name)
+	origin := st != nil && st.origin != nil
+	if origin {
+		// Counted until its marker is noted: a detach never sees the
+		// table neither live nor trashed (owner_detach.go).
+		f.originDeleting++
+	}
 	f.mu.Unlock()
 	f.cache.Forget(name)
 	if st == nil {
@@ -332,7 +338,15 @@ func (f *Owner) Delete(name string) error {
 	// and the trash loop must list the version after that.
 	st.foldMu.Lock()
 	st.foldMu.Unlock()
-	return f.trash(context.Background(), name, st.epoch)
+	err := f.trash(context.Background(), name, st.epoch)
+	if origin && err == nil {
+		// A failed marker keeps it counted: this owner never detaches, and
+		// the next one lists the table as live again.
+		f.mu.Lock()
+		f.originDeleting--
+		f.mu.Unlock()
+	}
+	return err
 }
 
 func (f *Owner) del(ctx context.Context, key, name string, activity Activity) error {

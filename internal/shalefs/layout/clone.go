@@ -21,10 +21,18 @@ import (
 //	_shale/deleting          (written by a reclaim or the GC)
 //
 // All three are created once (If-None-Match) and never rewritten; a pin is
-// deleted once, by the clone, when no origin table is live in it any more.
+// deleted once, by the clone, when no origin table is live in it any more,
+// after the clone wrote
+//
+//	_shale/detached          (in the clone) its origin tables are gone for
+//	                         good: no listing adds them any more
 
 // OriginKey is the clone's origin record.
 const OriginKey = MetaPrefix + "origin"
+
+// DetachedKey (in a clone) says the clone released its pins: no origin
+// table is in its listing any more (docs/rfcs/0010, step 18).
+const DetachedKey = MetaPrefix + "detached"
 
 // DeletingKey marks a directory being deleted.
 const DeletingKey = MetaPrefix + "deleting"
