@@ -100,6 +100,9 @@ type bootstrapInput struct {
 	// epoch claimed there (0: none).
 	HasCurrent bool
 	Claims     uint64
+	// Deleting: the directory holds _shale/deleting (a reclaim or the
+	// garbage collector started deleting it).
+	Deleting bool
 	// Checkpoint is the Checkpoint fromCheckpoint names (nil: none).
 	Checkpoint *shalev1.Checkpoint
 }
@@ -184,6 +187,8 @@ func decideAdopt(in bootstrapInput) (t adoptTarget, problem string) {
 		}
 	}
 	switch {
+	case in.Deleting:
+		return t, fmt.Sprintf("%s is being deleted (it holds %s: a reclaimPolicy Delete or the garbage collector started, and what is left there, if anything, is only what clones pin): it cannot be adopted", where, layout.DeletingKey)
 	case !in.HasCurrent:
 		return t, fmt.Sprintf("%s holds no CURRENT: no database was ever opened there, nothing to adopt (leave bootstrap out for a new, empty database)", where)
 	case in.Claims == 0:
@@ -233,6 +238,12 @@ func (r *rocksDBReconciler) adopt(ctx context.Context, db *shalev1.RocksDB, stor
 		in.HasCurrent = true
 	case !errors.Is(err, objstore.ErrNotFound):
 		return fmt.Errorf("looking for CURRENT in %s: %w", t.StoragePath, err)
+	}
+	switch _, err := dir.Stat(ctx, layout.DeletingKey); {
+	case err == nil:
+		in.Deleting = true
+	case !errors.Is(err, objstore.ErrNotFound):
+		return fmt.Errorf("looking for %s in %s: %w", layout.DeletingKey, t.StoragePath, err)
 	}
 	if in.Claims, err = highestEpoch(ctx, dir); err != nil {
 		return fmt.Errorf("listing the epoch claims of %s: %w", t.StoragePath, err)

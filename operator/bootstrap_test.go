@@ -90,6 +90,7 @@ func TestDecideBootstrap(t *testing.T) {
 		{"record-other-name", base(func(in *bootstrapInput) { in.Record.Name = "invoices" }), "its owner record is for ns/invoices"},
 		{"record-delete", base(func(in *bootstrapInput) { in.Record.ReclaimPolicy = shalev1.ReclaimDelete }), "says reclaimPolicy Delete, not Retain"},
 		{"no-current", base(func(in *bootstrapInput) { in.HasCurrent = false }), "holds no CURRENT"},
+		{"being-deleted", base(func(in *bootstrapInput) { in.Deleting = true }), "is being deleted"},
 		{"no-claim", base(func(in *bootstrapInput) { in.Claims = 0 }), "holds no epoch claim"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
