@@ -90,7 +90,7 @@ type Server struct {
 	// file listing of RFC 0010 step 4), so a test can flush a write above
 	// S there.
 	checkpointWaited func()
-	ready  *readiness // keeps the health service's answer current (readiness.go)
+	ready            *readiness // keeps the health service's answer current (readiness.go)
 	// wrote is when (since born, a monotonic reading) a sync last stored
 	// new log bytes: the primary is taking writes (readiness.go).
 	born  time.Time
