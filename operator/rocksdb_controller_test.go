@@ -2,6 +2,7 @@ package operator
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -143,6 +144,11 @@ func testSamples(h *harness) {
 	h.waitDB(ns, "orders", "ready", func(db *shalev1.RocksDB) (bool, string) {
 		return db.Status.Phase == shalev1.PhaseReady && condIs(db, shalev1.ConditionReady, metav1.ConditionTrue, shalev1.ReasonPrimaryReady) &&
 			condIs(db, shalev1.ConditionPrimaryAvailable, metav1.ConditionTrue, shalev1.ReasonPrimaryReady), "want Ready"
+	})
+	// The operator's endpoint says so (what the chart's ShaleDatabaseNotReady alert reads).
+	eventually(t, "shale_rocksdb_ready 1", func() (bool, string) {
+		got := gatherState(t, ns, "orders")
+		return got["shale_rocksdb_ready"] == 1 && got["shale_rocksdb_phase/Ready"] == 1 && got["shale_rocksdb_epoch"] == 1, fmt.Sprint(got)
 	})
 
 	// A spec change is observed (observedGeneration on status and conditions).

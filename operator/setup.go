@@ -335,6 +335,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 	if err := cpr.setup(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("CompactorPool controller: %w", err)
 	}
+	registerStateMetrics(mgr.GetClient())
 	g := &gc{
 		apiReader: mgr.GetAPIReader(),
 		recorder:  mgr.GetEventRecorderFor("shale-operator-gc"),

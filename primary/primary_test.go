@@ -481,6 +481,10 @@ func testMetrics(t *testing.T, histograms bool) {
 		`shale_fenced 0`,
 		`rocksdb_estimated_keys 25`,
 		`rocksdb_level_files{level="0"} 1`,
+		// What the chart's write-stall alerts read.
+		`rocksdb_write_stopped 0`,
+		`rocksdb_delayed_write_rate 0`,
+		`rocksdb_stall_micros_total 0`,
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Put",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 25`,
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Get",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 5`,
 		`grpc_server_handling_seconds_count{grpc_method="Put",grpc_service="shale.kv.v1.KV",grpc_type="unary"} 25`,

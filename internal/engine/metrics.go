@@ -49,6 +49,8 @@ func NewCollector(db *DB) *Collector {
 		"rocksdb_running_flushes":          "Flushes running now.",
 		"rocksdb_background_errors":        "Background errors since open (rocksdb.background-errors).",
 		"rocksdb_latest_sequence_number":   "Sequence number of the last applied write.",
+		"rocksdb_write_stopped":            "1 while RocksDB stops writes (rocksdb.is-write-stopped: too many level-0 files, memtables or pending compaction bytes).",
+		"rocksdb_delayed_write_rate":       "Bytes/s RocksDB slows writes to, 0 when it does not (rocksdb.actual-delayed-write-rate).",
 	} {
 		c.gauges[name] = prometheus.NewDesc(name, help, nil, nil)
 	}
@@ -100,6 +102,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		"rocksdb_running_flushes":          s.RunningFlushes,
 		"rocksdb_background_errors":        s.BackgroundErrors,
 		"rocksdb_latest_sequence_number":   c.db.LatestSequence(),
+		"rocksdb_write_stopped":            s.WriteStopped,
+		"rocksdb_delayed_write_rate":       s.DelayedWriteRate,
 	} {
 		ch <- prometheus.MustNewConstMetric(c.gauges[name], prometheus.GaugeValue, float64(v))
 	}

@@ -20,6 +20,11 @@ type Stats struct {
 	RunningCompactions     uint64
 	RunningFlushes         uint64
 	BackgroundErrors       uint64
+	// WriteStopped is 1 while RocksDB stops writes (too many L0 files,
+	// memtables or pending compaction bytes); DelayedWriteRate is the rate
+	// in bytes/s it slows them to, 0 when it does not.
+	WriteStopped     uint64
+	DelayedWriteRate uint64
 }
 
 // Stats reads the database's properties.
@@ -40,6 +45,8 @@ func (d *DB) Stats() (Stats, error) {
 		RunningCompactions:     prop("rocksdb.num-running-compactions"),
 		RunningFlushes:         prop("rocksdb.num-running-flushes"),
 		BackgroundErrors:       prop("rocksdb.background-errors"),
+		WriteStopped:           prop("rocksdb.is-write-stopped"),
+		DelayedWriteRate:       prop("rocksdb.actual-delayed-write-rate"),
 	}
 	for l := 0; l < NumLevels; l++ {
 		var n uint64
