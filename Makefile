@@ -43,9 +43,10 @@ rocksdb: ## build RocksDB (the version in hack/versions.env, static) into the ca
 rocksdb-tools: ## also build db_bench, ldb and sst_dump from the same RocksDB tree (the benchmarks that need them do this themselves)
 	hack/rocksdb.sh tools
 
-build: rocksdb ## build bin/shale and bin/shale-operator
+build: rocksdb ## build bin/shale, bin/shale-operator and the kubectl plugin bin/kubectl-shale
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale ./cmd/shale
 	CGO_ENABLED=0 go build -ldflags '$(LDFLAGS)' -o $(BIN)/shale-operator ./cmd/shale-operator
+	CGO_ENABLED=0 go build -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-shale ./cmd/kubectl-shale
 
 # The storage layer (FileSystem, fencing, object stores) runs under the race
 # detector; everything else without it, to keep the run short on 2 cores.

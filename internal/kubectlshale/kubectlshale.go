@@ -1,0 +1,102 @@
+// Package kubectlshale is the kubectl plugin `kubectl shale`: one screen of
+// a database's state, a bug-report bundle, and its Pods' logs, read with the
+// user's own kubeconfig and RBAC (the plugin holds no credentials of its
+// own and never reads Secrets).
+package kubectlshale
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+)
+
+// Target is a cluster and a namespace: the kubeconfig's (tests give an
+// envtest API server's).
+type Target struct {
+	Config    *rest.Config
+	Namespace string
+}
+
+// plugin holds the clients of one invocation.
+type plugin struct {
+	c   client.Client
+	cs  kubernetes.Interface
+	ns  string
+	out io.Writer
+	now func() time.Time
+}
+
+// NewCommand returns `kubectl shale`. connect, when not nil, replaces the
+// kubeconfig (tests); otherwise the usual kubectl flags apply.
+func NewCommand(connect func() (Target, error)) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kubectl-shale",
+		Short:         "Inspect and operate Shale RocksDB databases",
+		Long:          "kubectl shale: the state of a Shale database on one screen, a bug-report bundle, and its Pods' logs.\nInstall by copying the kubectl-shale binary onto your PATH; kubectl then runs it as `kubectl shale`.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	var loading clientcmd.ClientConfig
+	if connect == nil {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		overrides := &clientcmd.ConfigOverrides{}
+		root.PersistentFlags().StringVar(&rules.ExplicitPath, "kubeconfig", "", "path to the kubeconfig file")
+		root.PersistentFlags().StringVar(&overrides.CurrentContext, "context", "", "the kubeconfig context to use")
+		root.PersistentFlags().StringVarP(&overrides.Context.Namespace, "namespace", "n", "", "the namespace of the RocksDB (default: the context's)")
+		loading = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+		connect = func() (Target, error) {
+			cfg, err := loading.ClientConfig()
+			if err != nil {
+				return Target{}, fmt.Errorf("kubeconfig: %w (set --kubeconfig or KUBECONFIG)", err)
+			}
+			ns, _, err := loading.Namespace()
+			if err != nil {
+				return Target{}, fmt.Errorf("kubeconfig namespace: %w", err)
+			}
+			return Target{Config: cfg, Namespace: ns}, nil
+		}
+	}
+	open := func(cmd *cobra.Command) (*plugin, error) {
+		t, err := connect()
+		if err != nil {
+			return nil, err
+		}
+		scheme := runtime.NewScheme()
+		for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, shalev1.AddToScheme} {
+			if err := add(scheme); err != nil {
+				return nil, err
+			}
+		}
+		c, err := client.New(t.Config, client.Options{Scheme: scheme})
+		if err != nil {
+			return nil, fmt.Errorf("connect to the cluster: %w", err)
+		}
+		cs, err := kubernetes.NewForConfig(t.Config)
+		if err != nil {
+			return nil, fmt.Errorf("connect to the cluster: %w", err)
+		}
+		return &plugin{c: c, cs: cs, ns: t.Namespace, out: cmd.OutOrStdout(), now: time.Now}, nil
+	}
+	root.AddCommand(statusCommand(open), reportCommand(open), logsCommand(open))
+	return root
+}
+
+// rocksDB reads the named RocksDB, with an error that says where it looked.
+func (p *plugin) rocksDB(ctx context.Context, name string) (*shalev1.RocksDB, error) {
+	var db shalev1.RocksDB
+	if err := p.c.Get(ctx, client.ObjectKey{Namespace: p.ns, Name: name}, &db); err != nil {
+		return nil, fmt.Errorf("RocksDB %s in namespace %s: %w (kubectl get rocksdb -A lists them)", name, p.ns, err)
+	}
+	return &db, nil
+}
