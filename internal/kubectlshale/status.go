@@ -79,7 +79,9 @@ func (p *plugin) status(ctx context.Context, name string, nEvents int) error {
 	// Conditions: the ones not as they should be first, all of them shown.
 	fmt.Fprintf(w, "Conditions\n")
 	conds := append([]metav1.Condition(nil), db.Status.Conditions...)
-	sort.SliceStable(conds, func(i, j int) bool { return conds[i].Status != conds[j].Status && conds[j].Status == metav1.ConditionTrue })
+	sort.SliceStable(conds, func(i, j int) bool {
+		return conds[i].Status != conds[j].Status && conds[j].Status == metav1.ConditionTrue
+	})
 	for _, c := range conds {
 		fmt.Fprintf(w, "  %s\t%s\t%s: %s\n", c.Type, c.Status, c.Reason, shorten(c.Message, 100))
 	}
