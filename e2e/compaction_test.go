@@ -154,6 +154,13 @@ func stepCompaction(t *testing.T, s *suite) {
 	}
 	t.Logf("all %d keys read back with their last values", len(keys))
 
+	// The series the chart's dashboard and alerts read, for the metrics
+	// step (the pool is gone by then).
+	for _, sched := range s.podsWith(t, map[string]string{shalev1.LabelCompactorPool: poolName, shalev1.LabelAppComponent: shalev1.ComponentScheduler}) {
+		s.noteSeries(t, sched.Name, "9080")
+	}
+	s.noteSeries(t, s.rocksDB(t, compactedDB).Status.CurrentPrimary, "9090")
+
 	s.attackScheduler(t, poolName, compactedDB)
 
 	s.deleteRocksDB(t, db, false)

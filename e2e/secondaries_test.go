@@ -101,6 +101,8 @@ func stepSecondaries(t *testing.T, s *suite) {
 	for _, e := range s.rocksDB(t, s.db).Status.SecondaryStatus {
 		t.Logf("status.secondaryStatus: %s applied %d, %d behind, lag %s (checked %s)", e.Pod, e.AppliedSequence, e.LagSequences, e.Lag.Duration, e.CheckedAt.Format(time.RFC3339))
 	}
+	// For the metrics step: a secondary's series (its lag).
+	s.noteSeries(t, s.rocksDB(t, s.db).Status.SecondaryStatus[0].Pod, "9091")
 }
 
 // stepSecondariesFailover: the primary fails over (Pod deletion, then

@@ -169,6 +169,16 @@ func (s *suite) noteOperatorMetrics() {
 	}
 }
 
+// noteSeries remembers the series a Pod exports now (a secondary, a
+// compactor scheduler), for the metrics step, which runs after those Pods
+// are gone.
+func (s *suite) noteSeries(t *testing.T, pod, port string) {
+	t.Helper()
+	for n := range s.scrape(t, pod, port).names() {
+		s.operatorSeries[n] = true
+	}
+}
+
 var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
 
 // value sums the samples of name whose labels include want.
