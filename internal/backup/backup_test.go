@@ -287,6 +287,19 @@ func TestInterruptedBackupNotListed(t *testing.T) {
 		t.Fatalf("restore of an interrupted backup: %v", err)
 	}
 
+	// A delete running in the location refuses the rerun (RFC 0011,
+	// "Retention racing a backup"); once it ended, the rerun goes on.
+	marker := backup.Format(backup.Deleting{ID: "b0"})
+	if _, err := bak.Put(context.Background(), backup.DeletingKey("b0"), bytes.NewReader(marker), int64(len(marker)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backup.Create(context.Background(), backup.CreateConfig{Source: src, To: loc, ID: "b1", Checkpoint: "c1"}); err == nil || !strings.Contains(err.Error(), "a delete is running") {
+		t.Fatalf("a backup while a delete runs: %v", err)
+	}
+	if err := bak.Delete(context.Background(), backup.DeletingKey("b0")); err != nil {
+		t.Fatal(err)
+	}
+
 	m := create(t, src, loc, "b1", "c1")
 	if m.CopiedObjects != len(m.Objects)-2 {
 		t.Fatalf("the rerun copied %d of %d objects; the interrupted run had stored 2", m.CopiedObjects, len(m.Objects))
@@ -302,6 +315,33 @@ func TestInterruptedBackupNotListed(t *testing.T) {
 	}
 	if rep, err := backup.Verify(context.Background(), loc, "b1", t.TempDir()); err != nil || rep.Keys != n {
 		t.Fatalf("verify after the rerun: %v %+v", err, rep)
+	}
+
+	// An interrupted backup discarded: its pin, its pending record and
+	// the objects only it stored go; b1's stay.
+	write(t, p.kv, 0, n/10, "v2")
+	checkpoint(t, p.kv, "c2")
+	down = &failing{Store: bak, after: 2}
+	if _, err := backup.Create(context.Background(), backup.CreateConfig{Source: src, To: backup.Location{Store: down, Database: "orders"}, ID: "b2", Checkpoint: "c2", Concurrency: 1}); !errors.Is(err, errDown) {
+		t.Fatalf("b2 with the store failing: %v", err)
+	}
+	before := keysUnder(t, bak, backup.ObjectsPrefix)
+	rep, err := backup.Delete(context.Background(), loc, "b2", nil)
+	if err != nil || rep.Published || rep.PinLeft != "" {
+		t.Fatalf("discard b2: %v %+v", err, rep)
+	}
+	if got := keysUnder(t, src, layout.PinsPrefix); len(got) != 0 {
+		t.Fatalf("pins left in the source after the discard: %q", got)
+	}
+	if ps, _ := backup.ListPending(context.Background(), loc); len(ps) != 0 {
+		t.Fatalf("pending records left after the discard: %+v", ps)
+	}
+	after := keysUnder(t, bak, backup.ObjectsPrefix)
+	if len(before)-len(after) != 2 || rep.Objects != 2 {
+		t.Fatalf("the discard removed %d objects (reported %d), want the 2 b2 had stored: %q -> %q", len(before)-len(after), rep.Objects, before, after)
+	}
+	if r, err := backup.Verify(context.Background(), loc, "b1", t.TempDir()); err != nil || r.Keys != n {
+		t.Fatalf("b1 after b2's discard: %v %+v", err, r)
 	}
 }
 
