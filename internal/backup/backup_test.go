@@ -65,7 +65,12 @@ func (o *owner) stop() {
 
 func startPrimary(t *testing.T, db string) *owner {
 	t.Helper()
-	sc := shalefs.Config{Lease: 100 * time.Millisecond, DeleteGrace: time.Hour, CacheDir: filepath.Join(t.TempDir(), "cache")}
+	return startPrimaryWith(t, db, time.Hour)
+}
+
+func startPrimaryWith(t *testing.T, db string, grace time.Duration) *owner {
+	t.Helper()
+	sc := shalefs.Config{Lease: 100 * time.Millisecond, DeleteGrace: grace, CacheDir: filepath.Join(t.TempDir(), "cache")}
 	s, err := primary.Start(primary.Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(), Storage: sc})
 	if err != nil {
 		t.Fatal(err)
@@ -202,11 +207,35 @@ func TestBackupRestoresAfterOverwrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("restored %d tables, %d bytes (%d streamed), sequence %d", rep.Tables, rep.Bytes, rep.Streamed, rep.Sequence)
-	r := startPrimary(t, restored)
+	r := startPrimaryWith(t, restored, 200*time.Millisecond)
 	checkKeys(t, "the restored database", r.kv, func(i int) string { return value("v1", i) })
-	// It is a database of its own: its writes do not reach the source.
-	write(t, r.kv, 0, 10, "r1")
+	// It is a database of its own: its writes do not reach the source,
+	// and its restored (epoch-0) tables, once rewritten, are deleted as
+	// any table (they are no clone's origin tables).
+	write(t, r.kv, 0, n, "r1")
+	if _, err := r.kv.Compact(context.Background(), &kvv1.CompactRequest{}); err != nil {
+		t.Fatal(err)
+	}
 	checkKeys(t, "the source", p.kv, func(i int) string { return value("v2", i) })
+	rstore := open(t, restored)
+	epoch0 := func() (out []string) {
+		for _, k := range keysUnder(t, rstore, "") {
+			if name, e, ok := layout.ParseObjectKey(k); ok && e == 0 && layout.KindOf(name) == layout.KindTable {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	if len(epoch0()) == 0 {
+		t.Fatal("the restored directory holds no epoch-0 table")
+	}
+	for deadline := time.Now().Add(time.Minute); len(epoch0()) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("restored tables compacted away are never deleted: %q", epoch0())
+		}
+		time.Sleep(50 * time.Millisecond) // polling the store for a condition
+	}
+	checkKeys(t, "the restored database after its compaction", r.kv, func(i int) string { return value("r1", i) })
 
 	// A second restore into the same (now used) directory is refused.
 	if _, err := backup.Restore(context.Background(), loc, "b1", open(t, restored)); err == nil || !strings.Contains(err.Error(), "restore") {
@@ -233,6 +262,54 @@ func TestIncrementalBackupCopiesLittle(t *testing.T) {
 	ms, err := backup.List(context.Background(), loc)
 	if err != nil || len(ms) != 2 || ms[0].ID != "b1" || ms[1].ID != "b2" {
 		t.Fatalf("list: %v %+v", err, ms)
+	}
+}
+
+// onList runs hook once, when the store is first listed under prefix.
+type onList struct {
+	objstore.Store
+	prefix string
+	hook   func()
+	done   atomic.Bool
+}
+
+func (o *onList) List(ctx context.Context, prefix string, fn func(objstore.ObjectInfo) error) error {
+	if prefix == o.prefix && o.done.CompareAndSwap(false, true) {
+		o.hook()
+	}
+	return o.Store.List(ctx, prefix, fn)
+}
+
+// RFC 0011, "Retention racing a backup": a backup lists the backup store
+// after checking for delete markers; a delete of the backup it shares a
+// table with runs in between (marker, listing, deletes). The delete sees
+// the backup's pending record and keeps the table, so the backup it then
+// publishes, having skipped the table as present, restores.
+func TestDeleteRacesBackup(t *testing.T) {
+	minio(t)
+	const db = "s3://src/orders"
+	p := startPrimary(t, db)
+	write(t, p.kv, 0, n, "v1")
+	checkpoint(t, p.kv, "c1")
+	src, bak := open(t, db), open(t, "s3://bak/shale/orders")
+	loc := location(t, bak)
+	create(t, src, loc, "b1", "c1")
+	write(t, p.kv, 0, n/100, "v2")
+	checkpoint(t, p.kv, "c2")
+
+	var delErr error
+	held := &onList{Store: bak, prefix: backup.BackupsPrefix, hook: func() {
+		_, delErr = backup.Delete(context.Background(), loc, "b1", nil)
+	}}
+	m, err := backup.Create(context.Background(), backup.CreateConfig{Source: src, To: backup.Location{Store: held, Database: "orders"}, ID: "b2", Checkpoint: "c2"})
+	if err != nil || delErr != nil {
+		t.Fatalf("backup %v, delete %v", err, delErr)
+	}
+	if m.CopiedObjects == len(m.Objects) {
+		t.Fatalf("b2 copied all %d objects: the race did not happen (it should skip b1's table)", m.CopiedObjects)
+	}
+	if r, err := backup.Verify(context.Background(), loc, "b2", t.TempDir()); err != nil || r.Keys != n {
+		t.Fatalf("b2, published while b1 was deleted: %v %+v", err, r)
 	}
 }
 
