@@ -58,7 +58,7 @@ by --database (default: the last element of --db's path).`,
 	pf.StringVar(&bf.database, "database", "", "the database's `id` in the backup store (default for create: the last element of --db's path)")
 	pf.Var(newDuration(&bf.timeout, time.Hour), "timeout", "give up after this long")
 	noFileCompletion(c, "to", "to-endpoint", "database", "timeout")
-	c.AddCommand(newBackupCreateCmd(bf), newBackupListCmd(bf), newBackupDeleteCmd(bf), newBackupVerifyCmd(bf), newBackupRestoreCmd(bf))
+	c.AddCommand(newBackupCreateCmd(bf), newBackupListCmd(bf), newBackupDeleteCmd(bf), newBackupVerifyCmd(bf), newBackupRestoreCmd(bf), newBackupPruneCmd(bf))
 	return c
 }
 
@@ -360,5 +360,55 @@ shale primary --db URL. Do not start one before the restore ends.`,
 	}
 	c.Flags().StringVar(&into, "into", "", "the new database's `URL` (required; empty)")
 	noFileCompletion(c, "into")
+	return c
+}
+
+func newBackupPruneCmd(bf *backupFlags) *cobra.Command {
+	var keepLast uint64
+	var keepWithin time.Duration
+	var dryRun bool
+	c := &cobra.Command{
+		Use:   "prune (--keep-last N | --keep-within DURATION)",
+		Short: "Delete the published backups a retention policy lets go",
+		Long: `Prune keeps the newest --keep-last backups and every one completed within
+--keep-within (either or both: a backup either keeps is kept; the newest
+is always kept), and deletes the others, oldest first, as 'shale backup
+delete' does: only objects no kept or running backup names are removed.`,
+		Example: `  shale backup prune --to s3://backups/shale --database orders --keep-last 7 --keep-within 720h`,
+		Args:    exactArgs(),
+		RunE: func(c *cobra.Command, _ []string) error {
+			if keepLast == 0 && keepWithin == 0 {
+				return usageErrorf("give --keep-last N and/or --keep-within DURATION: the backups to keep")
+			}
+			loc, err := bf.location("")
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), bf.timeout)
+			defer cancel()
+			ms, err := backup.List(ctx, loc)
+			if err != nil {
+				return err
+			}
+			ids := backup.Expired(ms, time.Now(), backup.Policy{KeepLast: int(keepLast), KeepWithin: keepWithin})
+			for _, id := range ids {
+				if dryRun {
+					fmt.Fprintf(c.OutOrStdout(), "would delete backup %s\n", id)
+					continue
+				}
+				rep, err := backup.Delete(ctx, loc, id, nil)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "backup %s deleted: %d objects (%s) removed\n", id, rep.Objects, byteCount(uint64(rep.Bytes)))
+			}
+			fmt.Fprintf(c.OutOrStdout(), "%d of %d backups kept\n", len(ms)-len(ids), len(ms))
+			return nil
+		},
+	}
+	c.Flags().Var(uintValue{&keepLast}, "keep-last", "keep the newest `N` backups")
+	c.Flags().Var(offDurationValue{durationValue{&keepWithin}}, "keep-within", "keep every backup completed within this `DURATION` (720h: 30 days)")
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be deleted, delete nothing")
+	noFileCompletion(c, "keep-last", "keep-within")
 	return c
 }

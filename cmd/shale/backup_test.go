@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
+	"github.com/shale-rocks/shale/internal/objstore"
 )
 
 // `shale backup create|list|verify|restore|delete` against a real primary
@@ -79,11 +80,41 @@ func TestBackupCLI(t *testing.T) {
 			t.Fatalf("restored k%03d: %v %v", i, got, err)
 		}
 	}
-	code, out, errOut = shale("backup", "delete", "--to", to, "--database", "orders", "b1")
-	if code != 0 || !strings.Contains(out, "backup b1 deleted") {
-		t.Fatalf("delete: %d %q %q", code, out, errOut)
+	// Retention: two more backups, keep the last 2.
+	for _, id := range []string{"b2", "b3"} {
+		if code, out, errOut := shale("backup", "create", "--db", db, "--to", to, "--addr", p.addr, "--id", id); code != 0 {
+			t.Fatalf("create %s: %d %q %q", id, code, out, errOut)
+		}
+	}
+	if code, out, errOut := shale("backup", "prune", "--to", to, "--database", "orders"); code != 2 || !strings.Contains(errOut, "--keep-last") {
+		t.Fatalf("prune without a policy: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = shale("backup", "prune", "--to", to, "--database", "orders", "--keep-last", "2", "--dry-run")
+	if code != 0 || !strings.Contains(out, "would delete backup b1") || strings.Contains(out, "b2") {
+		t.Fatalf("prune --dry-run: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = shale("backup", "prune", "--to", to, "--database", "orders", "--keep-last", "2")
+	if code != 0 || !strings.Contains(out, "backup b1 deleted") || !strings.Contains(out, "2 of 3 backups kept") {
+		t.Fatalf("prune: %d %q %q", code, out, errOut)
+	}
+	for _, id := range []string{"b2", "b3"} {
+		code, out, errOut = shale("backup", "delete", "--to", to, "--database", "orders", id)
+		if code != 0 || !strings.Contains(out, "backup "+id+" deleted") {
+			t.Fatalf("delete %s: %d %q %q", id, code, out, errOut)
+		}
 	}
 	if code, out, _ := shale("backup", "list", "--to", to, "--database", "orders"); code != 0 || !strings.Contains(out, "no backups") {
 		t.Fatalf("list after delete: %d %q", code, out)
+	}
+	// Every object went with the last backup.
+	bs, err := objstore.Open(to + "/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bs.List(ctx, "objects/", func(o objstore.ObjectInfo) error { return fmt.Errorf("%s left after every backup was deleted", o.Key) }); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := shale("backup", "delete", "--to", to, "--database", "orders", "b3"); code != 1 || !strings.Contains(errOut, "no backup b3") {
+		t.Fatalf("delete of a deleted backup: %d %q %q", code, out, errOut)
 	}
 }

@@ -300,3 +300,34 @@ func RestoredKey(src, manifestKey string) (string, bool) {
 	}
 	return layout.ObjectKey(name, 0), true
 }
+
+// Policy is a retention policy: keep the newest KeepLast backups and
+// every one completed within KeepWithin (either or both; a backup either
+// keeps is kept).
+type Policy struct {
+	KeepLast   int
+	KeepWithin time.Duration
+}
+
+// Expired returns the ids of the published backups the policy lets go,
+// oldest first (RFC 0011 step 16). The newest backup is always kept, and
+// a policy that keeps nothing by count or age (both zero) lets nothing
+// go: an empty policy is a mistake, not "delete everything".
+func Expired(ms []Manifest, now time.Time, p Policy) []string {
+	if p.KeepLast <= 0 && p.KeepWithin <= 0 {
+		return nil
+	}
+	sorted := slices.Clone(ms)
+	slices.SortStableFunc(sorted, func(a, b Manifest) int { return b.CompletedAt.Compare(a.CompletedAt) }) // newest first
+	var out []string
+	for i, m := range sorted {
+		keep := i == 0 ||
+			(p.KeepLast > 0 && i < p.KeepLast) ||
+			(p.KeepWithin > 0 && now.Sub(m.CompletedAt) <= p.KeepWithin)
+		if !keep {
+			out = append(out, m.ID)
+		}
+	}
+	slices.Reverse(out)
+	return out
+}

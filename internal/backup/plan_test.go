@@ -1,9 +1,11 @@
 package backup
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPlanCopy(t *testing.T) {
@@ -119,5 +121,38 @@ func TestKeys(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("RestoredKey(%s) = %q %v, want %q", src, got, ok, want)
 		}
+	}
+}
+
+func TestExpired(t *testing.T) {
+	now := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
+	day := 24 * time.Hour
+	// b1 ... b5, one a day, b5 completed an hour ago.
+	var ms []Manifest
+	for i := 1; i <= 5; i++ {
+		ms = append(ms, Manifest{ID: fmt.Sprintf("b%d", i), CompletedAt: now.Add(-time.Hour - time.Duration(5-i)*day)})
+	}
+	shuffled := []Manifest{ms[3], ms[0], ms[4], ms[2], ms[1]}
+	for _, tc := range []struct {
+		name string
+		ms   []Manifest
+		p    Policy
+		want []string
+	}{
+		{"empty policy: nothing", ms, Policy{}, nil},
+		{"keep last 2", ms, Policy{KeepLast: 2}, []string{"b1", "b2", "b3"}},
+		{"keep last 2, any order", shuffled, Policy{KeepLast: 2}, []string{"b1", "b2", "b3"}},
+		{"keep last 10: all kept", ms, Policy{KeepLast: 10}, nil},
+		{"within 2 days", ms, Policy{KeepWithin: 2 * day}, []string{"b1", "b2", "b3"}},
+		{"within a minute: the newest is still kept", ms, Policy{KeepWithin: time.Minute}, []string{"b1", "b2", "b3", "b4"}},
+		{"last 1 or within 3 days: either keeps", ms, Policy{KeepLast: 1, KeepWithin: 3 * day}, []string{"b1", "b2"}},
+		{"last 4 or within 1 day", ms, Policy{KeepLast: 4, KeepWithin: day}, []string{"b1"}},
+		{"no backups", nil, Policy{KeepLast: 1}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Expired(tc.ms, now, tc.p); !slices.Equal(got, tc.want) {
+				t.Fatalf("%q, want %q", got, tc.want)
+			}
+		})
 	}
 }
