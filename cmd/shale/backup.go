@@ -111,7 +111,9 @@ func (bf *backupFlags) location(db string) (backup.Location, error) {
 	if err != nil {
 		return backup.Location{}, fmt.Errorf("--to: %w", err)
 	}
-	return backup.Location{Store: s, Database: id}, nil
+	// Other credentials: a server-side copy would read one side with the
+	// other's, so copies stream.
+	return backup.Location{Store: s, Database: id, Stream: bf.credentials != ""}, nil
 }
 
 func newBackupCreateCmd(bf *backupFlags) *cobra.Command {

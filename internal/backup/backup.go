@@ -29,6 +29,10 @@ var ErrNotFound = errors.New("backup not found")
 type Location struct {
 	Store    objstore.Store
 	Database string
+	// Stream makes every copy to or from the location pass through this
+	// process, even on the databases' endpoint: its credentials differ,
+	// and a server-side copy runs with one side's credentials only.
+	Stream bool
 }
 
 // CreateConfig says what a backup copies.
@@ -208,7 +212,7 @@ func Create(ctx context.Context, cfg CreateConfig) (Manifest, error) {
 			sum = hex.EncodeToString(h.Sum(nil))
 		case Copy:
 			var err error
-			if sum, streamed, err = copyObject(ctx, src, key, dst, ObjectKey(key), want[key]); err != nil {
+			if sum, streamed, err = copyObject(ctx, src, key, dst, ObjectKey(key), want[key], cfg.To.Stream); err != nil {
 				return err
 			}
 			copied = want[key]
@@ -271,9 +275,9 @@ func Create(ctx context.Context, cfg CreateConfig) (Manifest, error) {
 // copy's SHA-256: computed on the stream, or, after a server-side copy,
 // by reading the copy back (what the manifest records is what the backup
 // store holds).
-func copyObject(ctx context.Context, src objstore.Store, srcKey string, dst objstore.Store, dstKey string, size int64) (sum string, streamed int64, err error) {
+func copyObject(ctx context.Context, src objstore.Store, srcKey string, dst objstore.Store, dstKey string, size int64, stream bool) (sum string, streamed int64, err error) {
 	h := sha256.New()
-	if objstore.CopiesServerSide(src, dst) {
+	if !stream && objstore.CopiesServerSide(src, dst) {
 		info, n, err := objstore.CopyAcross(ctx, src, srcKey, dst, dstKey, objstore.PutOptions{})
 		if err != nil {
 			return "", n, fmt.Errorf("copy %s: %w", srcKey, err)
@@ -655,7 +659,7 @@ func Restore(ctx context.Context, loc Location, id string, target objstore.Store
 		if info, err := target.Stat(ctx, dst); err == nil && info.Size == o.Size {
 			return nil // an earlier run copied it
 		}
-		sum, streamed, err := copyObject(ctx, loc.Store, ObjectKey(key), target, dst, o.Size)
+		sum, streamed, err := copyObject(ctx, loc.Store, ObjectKey(key), target, dst, o.Size, loc.Stream)
 		if err != nil {
 			return err
 		}

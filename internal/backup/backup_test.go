@@ -263,6 +263,12 @@ func TestIncrementalBackupCopiesLittle(t *testing.T) {
 	if err != nil || len(ms) != 2 || ms[0].ID != "b1" || ms[1].ID != "b2" {
 		t.Fatalf("list: %v %+v", err, ms)
 	}
+	// A location with its own credentials (Stream) copies through the
+	// process even on the same endpoint.
+	own := backup.Location{Store: open(t, "s3://bak/own/orders"), Database: "orders", Stream: true}
+	if m := create(t, src, own, "b3", "c2"); m.Streamed != m.Bytes {
+		t.Fatalf("a Stream location: %d of %d bytes streamed", m.Streamed, m.Bytes)
+	}
 }
 
 // onList runs hook once, when the store is first listed under prefix.
