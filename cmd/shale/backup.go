@@ -369,13 +369,16 @@ func newBackupPruneCmd(bf *backupFlags) *cobra.Command {
 	var keepLast uint64
 	var keepWithin time.Duration
 	var dryRun bool
+	var sweepGrace time.Duration
 	c := &cobra.Command{
 		Use:   "prune (--keep-last N | --keep-within DURATION)",
 		Short: "Delete the published backups a retention policy lets go",
 		Long: `Prune keeps the newest --keep-last backups and every one completed within
 --keep-within (either or both: a backup either keeps is kept; the newest
 is always kept), and deletes the others, oldest first, as 'shale backup
-delete' does: only objects no kept or running backup names are removed.`,
+delete' does: only objects no kept or running backup names are removed.
+Then it sweeps objects no backup names that are older than --sweep-grace
+(left by a delete that was interrupted and never rerun).`,
 		Example: `  shale backup prune --to s3://backups/shale --database orders --keep-last 7 --keep-within 720h`,
 		Args:    exactArgs(),
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -405,12 +408,23 @@ delete' does: only objects no kept or running backup names are removed.`,
 				fmt.Fprintf(c.OutOrStdout(), "backup %s deleted: %d objects (%s) removed\n", id, rep.Objects, byteCount(uint64(rep.Bytes)))
 			}
 			fmt.Fprintf(c.OutOrStdout(), "%d of %d backups kept\n", len(ms)-len(ids), len(ms))
+			if dryRun {
+				return nil
+			}
+			n, b, err := backup.Sweep(ctx, loc, sweepGrace, time.Now())
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				fmt.Fprintf(c.OutOrStdout(), "swept %d objects (%s) no backup names\n", n, byteCount(uint64(b)))
+			}
 			return nil
 		},
 	}
 	c.Flags().Var(uintValue{&keepLast}, "keep-last", "keep the newest `N` backups")
 	c.Flags().Var(offDurationValue{durationValue{&keepWithin}}, "keep-within", "keep every backup completed within this `DURATION` (720h: 30 days)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be deleted, delete nothing")
+	c.Flags().Var(newDuration(&sweepGrace, 24*time.Hour), "sweep-grace", "sweep objects no backup names once they are this old (longer than any backup takes to start)")
 	noFileCompletion(c, "keep-last", "keep-within")
 	return c
 }

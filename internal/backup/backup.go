@@ -582,6 +582,65 @@ func Delete(ctx context.Context, loc Location, id string, openSource func(url st
 	return rep, nil
 }
 
+// Sweep deletes the objects no manifest or pending record names, stored
+// longer than grace ago (RFC 0011 step 17), under a delete marker as a
+// delete does: a backup starting meanwhile either sees the marker and
+// refuses, or wrote its pending record before the sweep's second listing,
+// which keeps what it names. It returns the objects and bytes removed.
+func Sweep(ctx context.Context, loc Location, grace time.Duration, now time.Time) (int, int64, error) {
+	s := loc.Store
+	var objs []Stored
+	sizes := map[string]int64{}
+	if err := s.List(ctx, ObjectsPrefix, func(o objstore.ObjectInfo) error {
+		k := strings.TrimPrefix(o.Key, ObjectsPrefix)
+		objs = append(objs, Stored{Key: k, ModTime: o.ModTime})
+		sizes[k] = o.Size
+		return nil
+	}); err != nil {
+		return 0, 0, fmt.Errorf("list %s: %w", ObjectsPrefix, err)
+	}
+	refs := func() ([]Manifest, []Pending, error) {
+		ms, err := List(ctx, loc)
+		if err != nil {
+			return nil, nil, err
+		}
+		ps, err := ListPending(ctx, loc)
+		return ms, ps, err
+	}
+	ms, ps, err := refs()
+	if err != nil {
+		return 0, 0, err
+	}
+	cand := Orphans(objs, ms, ps, now, grace)
+	if len(cand) == 0 {
+		return 0, 0, nil
+	}
+	id := "sweep-" + now.UTC().Format("20060102-150405")
+	marker := Deleting{ID: id, Keys: cand, StartedAt: now.UTC()}
+	if err := putOnce(ctx, s, DeletingKey(id), Format(marker), func([]byte) error {
+		return fmt.Errorf("another sweep started at the same second (%s)", DeletingKey(id))
+	}); err != nil {
+		return 0, 0, err
+	}
+	if ms, ps, err = refs(); err != nil {
+		return 0, 0, err
+	}
+	gone := Unreferenced(cand, ms, ps)
+	var del []string
+	var bytes int64
+	for _, k := range gone {
+		del = append(del, ObjectKey(k))
+		bytes += sizes[k]
+	}
+	if err := s.DeleteMany(ctx, del); err != nil {
+		return 0, 0, fmt.Errorf("sweep: %w (finish it with: shale backup delete %s)", err, id)
+	}
+	if err := s.Delete(ctx, DeletingKey(id)); err != nil {
+		return len(del), bytes, fmt.Errorf("sweep: delete %s: %w (finish it with: shale backup delete %s)", DeletingKey(id), err, id)
+	}
+	return len(del), bytes, nil
+}
+
 // RestoreReport says what a restore wrote.
 type RestoreReport struct {
 	Tables   int

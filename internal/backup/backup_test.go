@@ -482,6 +482,35 @@ func TestDeleteOldestRemovesOnlyItsObjects(t *testing.T) {
 	if r, err := backup.Verify(context.Background(), loc, "b2", t.TempDir()); err != nil || r.Keys != n {
 		t.Fatalf("b2 after b1's delete: %v %+v", err, r)
 	}
+
+	// The sweep: an object no backup names (an interrupted delete's) goes
+	// once past the grace; one a running backup's pending record names,
+	// and b2's, stay.
+	put := func(key string, b []byte) {
+		if _, err := bak.Put(context.Background(), key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const stray, running = "000001.sst.00000000000000000009", "000002.sst.00000000000000000009"
+	put(backup.ObjectKey(stray), []byte("stray"))
+	put(backup.ObjectKey(running), []byte("running"))
+	put(backup.PendingKey("b9"), backup.Format(backup.Pending{ID: "b9", Keys: []string{running}}))
+	if n, _, err := backup.Sweep(context.Background(), loc, time.Hour, time.Now()); err != nil || n != 0 {
+		t.Fatalf("a sweep within the grace removed %d objects: %v", n, err)
+	}
+	if n, _, err := backup.Sweep(context.Background(), loc, time.Nanosecond, time.Now().Add(time.Minute)); err != nil || n != 1 {
+		t.Fatalf("the sweep removed %d objects, want the stray one: %v", n, err)
+	}
+	left := keysUnder(t, bak, backup.ObjectsPrefix)
+	if slices.Contains(left, backup.ObjectKey(stray)) || !slices.Contains(left, backup.ObjectKey(running)) {
+		t.Fatalf("after the sweep: %q", left)
+	}
+	if got := keysUnder(t, bak, backup.DeletingPrefix); len(got) != 0 {
+		t.Fatalf("sweep markers left: %q", got)
+	}
+	if r, err := backup.Verify(context.Background(), loc, "b2", t.TempDir()); err != nil || r.Keys != n {
+		t.Fatalf("b2 after the sweep: %v %+v", err, r)
+	}
 }
 
 // Verify finds one flipped byte in a table: by its SHA-256, and, with the

@@ -331,3 +331,24 @@ func Expired(ms []Manifest, now time.Time, p Policy) []string {
 	slices.Reverse(out)
 	return out
 }
+
+// Stored is an object of the backup store as a listing shows it.
+type Stored struct {
+	Key     string // its source key (without objects/)
+	ModTime time.Time
+}
+
+// Orphans is what the sweep may remove (RFC 0011 step 17): objects no
+// manifest or pending record names, stored longer than grace ago (a
+// backup that has not yet written its pending record names nothing; the
+// grace outlasts any backup's start). They are left by a delete
+// interrupted between its steps, or written by hand.
+func Orphans(objects []Stored, ms []Manifest, pending []Pending, now time.Time, grace time.Duration) []string {
+	var old []string
+	for _, o := range objects {
+		if now.Sub(o.ModTime) >= grace {
+			old = append(old, o.Key)
+		}
+	}
+	return Unreferenced(old, ms, pending)
+}

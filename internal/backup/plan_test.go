@@ -156,3 +156,16 @@ func TestExpired(t *testing.T) {
 		})
 	}
 }
+
+func TestOrphans(t *testing.T) {
+	now := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
+	objs := []Stored{{"a", now.Add(-48 * time.Hour)}, {"b", now.Add(-48 * time.Hour)}, {"c", now.Add(-48 * time.Hour)}, {"young", now.Add(-time.Minute)}}
+	ms := []Manifest{{Objects: []Object{{Key: "a"}}}}
+	ps := []Pending{{Keys: []string{"b"}}}
+	if got := Orphans(objs, ms, ps, now, 24*time.Hour); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("%q, want only c: a is a backup's, b a running one's, young within the grace", got)
+	}
+	if got := Orphans(objs, nil, nil, now, 0); len(got) != 4 {
+		t.Fatalf("no grace, nothing referenced: %q", got)
+	}
+}
