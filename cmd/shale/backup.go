@@ -157,6 +157,13 @@ listed; rerun it with the same --id to resume, or delete it.`,
 			}
 			cfg := backup.CreateConfig{Source: src, To: loc, ID: id, Checkpoint: ck, Concurrency: int(concurrency)}
 			if addrSet {
+				// Before asking for a checkpoint: a published id needs none.
+				sctx, scancel := context.WithTimeout(context.Background(), kc.timeout)
+				_, serr := loc.Store.Stat(sctx, backup.ManifestKey(id))
+				scancel()
+				if serr == nil {
+					return fmt.Errorf("backup %s is published already in %s: a new backup needs a new --id", id, loc.Store.URL())
+				}
 				cfg.Checkpoint = backup.PinID(id)
 				cfg.CreatedCheckpoint = true
 				req := &kvv1.CheckpointRequest{Name: cfg.Checkpoint, RequestId: id, Expires: timestamppb.New(time.Now().Add(24 * time.Hour))}

@@ -58,6 +58,12 @@ func TestBackupCLI(t *testing.T) {
 	if r, err := kv.ListCheckpoints(ctx, &kvv1.ListCheckpointsRequest{}); err != nil || len(r.Checkpoints) != 0 {
 		t.Fatalf("the checkpoint the backup created is left: %v %v", r, err)
 	}
+	if code, out, errOut := shale("backup", "create", "--db", db, "--to", to, "--addr", p.addr, "--id", "b1"); code != 1 || !strings.Contains(errOut, "published already") {
+		t.Fatalf("create with a published id: %d %q %q", code, out, errOut)
+	}
+	if r, err := kv.ListCheckpoints(ctx, &kvv1.ListCheckpointsRequest{}); err != nil || len(r.Checkpoints) != 0 {
+		t.Fatalf("a create refused for its id left a checkpoint: %v %v", r, err)
+	}
 	code, out, errOut = shale("backup", "list", "--to", to, "--database", "orders", "-o", "json")
 	var rows []struct{ ID, State string }
 	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 || rows[0].ID != "b1" || rows[0].State != "published" {

@@ -98,6 +98,40 @@ func Create(ctx context.Context, cfg CreateConfig) (Manifest, error) {
 		}
 	}
 	keys := slices.Sorted(maps.Keys(want))
+	pin := layout.PinKey(PinID(cfg.ID))
+
+	// 11. Release the pending record, the pin and the checkpoint (after
+	// the publish, or on a rerun that finds it published).
+	release := func(m Manifest) {
+		if err := dst.Delete(ctx, PendingKey(cfg.ID)); err != nil {
+			cfg.Logger.Warn("backup published; its pending record is left (a rerun or delete of it removes it)", "backup", cfg.ID, "err", err)
+		}
+		if err := src.Delete(ctx, pin); err != nil {
+			cfg.Logger.Warn("backup published; its pin in the source is left, keeping tables longer (a rerun removes it)", "pin", pin, "source", src.URL(), "err", err)
+		}
+		if cfg.Release != nil {
+			if err := cfg.Release(ctx); err != nil {
+				cfg.Logger.Warn("backup published; the checkpoint it created is left until it expires", "checkpoint", cfg.Checkpoint, "err", err)
+			}
+		}
+		cfg.Logger.Info("backup published", "backup", cfg.ID, "checkpoint", cfg.Checkpoint, "sequence", m.Checkpoint.Sequence,
+			"objects", len(m.Objects), "bytes", m.Bytes, "copiedObjects", m.CopiedObjects, "copiedBytes", m.CopiedBytes, "streamedBytes", m.Streamed)
+	}
+	// A rerun of a published backup only finishes its release.
+	switch b, err := get(ctx, dst, ManifestKey(cfg.ID)); {
+	case err == nil:
+		have, err := Parse[Manifest](ManifestKey(cfg.ID), b)
+		if err != nil {
+			return Manifest{}, err
+		}
+		if have.Checkpoint.ID != rec.ID {
+			return Manifest{}, fmt.Errorf("backup %s is published already, of checkpoint %s (id %s); a new backup needs a new id", cfg.ID, have.Checkpoint.Name, have.Checkpoint.ID)
+		}
+		release(have)
+		return have, nil
+	case !errors.Is(err, objstore.ErrNotFound):
+		return Manifest{}, err
+	}
 
 	// 5. Whose location this is.
 	identity, err := sourceIdentity(ctx, src)
@@ -116,7 +150,6 @@ func Create(ctx context.Context, cfg CreateConfig) (Manifest, error) {
 	}
 
 	// 6. The pending record, naming every key this backup will name.
-	pin := layout.PinKey(PinID(cfg.ID))
 	pend := Pending{ID: cfg.ID, Source: src.URL(), Checkpoint: cfg.Checkpoint, CheckpointID: rec.ID, CreatedCheckpoint: cfg.CreatedCheckpoint,
 		Pin: pin, StartedAt: started, Keys: keys}
 	if err := putOnce(ctx, dst, PendingKey(cfg.ID), Format(pend), func(got []byte) error {
@@ -131,9 +164,6 @@ func Create(ctx context.Context, cfg CreateConfig) (Manifest, error) {
 		return nil
 	}); err != nil {
 		return Manifest{}, err
-	}
-	if _, err := dst.Stat(ctx, ManifestKey(cfg.ID)); err == nil {
-		return Manifest{}, fmt.Errorf("backup %s is published already; a new backup needs a new id", cfg.ID)
 	}
 
 	// 7. No delete running (after 6: RFC 0011, "Retention racing a backup").
@@ -254,20 +284,7 @@ func Create(ctx context.Context, cfg CreateConfig) (Manifest, error) {
 		return Manifest{}, err
 	}
 
-	// 11. Release the pending record, the pin and the checkpoint.
-	if err := dst.Delete(ctx, PendingKey(cfg.ID)); err != nil {
-		cfg.Logger.Warn("backup published; its pending record is left (a rerun or delete of it removes it)", "backup", cfg.ID, "err", err)
-	}
-	if err := src.Delete(ctx, pin); err != nil {
-		cfg.Logger.Warn("backup published; its pin in the source is left, keeping tables longer", "pin", pin, "source", src.URL(), "err", err)
-	}
-	if cfg.Release != nil {
-		if err := cfg.Release(ctx); err != nil {
-			cfg.Logger.Warn("backup published; the checkpoint it created is left until it expires", "checkpoint", cfg.Checkpoint, "err", err)
-		}
-	}
-	cfg.Logger.Info("backup published", "backup", cfg.ID, "checkpoint", cfg.Checkpoint, "sequence", rec.Sequence,
-		"objects", len(out.Objects), "bytes", out.Bytes, "copiedObjects", out.CopiedObjects, "copiedBytes", out.CopiedBytes, "streamedBytes", out.Streamed)
+	release(out)
 	return out, nil
 }
 

@@ -263,6 +263,17 @@ func TestIncrementalBackupCopiesLittle(t *testing.T) {
 	if err != nil || len(ms) != 2 || ms[0].ID != "b1" || ms[1].ID != "b2" {
 		t.Fatalf("list: %v %+v", err, ms)
 	}
+	// A rerun of a published backup answers it and leaves nothing behind;
+	// its id with another checkpoint is refused.
+	if again := create(t, src, loc, "b2", "c2"); !again.CompletedAt.Equal(m.CompletedAt) {
+		t.Fatalf("a rerun of b2 answered another manifest: %+v", again)
+	}
+	if ps, _ := backup.ListPending(context.Background(), loc); len(ps) != 0 {
+		t.Fatalf("a rerun of a published backup left pending records: %+v", ps)
+	}
+	if _, err := backup.Create(context.Background(), backup.CreateConfig{Source: src, To: loc, ID: "b2", Checkpoint: "c1"}); err == nil || !strings.Contains(err.Error(), "published already") {
+		t.Fatalf("b2's id for another checkpoint: %v", err)
+	}
 	// A location with its own credentials (Stream) copies through the
 	// process even on the same endpoint.
 	own := backup.Location{Store: open(t, "s3://bak/own/orders"), Database: "orders", Stream: true}
