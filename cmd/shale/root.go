@@ -48,6 +48,7 @@ safely from any machine.`,
 		newKVCmd(),
 		newHealthCmd(),
 		newAdminCmd(),
+		newBackupCmd(),
 		newBenchCmd(),
 		newVersionCmd(),
 	)

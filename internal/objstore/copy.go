@@ -41,6 +41,18 @@ func CopyAcross(ctx context.Context, src Store, srcKey string, dst Store, dstKey
 	return info, from.Size, nil
 }
 
+// CopiesServerSide reports whether CopyAcross from src to dst is a
+// server-side copy (two S3 stores on one endpoint; objects up to 5 GiB),
+// so that no byte passes this process.
+func CopiesServerSide(src, dst Store) bool {
+	s, ok := src.(*S3Store)
+	if !ok {
+		return false
+	}
+	d, ok := dst.(*S3Store)
+	return ok && s.endpoint == d.endpoint
+}
+
 var errTooLargeToCopy = fmt.Errorf("too large for one CopyObject")
 
 // copyFrom copies srcKey of src (another S3Store on the same endpoint) to

@@ -157,3 +157,48 @@ func tampered(name, what string) error {
 // RenewLease publishes the reader's lease if due (a reader fixed at a
 // checkpoint has no refresh to do it).
 func (f *Reader) RenewLease(ctx context.Context) error { return f.publishLease(ctx) }
+
+// ReadCheckpointRecord reads checkpoint name of the database in store as
+// a checkpoint server does, writing nothing: the catalog replayed as its
+// next owner would, and the record checked against the catalog's entry (a
+// record changed in the store is refused, naming it). A backup copies
+// what it names (docs/rfcs/0011-backups-and-point-in-time-restore.md).
+func ReadCheckpointRecord(ctx context.Context, store objstore.Store, name string) (layout.CheckpointRecord, error) {
+	cfg := Config{Store: store}
+	cfg.defaults()
+	c := newCore(cfg)
+	c.epoch = math.MaxUint64
+	top, err := c.listDir(ctx, "", ActOpen)
+	if err != nil {
+		return layout.CheckpointRecord{}, fmt.Errorf("list %s: %w", store.URL(), err)
+	}
+	if len(top) == 0 {
+		return layout.CheckpointRecord{}, fmt.Errorf("%s is empty: no database there", store.URL())
+	}
+	if err := recognize(top); err != nil {
+		return layout.CheckpointRecord{}, err
+	}
+	live, err := c.readCatalog(ctx)
+	if err != nil {
+		return layout.CheckpointRecord{}, err
+	}
+	cp, ok := live[name]
+	if !ok {
+		return layout.CheckpointRecord{}, fmt.Errorf("%w: %q is not in the catalog of %s (deleted, expired, or never created; list them with `shale admin checkpoint list --db %s`)", ErrCheckpointNotFound, name, store.URL(), store.URL())
+	}
+	var rec layout.CheckpointRecord
+	err = c.background().do(ctx, func(ctx context.Context) error {
+		b, _, err := c.get(ctx, layout.CheckpointRecordKey(cp.ID), "", ActOpen)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return fmt.Errorf("checkpoint %q (id %s) has no record in %s: the store lost it", name, cp.ID, store.URL())
+		}
+		if err != nil {
+			return err
+		}
+		if rec, err = protocol.VerifyCheckpointRecord(cp, b); err != nil {
+			return tampered(name, fmt.Sprintf("record %s does not match the catalog: %v", layout.CheckpointRecordKey(cp.ID), err))
+		}
+		return nil
+	})
+	return rec, err
+}
