@@ -200,7 +200,9 @@ func TestDecideBootstrapClone(t *testing.T) {
 		// its endpoint, and its Secret for the clone's Pod to mount.
 		{"parent-other-store", otherStore(fromCk, secret("aws-keys"), nil), ""},
 		{"parent-other-store-clone-from", otherStore(fromNew, secret("aws-keys"), nil), ""},
-		{"parent-other-store-same-service-account", otherStore(fromCk, sa("shale"), func(in *bootstrapInput) { in.StoreSpec.Spec.Credentials, in.StoreSpec.Spec.ServiceAccountName = nil, "shale" }), ""},
+		{"parent-other-store-same-service-account", otherStore(fromCk, sa("shale"), func(in *bootstrapInput) {
+			in.StoreSpec.Spec.Credentials, in.StoreSpec.Spec.ServiceAccountName = nil, "shale"
+		}), ""},
 		{"parent-other-store-same-instance-role", otherStore(fromCk, role(), func(in *bootstrapInput) { in.StoreSpec.Spec.Credentials, in.StoreSpec.Spec.InstanceRole = nil, true }), ""},
 		{"parent-other-store-missing", otherStore(fromCk, secret("aws-keys"), func(in *bootstrapInput) { in.ParentStore = nil }), "ObjectStore aws (RocksDB orders's) does not exist: waiting for it"},
 		{"parent-other-store-other-service-account", otherStore(fromCk, sa("reader"), nil), "ObjectStore aws (the parent's) takes its credentials from ServiceAccount reader, and this RocksDB's ObjectStore minio from Secret minio-keys: a Pod runs as one ServiceAccount"},
