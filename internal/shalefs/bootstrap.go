@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
@@ -64,6 +65,7 @@ type BootstrapReport struct {
 	CopiedBytes   int64
 	Streamed      int64
 	Pins          []string // the pins written, one per origin: URL + key
+	Took          time.Duration
 }
 
 // ErrBootstrapRefused: the clone cannot start from that checkpoint (or in
@@ -82,8 +84,8 @@ func refuse(format string, args ...any) error {
 // not being deleted, and (for a clone of a clone) the parent's own pins
 // are still there, else deletes its pins and refuses; (6) writes CURRENT.
 // Open then takes the clone over.
-func Bootstrap(ctx context.Context, cfg BootstrapConfig) (BootstrapReport, error) {
-	var rep BootstrapReport
+func Bootstrap(ctx context.Context, cfg BootstrapConfig) (rep BootstrapReport, err error) {
+	defer func(start time.Time) { rep.Took = time.Since(start) }(time.Now())
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
