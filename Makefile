@@ -18,7 +18,7 @@ export CGO_CFLAGS := $(shell hack/rocksdb.sh --cflags)
 export CGO_CXXFLAGS := $(CGO_CFLAGS)
 export CGO_LDFLAGS := $(shell hack/rocksdb.sh --ldflags)
 
-.PHONY: help deps rocksdb rocksdb-tools build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable dev generate lint clean
+.PHONY: help deps rocksdb rocksdb-tools build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable bench-clone dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -89,6 +89,9 @@ bench-compaction: deps build ## fillrandom with local vs remote compaction (1 an
 
 bench-secondary: deps build ## secondaries on MinIO: visibility lag with notifications vs polling (SECONDARY_RATE, _DURATION), read ops/s vs the primary (SECONDARY_KEYS)
 	hack/bench-secondary.sh
+bench-clone: deps ## a clone of a CLONE_BYTES (default 1GiB) parent on MinIO: zero-copy in the same store vs a full server-side copy into a 2nd bucket (time to serve, bytes copied, ratios)
+	hack/bench-clone.sh
+
 bench-tiering: deps ## tiered placement on two MinIOs, cold one behind TIERING_LATENCY: cold share over time, readrandom recent vs old keys
 	hack/bench-tiering.sh
 

@@ -105,6 +105,10 @@ type bootstrapInput struct {
 	Deleting bool
 	// Checkpoint is the Checkpoint fromCheckpoint names (nil: none).
 	Checkpoint *shalev1.Checkpoint
+	// StoreSpec is the clone's ObjectStore; ParentStore the parent's when
+	// it is another one (nil: missing, or the same).
+	StoreSpec   *shalev1.ObjectStore
+	ParentStore *shalev1.ObjectStore
 }
 
 // bootstrapPlan is what decideBootstrap allows: an adoption (the target)

@@ -151,6 +151,25 @@ func TestDecideBootstrapClone(t *testing.T) {
 	onParent := func(f func(*shalev1.RocksDB)) func(*bootstrapInput) {
 		return func(in *bootstrapInput) { f(&in.RocksDBs[0]) }
 	}
+	// Parents in another ObjectStore, aws, at https://s3.example.com; the
+	// clone's is minio, with Secret minio-keys.
+	secret := func(name string) shalev1.ObjectStoreSpec {
+		return shalev1.ObjectStoreSpec{Credentials: &shalev1.SecretReference{Name: name}}
+	}
+	sa := func(name string) shalev1.ObjectStoreSpec { return shalev1.ObjectStoreSpec{ServiceAccountName: name} }
+	role := func() shalev1.ObjectStoreSpec { return shalev1.ObjectStoreSpec{InstanceRole: true} }
+	otherStore := func(db *shalev1.RocksDB, spec shalev1.ObjectStoreSpec, mod func(*bootstrapInput)) bootstrapInput {
+		return base(db, func(in *bootstrapInput) {
+			in.RocksDBs[0].Spec.ObjectStoreRef.Name = "aws"
+			spec.Endpoint, spec.Hot = "https://s3.example.com", shalev1.BucketLocation{Bucket: "other", Prefix: "dbs"}
+			in.ParentStore = &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "aws"}, Spec: spec}
+			in.StoreSpec = &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "minio"}, Spec: shalev1.ObjectStoreSpec{
+				Endpoint: "http://minio:9000", Credentials: &shalev1.SecretReference{Name: "minio-keys"}}}
+			if mod != nil {
+				mod(in)
+			}
+		})
+	}
 	now := metav1.Now()
 	for _, tc := range []struct {
 		name string
@@ -177,7 +196,22 @@ func TestDecideBootstrapClone(t *testing.T) {
 		}), "it was deleted and created again"},
 		{"parent-deleting", base(fromNew, onParent(func(p *shalev1.RocksDB) { p.DeletionTimestamp = &now })), "RocksDB orders is being deleted"},
 		{"parent-deleting-from-checkpoint", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.DeletionTimestamp = &now })), "RocksDB orders is being deleted"},
-		{"parent-other-store", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.Spec.ObjectStoreRef.Name = "aws" })), "RocksDB orders is in ObjectStore aws and this RocksDB in minio: a clone starts only from a database of its own ObjectStore (copying a parent from another store is not built yet"},
+		// A parent in another ObjectStore is copied (RFC 0010 step 20):
+		// its endpoint, and its Secret for the clone's Pod to mount.
+		{"parent-other-store", otherStore(fromCk, secret("aws-keys"), nil), ""},
+		{"parent-other-store-clone-from", otherStore(fromNew, secret("aws-keys"), nil), ""},
+		{"parent-other-store-same-service-account", otherStore(fromCk, sa("shale"), func(in *bootstrapInput) {
+			in.StoreSpec.Spec.Credentials, in.StoreSpec.Spec.ServiceAccountName = nil, "shale"
+		}), ""},
+		{"parent-other-store-same-instance-role", otherStore(fromCk, role(), func(in *bootstrapInput) { in.StoreSpec.Spec.Credentials, in.StoreSpec.Spec.InstanceRole = nil, true }), ""},
+		{"parent-other-store-missing", otherStore(fromCk, secret("aws-keys"), func(in *bootstrapInput) { in.ParentStore = nil }), "ObjectStore aws (RocksDB orders's) does not exist: waiting for it"},
+		{"parent-other-store-other-service-account", otherStore(fromCk, sa("reader"), nil), "ObjectStore aws (the parent's) takes its credentials from ServiceAccount reader, and this RocksDB's ObjectStore minio from Secret minio-keys: a Pod runs as one ServiceAccount"},
+		// The clone's store names a Secret first: its Pod does not run as the ServiceAccount.
+		{"parent-other-store-service-account-shadowed", otherStore(fromCk, sa("shale"), func(in *bootstrapInput) { in.StoreSpec.Spec.ServiceAccountName = "shale" }), "takes its credentials from ServiceAccount shale, and this RocksDB's ObjectStore minio from Secret minio-keys"},
+		{"parent-other-store-instance-role", otherStore(fromCk, role(), nil), "ObjectStore aws (the parent's) takes its credentials from the instance role, and this RocksDB's ObjectStore minio from Secret minio-keys"},
+		{"parent-other-store-cold-endpoint", otherStore(fromCk, secret("aws-keys"), func(in *bootstrapInput) {
+			in.ParentStore.Spec.Cold = &shalev1.ColdTier{BucketLocation: shalev1.BucketLocation{Bucket: "cold"}, Endpoint: "https://cold.example.com"}
+		}), "ObjectStore aws keeps its cold tier on another endpoint (https://cold.example.com)"},
 		{"parent-no-path", base(fromNew, onParent(func(p *shalev1.RocksDB) { p.Status.StoragePath = "" })), "has no storage directory yet"},
 		{"parent-adopted", base(fromCk, onParent(func(p *shalev1.RocksDB) { p.Status.StoragePath = "dbs/ns/old-" + string(selfUID) })), "it adopted a retained directory"},
 		{"parent-not-ready", base(fromNew, onParent(func(p *shalev1.RocksDB) {
@@ -209,6 +243,12 @@ func TestDecideBootstrapClone(t *testing.T) {
 			want := cloneSource{Parent: "orders", ParentUID: parentUID, ParentPath: parentDir, Checkpoint: "c1"}
 			if tc.in.DB.Spec.Bootstrap.CloneFrom != nil {
 				want.Checkpoint, want.Request = "clone-"+string(selfUID), true
+			}
+			if ps := tc.in.ParentStore; ps != nil {
+				want.ObjectStore, want.Endpoint = "aws", "https://s3.example.com"
+				if ps.Spec.Credentials != nil {
+					want.CredentialsSecret = ps.Spec.Credentials.Name
+				}
 			}
 			if plan.Clone == nil || *plan.Clone != want {
 				t.Errorf("plan %+v, want %+v", plan.Clone, want)

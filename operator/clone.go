@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // Clones in Kubernetes (docs/rfcs/0010-checkpoints-and-clones.md, steps
@@ -46,6 +49,18 @@ func clones(db *shalev1.RocksDB) bool {
 	return b != nil && (b.FromCheckpoint != nil || b.CloneFrom != nil)
 }
 
+// cloneParentName is the RocksDB a clone's bootstrap names ("": none).
+func cloneParentName(b *shalev1.BootstrapSpec) string {
+	switch {
+	case b == nil:
+	case b.FromCheckpoint != nil:
+		return b.FromCheckpoint.Database
+	case b.CloneFrom != nil:
+		return b.CloneFrom.Database
+	}
+	return ""
+}
+
 // clonesFromNew reports whether the operator makes the clone's checkpoint
 // (cloneFrom).
 func clonesFromNew(db *shalev1.RocksDB) bool {
@@ -66,14 +81,19 @@ type cloneSource struct {
 	// operator creates it (cloneFrom).
 	Checkpoint string
 	Request    bool
+	// ObjectStore (set: the parent is in another ObjectStore, whose
+	// objects the clone copies: RFC 0010 step 20) is reached at Endpoint
+	// with CredentialsSecret's keys ("": the Pod's own identity).
+	ObjectStore, Endpoint, CredentialsSecret string
 }
 
 // decideClone decides whether a RocksDB may start as a clone of what its
 // spec.bootstrap.fromCheckpoint or cloneFrom names. It may only if:
 //   - the parent is another RocksDB of its namespace, not being deleted,
-//     in the same ObjectStore (a parent in another store would be copied:
-//     RFC 0010 step 20, not built), and the same one (UID) the clone
-//     checked before, if it did;
+//     and the same one (UID) the clone checked before, if it did;
+//   - a parent in another ObjectStore (copied: RFC 0010 step 20): that
+//     ObjectStore exists, its cold tier (if any) is on its own endpoint,
+//     and the clone's Pod can hold its credentials (decideCloneCopy);
 //   - the parent's status.storagePath ends in its own NAME-UID (not an
 //     adopted directory: the pins and the checks name the parent by UID);
 //   - cloneFrom: the parent is Ready (its primary makes the checkpoint);
@@ -111,7 +131,9 @@ func decideClone(in bootstrapInput) (src cloneSource, problem string) {
 		return src, fmt.Sprintf("RocksDB %s is being deleted: a clone starts only from a database that stays %s", src.Parent, fix)
 	}
 	if got, want := parent.Spec.ObjectStoreRef.Name, db.Spec.ObjectStoreRef.Name; got != want {
-		return src, fmt.Sprintf("RocksDB %s is in ObjectStore %s and this RocksDB in %s: a clone starts only from a database of its own ObjectStore (copying a parent from another store is not built yet, RFC 0010 step 20); set spec.objectStoreRef to %s %s", src.Parent, got, want, got, fix)
+		if problem := decideCloneCopy(in, &src, got, want); problem != "" {
+			return src, problem
+		}
 	}
 	switch {
 	case parent.Status.StoragePath == "":
@@ -149,6 +171,38 @@ func decideClone(in bootstrapInput) (src cloneSource, problem string) {
 	return src, ""
 }
 
+// decideCloneCopy checks a parent in ObjectStore got for a clone in
+// want: the clone's primary copies its objects (RFC 0010 step 20), so its
+// Pod must reach that store. A Secret is mounted beside the clone's own;
+// a ServiceAccount or the instance role is the Pod's identity, so the
+// clone's ObjectStore must use the same one.
+func decideCloneCopy(in bootstrapInput, src *cloneSource, got, want string) string {
+	ps, cs := in.ParentStore, in.StoreSpec
+	if ps == nil || ps.Name != got {
+		return fmt.Sprintf("ObjectStore %s (RocksDB %s's) does not exist: waiting for it, to copy the parent from it", got, src.Parent)
+	}
+	if cs == nil {
+		return fmt.Sprintf("ObjectStore %s (this RocksDB's) is not known yet: waiting", want)
+	}
+	if ps.Spec.Cold != nil && ps.ColdEndpoint() != ps.Spec.Endpoint {
+		return fmt.Sprintf("ObjectStore %s keeps its cold tier on another endpoint (%s): copying a clone's parent from a store with a separate cold endpoint is not built; clone from a RocksDB of ObjectStore %s (delete this RocksDB and create it again with another source)", got, ps.ColdEndpoint(), want)
+	}
+	switch {
+	case ps.Spec.Credentials != nil:
+		src.CredentialsSecret = ps.Spec.Credentials.Name
+	case ps.Spec.ServiceAccountName != "":
+		if storeAccessOf(cs).serviceAccount != ps.Spec.ServiceAccountName {
+			return fmt.Sprintf("ObjectStore %s (the parent's) takes its credentials from ServiceAccount %s, and this RocksDB's ObjectStore %s from %s: a Pod runs as one ServiceAccount; give both ObjectStores the same one, or the parent's a Secret (delete this RocksDB and create it again once they agree)", got, ps.Spec.ServiceAccountName, want, credentialsOrigin(cs))
+		}
+	case ps.Spec.InstanceRole:
+		if !cs.Spec.InstanceRole || cs.Spec.Credentials != nil || cs.Spec.ServiceAccountName != "" {
+			return fmt.Sprintf("ObjectStore %s (the parent's) takes its credentials from the instance role, and this RocksDB's ObjectStore %s from %s: the clone's Pod has only its own; give the parent's ObjectStore a Secret (delete this RocksDB and create it again once they agree)", got, want, credentialsOrigin(cs))
+		}
+	}
+	src.ObjectStore, src.Endpoint = got, ps.Spec.Endpoint
+	return ""
+}
+
 // condIsTrue reports whether the RocksDB's condition of type t is True.
 func condIsTrue(db *shalev1.RocksDB, t string) bool {
 	c := db.Condition(t)
@@ -170,6 +224,19 @@ func (r *rocksDBReconciler) clone(ctx context.Context, db *shalev1.RocksDB, stor
 		return ctrl.Result{}, err
 	}
 	in.RocksDBs = dbs.Items
+	in.StoreSpec = store
+	for _, o := range dbs.Items {
+		// The parent's ObjectStore when it is another (step 20: copied).
+		if b := db.Spec.Bootstrap; o.Name == cloneParentName(b) && o.Spec.ObjectStoreRef.Name != store.Name {
+			ps := &shalev1.ObjectStore{}
+			switch err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: o.Spec.ObjectStoreRef.Name}, ps); {
+			case err == nil:
+				in.ParentStore = ps
+			case !apierrors.IsNotFound(err):
+				return ctrl.Result{}, err
+			}
+		}
+	}
 	if fc := db.Spec.Bootstrap.FromCheckpoint; fc != nil {
 		ck := &shalev1.Checkpoint{}
 		switch err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: fc.Name}, ck); {
@@ -185,6 +252,10 @@ func (r *rocksDBReconciler) clone(ctx context.Context, db *shalev1.RocksDB, stor
 	}
 	src := plan.Clone
 	want := shalev1.CloneStatus{Database: src.Parent, UID: src.ParentUID, URL: store.DatabaseURL(src.ParentPath), Checkpoint: src.Checkpoint}
+	if src.ObjectStore != "" {
+		want.URL = in.ParentStore.DatabaseURL(src.ParentPath)
+		want.ObjectStore, want.Endpoint, want.CredentialsSecret = src.ObjectStore, src.Endpoint, src.CredentialsSecret
+	}
 	detail := ""
 	if src.Request {
 		now := r.now()
@@ -247,6 +318,9 @@ func (r *rocksDBReconciler) clone(ctx context.Context, db *shalev1.RocksDB, stor
 		return nil
 	}); err != nil {
 		return ctrl.Result{}, err
+	}
+	if src.ObjectStore != "" {
+		detail += fmt.Sprintf("; the parent is in ObjectStore %s, so its objects are copied (--clone-copy)", src.ObjectStore)
 	}
 	r.recorder.Eventf(db, corev1.EventTypeNormal, eventBootstrapCloning, "cloning RocksDB %s (%s) at its checkpoint %s%s: the first primary starts with --clone-from into %s", src.Parent, want.URL, src.Checkpoint, detail, store.DatabaseURL(own))
 	return ctrl.Result{}, nil
@@ -342,4 +416,56 @@ func (r *rocksDBReconciler) forBootstrapSource(ctx context.Context, o client.Obj
 		}
 	}
 	return reqs
+}
+
+// reportCloneCopied reads, once a clone copied from another ObjectStore
+// was ready, its _shale/copy record (what the bootstrap copied: the
+// checkpoint's frozen MANIFEST and every table) and says so in
+// status.clone and a CloneCopied Event.
+func (r *rocksDBReconciler) reportCloneCopied(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore) error {
+	dir, err := r.stores.database(ctx, store, db.Status.StoragePath)
+	if err != nil {
+		return err
+	}
+	b, err := readAll(ctx, dir, layout.CopyKey)
+	if err != nil {
+		if isNotFound(err) {
+			// Copied by a primary before step 20 recorded it: nothing to say.
+			log.FromContext(ctx).Info("a copied clone without a copy record", "key", layout.CopyKey)
+			err = nil
+		}
+		return err
+	}
+	rec, err := layout.ParseCopyRecord(b)
+	if err != nil {
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventCloneCopied, "the clone's %s is unreadable: %v", layout.CopyKey, err)
+		return nil
+	}
+	objects, bytes := rec.Totals()
+	c := db.Status.Clone
+	if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		if cur.Status.Clone == nil || cur.Status.Clone.CopiedObjects != 0 {
+			return errNoChange
+		}
+		cur.Status.Clone.CopiedObjects, cur.Status.Clone.CopiedBytes = int64(objects), bytes
+		return nil
+	}); err != nil {
+		if errors.Is(err, errNoChange) {
+			return nil
+		}
+		return err
+	}
+	r.recorder.Eventf(db, corev1.EventTypeNormal, eventCloneCopied, "copied %d objects (%d bytes: the checkpoint %s's frozen MANIFEST and %d tables) from RocksDB %s in ObjectStore %s (%s); the clone owns them and reads nothing of its parent",
+		objects, bytes, c.Checkpoint, objects-1, c.Database, c.ObjectStore, c.URL)
+	return nil
+}
+
+// readAll reads a whole object.
+func readAll(ctx context.Context, st objstore.Store, key string) ([]byte, error) {
+	r, _, err := st.Get(ctx, key, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
 }

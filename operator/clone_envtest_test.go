@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand"
 	"net"
@@ -15,6 +16,8 @@ import (
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/auth"
+	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // TestBootstrapFromCheckpoint: clones on envtest, the parent's primary a
@@ -165,6 +168,53 @@ func TestBootstrapFromCheckpoint(t *testing.T) {
 	}
 	if !kv.has("c1") {
 		t.Errorf("the user's Checkpoint c1 went with the clone's")
+	}
+
+	// A parent in another ObjectStore (RFC 0010 step 20): a second bucket
+	// with its own Secret. The clone's first primary copies from the
+	// parent's endpoint with the parent store's Secret mounted; once it is
+	// Ready the operator reports what its _shale/copy record says.
+	h.minio.CreateBucket(t, "other")
+	otherSec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-keys"}, StringData: map[string]string{
+		shalev1.SecretKeyAccessKeyID: h.minio.AccessKey, shalev1.SecretKeySecretAccessKey: h.minio.SecretKey}}
+	other := &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}, Spec: *store.Spec.DeepCopy()}
+	other.Spec.Hot.Bucket, other.Spec.Credentials = "other", &shalev1.SecretReference{Name: "other-keys"}
+	copied := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-copy"}, Spec: *db.Spec.DeepCopy()}
+	copied.Spec.ObjectStoreRef.Name = "other"
+	copied.Spec.Bootstrap = &shalev1.BootstrapSpec{FromCheckpoint: &shalev1.CheckpointSource{Database: "orders", Name: "c1"}}
+	h.create(otherSec, other, copied)
+	copied = h.waitDB(ns, "orders-copy", "started as a copied clone", func(d *shalev1.RocksDB) (bool, string) {
+		return d.Status.Epoch == 1 && d.Status.CurrentPrimary == "orders-copy-primary-1", "want its first primary"
+	})
+	if c := copied.Status.Clone; c == nil || c.URL != parentURL || c.ObjectStore != store.Name || c.Endpoint != store.Spec.Endpoint || c.CredentialsSecret != sec.Name {
+		t.Errorf("copied clone's status.clone %s: want the parent %s in ObjectStore %s (%s, Secret %s)", jsonString(c), parentURL, store.Name, store.Spec.Endpoint, sec.Name)
+	}
+	cpod := h.waitPod(ns, "orders-copy-primary-1")
+	args = argsOf(cpod)
+	if want := " --clone-from " + parentURL + " --clone-checkpoint c1 --clone-id " + string(copied.UID) + " --clone-copy --clone-endpoint " + store.Spec.Endpoint + " --clone-credentials-dir " + cloneCredentialsDir + " "; !strings.Contains(args, want) ||
+		!strings.Contains(args, " --db s3://other/"+copied.Status.StoragePath+" ") {
+		t.Errorf("copied clone's first primary's args %q, want %q and --db in bucket other", args, want)
+	}
+	if !slices.ContainsFunc(cpod.Spec.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == sec.Name }) {
+		t.Errorf("copied clone's Pod does not mount the parent store's Secret %s: %s", sec.Name, jsonString(cpod.Spec.Volumes))
+	}
+	// What the storage layer writes first when it copies (the primary
+	// here is a stand-in): the checkpoint's MANIFEST and one table.
+	rec := layout.CopyRecord{Copy: true, OriginRecord: layout.OriginRecord{CloneID: string(copied.UID), Parent: parentURL, Checkpoint: "c1", CheckpointID: "1-abc",
+		Current: "MANIFEST-000005\n", Manifest: layout.CheckpointManifest{Name: "MANIFEST-000005", Size: 100},
+		Origins: []layout.Origin{{URL: parentURL, Pin: layout.PinKey(string(copied.UID))}}, Files: []layout.OriginFile{{Name: "000007.sst", Epoch: 1, Size: 1000}}}}
+	cst := h.storeAt("other", copied.Status.StoragePath)
+	if _, err := cst.Put(h.ctx, layout.CopyKey, bytes.NewReader(rec.Format()), int64(len(rec.Format())), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.setPod(ns, "orders-copy-primary-1", corev1.PodRunning, true, time.Now())
+	h.waitDB(ns, "orders-copy", "ready, the copy reported", func(d *shalev1.RocksDB) (bool, string) {
+		c := d.Status.Clone
+		return d.Status.Phase == shalev1.PhaseReady && c != nil && c.CopiedObjects == 2 && c.CopiedBytes == 1100, "want Ready and copiedObjects 2, copiedBytes 1100"
+	})
+	ev = h.waitEvent(ns, "orders-copy", eventCloneCopied)
+	if !strings.Contains(ev.Message, "copied 2 objects (1100 bytes") || !strings.Contains(ev.Message, "in ObjectStore "+store.Name) {
+		t.Errorf("event %q", ev.Message)
 	}
 
 	// A parent that does not exist: refused, nothing written.

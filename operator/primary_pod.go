@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
 )
 
 // Ports and paths of the primary container.
@@ -106,8 +107,17 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 		// bootstraps it from the parent's checkpoint (pins, the frozen
 		// MANIFEST, CURRENT); a later one finds CURRENT and opens it. The
 		// parent's directory is read with this ObjectStore's credentials,
-		// which are the parent's (same ObjectStore: decideClone).
+		// which are the parent's (same ObjectStore: decideClone), or, for a
+		// parent in another ObjectStore, copied from its endpoint with its
+		// Secret (mounted below) or the Pod's own identity (RFC 0010 step
+		// 20: decideCloneCopy).
 		args = append(args, "--clone-from", c.URL, "--clone-checkpoint", c.Checkpoint, "--clone-id", string(db.UID))
+		if c.ObjectStore != "" {
+			args = append(args, "--clone-copy", "--clone-endpoint", c.Endpoint)
+			if c.CredentialsSecret != "" {
+				args = append(args, "--clone-credentials-dir", cloneCredentialsDir)
+			}
+		}
 	}
 
 	name := db.PrimaryPodName(epoch)
@@ -158,8 +168,29 @@ func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, de
 	applyScheduling(&pod.Spec, p.PodScheduling)
 	applyTLS(&pod.Spec, podTLS{enabled: db.TLSEnabled(), certSecret: db.PrimaryTLSSecretName(), accessSecret: db.AccessSecretName(), server: true, probePort: portKV})
 	storeAccessOf(store).apply(&pod.Spec, &pod.Spec.Containers[0])
+	if c := db.Status.Clone; c != nil && c.CredentialsSecret != "" && db.Status.Created == nil && !adopts(db) && clones(db) {
+		// The parent ObjectStore's Secret, as storeAccessOf mounts the
+		// clone's own: keys never go into the Pod spec.
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: cloneCredentialsVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: c.CredentialsSecret,
+			Items: []corev1.KeyToPath{
+				{Key: shalev1.SecretKeyAccessKeyID, Path: objstore.CredentialsFileAccessKeyID},
+				{Key: shalev1.SecretKeySecretAccessKey, Path: objstore.CredentialsFileSecretAccessKey},
+			},
+			DefaultMode: ptr.To[int32](0o440),
+		}}})
+		ct := &pod.Spec.Containers[0]
+		ct.VolumeMounts = append(ct.VolumeMounts, corev1.VolumeMount{Name: cloneCredentialsVolume, MountPath: cloneCredentialsDir, ReadOnly: true})
+	}
 	return pod
 }
+
+// Where a clone's primary finds the keys of a parent in another
+// ObjectStore (--clone-credentials-dir).
+const (
+	cloneCredentialsVolume = "clone-credentials"
+	cloneCredentialsDir    = "/etc/shale/clone-credentials"
+)
 
 // primaryPodLabels: the primary's labels, and with remote compaction the
 // pool it submits to (its NetworkPolicy admits those primaries to the

@@ -120,4 +120,33 @@ func TestPrimaryPodCloneFlags(t *testing.T) {
 	if !strings.Contains(args, " --existing ") || strings.Contains(args, "--clone-") {
 		t.Errorf("after ready: args %q, want --existing and no clone flags", args)
 	}
+
+	// A parent in another ObjectStore (RFC 0010 step 20): copied from its
+	// endpoint, with its Secret mounted beside the clone's own.
+	db.Status.Created = nil
+	db.Status.Clone.ObjectStore, db.Status.Clone.Endpoint, db.Status.Clone.CredentialsSecret = "aws", "https://s3.eu-west-1.amazonaws.com", "aws-keys"
+	pod := primaryPod(db, store, 1, "img")
+	args = " " + strings.Join(pod.Spec.Containers[0].Args, " ") + " "
+	want := " --clone-copy --clone-endpoint https://s3.eu-west-1.amazonaws.com --clone-credentials-dir /etc/shale/clone-credentials "
+	if !strings.Contains(args, want) {
+		t.Errorf("copied clone: args %q, want %q", args, want)
+	}
+	mounted := false
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "aws-keys" {
+			for _, m := range pod.Spec.Containers[0].VolumeMounts {
+				mounted = mounted || (m.Name == v.Name && m.MountPath == "/etc/shale/clone-credentials" && m.ReadOnly)
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("copied clone: the parent's Secret aws-keys is not mounted read-only at /etc/shale/clone-credentials: %+v %+v", pod.Spec.Volumes, pod.Spec.Containers[0].VolumeMounts)
+	}
+	db.Status.Created = &shalev1.DatabaseLocation{Time: metav1.Now(), Endpoint: store.Spec.Endpoint, Bucket: "data"}
+	pod = primaryPod(db, store, 2, "img")
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "aws-keys" {
+			t.Errorf("after ready: the parent's Secret is still mounted")
+		}
+	}
 }

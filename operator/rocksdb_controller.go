@@ -320,6 +320,10 @@ func (r *rocksDBReconciler) reconcileWorkloads(ctx context.Context, db *shalev1.
 			res.RequeueAfter = rres.RequeueAfter
 		}
 	}
+	if c := db.Status.Clone; c != nil && c.ObjectStore != "" && c.CopiedObjects == 0 && db.Status.Created != nil && err == nil {
+		// A copied clone was ready: say what it copied (RFC 0010 step 20).
+		err = r.reportCloneCopied(ctx, db, store)
+	}
 	if db.Spec.Tiering != nil || db.Status.ColdStoragePath != "" {
 		rep.tiers = r.pollTiers(ctx, db)
 		if res.RequeueAfter == 0 || res.RequeueAfter > r.opts.SecondaryStatusInterval {

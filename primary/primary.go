@@ -68,6 +68,17 @@ type CloneConfig struct {
 	From       string // the parent database's store URL
 	Checkpoint string // its checkpoint's name
 	ID         string // this clone's id (the operator passes the RocksDB's UID)
+	// Copy asks for a copy of the parent's tables (RFC 0010 step 20);
+	// one is made anyway when the parent is in another scheme or
+	// endpoint, or read with other credentials (shalefs.CloneCopies).
+	Copy bool
+	// Endpoint and CredentialsDir reach the parent's store when it is not
+	// the clone's (--clone-endpoint, --clone-credentials-dir).
+	Endpoint, CredentialsDir string
+	// afterCopy and copyParallel: shalefs.BootstrapConfig's AfterCopy
+	// and CopyParallel (tests).
+	afterCopy    func(key string) error
+	copyParallel int
 }
 
 // Server is a running primary.
@@ -142,8 +153,19 @@ func Start(cfg Config) (_ *Server, err error) {
 	if c := cfg.Clone; c != nil {
 		// Before the takeover: the directory is empty or holds only this
 		// bootstrap's objects (a retry), else it is refused.
-		rep, berr := shalefs.Bootstrap(ctx, shalefs.BootstrapConfig{Store: sc.Store, Parent: c.From, Checkpoint: c.Checkpoint, CloneID: c.ID,
-			OpenOrigin: sc.OpenOrigin, Logger: cfg.Logger})
+		open := sc.OpenOrigin
+		if c.Endpoint != "" || c.CredentialsDir != "" {
+			open = shalefs.ParentOpener(c.Endpoint, c.CredentialsDir)
+		}
+		copies, why, berr := shalefs.CloneCopies(n.URL, c.From, c.Endpoint, c.CredentialsDir, c.Copy)
+		if berr == nil && copies {
+			cfg.Logger.Info("the clone copies its parent's tables", "parent", c.From, "why", why)
+		}
+		var rep shalefs.BootstrapReport
+		if berr == nil {
+			rep, berr = shalefs.Bootstrap(ctx, shalefs.BootstrapConfig{Store: sc.Store, Parent: c.From, Checkpoint: c.Checkpoint, CloneID: c.ID,
+				OpenOrigin: open, Logger: cfg.Logger, Copy: copies, AfterCopy: c.afterCopy, CopyParallel: c.copyParallel})
+		}
 		if berr != nil {
 			cancel()
 			err = fmt.Errorf("--db %s: clone of %s at %q: %w", n.URL, c.From, c.Checkpoint, berr)

@@ -179,6 +179,24 @@ type CloneStatus struct {
 	// in the parent after the clone was ready (or found it gone).
 	// +optional
 	CheckpointReleased bool `json:"checkpointReleased,omitempty"`
+	// ObjectStore is the parent's ObjectStore when it is not this
+	// RocksDB's: the clone copies every object of the checkpoint (RFC 0010
+	// step 20) from Endpoint, read with the keys of CredentialsSecret
+	// (the parent ObjectStore's Secret; empty: the Pod's own identity,
+	// the same ServiceAccount or instance role).
+	// +optional
+	ObjectStore string `json:"objectStore,omitempty"`
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// +optional
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+	// CopiedObjects and CopiedBytes: what the copy wrote into the clone's
+	// directory (from its _shale/copy record, read once the clone was
+	// Ready; the Event CloneCopied says the same).
+	// +optional
+	CopiedObjects int64 `json:"copiedObjects,omitempty"`
+	// +optional
+	CopiedBytes int64 `json:"copiedBytes,omitempty"`
 }
 
 // ExistingPathSource names a retained database directory.

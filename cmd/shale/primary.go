@@ -62,9 +62,9 @@ unless --insecure. See docs/security.md.`,
 			if err := cfg.Engine.Tuning.Validate(); err != nil {
 				return usageErrorf("primary: %v", err)
 			}
-			if clone != (primary.CloneConfig{}) {
+			if clone.From != "" || clone.Checkpoint != "" || clone.ID != "" || clone.Copy || clone.Endpoint != "" || clone.CredentialsDir != "" {
 				if clone.From == "" || clone.Checkpoint == "" || clone.ID == "" {
-					return usageErrorf("primary: a clone needs --clone-from, --clone-checkpoint and --clone-id together")
+					return usageErrorf("primary: a clone needs --clone-from, --clone-checkpoint and --clone-id together (--clone-copy, --clone-endpoint and --clone-credentials-dir only with them)")
 				}
 				if cfg.Storage.Existing {
 					return usageErrorf("primary: --existing and --clone-from exclude each other: a clone's first primary creates the database")
@@ -79,9 +79,13 @@ unless --insecure. See docs/security.md.`,
 		},
 	}
 	c.Flags().StringVar(&cfg.DB, "db", "", "database location `URL`: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
-	c.Flags().StringVar(&clone.From, "clone-from", "", "make --db a zero-copy clone of the database at this `URL` before serving (with --clone-checkpoint and --clone-id; --db must be empty or hold only this clone's bootstrap; docs/checkpoints.md)")
+	c.Flags().StringVar(&clone.From, "clone-from", "", "make --db a clone of the database at this `URL` before serving (zero-copy on the same endpoint; copied from another store) (with --clone-checkpoint and --clone-id; --db must be empty or hold only this clone's bootstrap; docs/checkpoints.md)")
 	c.Flags().StringVar(&clone.Checkpoint, "clone-checkpoint", "", "the `name` of the --clone-from database's checkpoint the clone starts from")
 	c.Flags().StringVar(&clone.ID, "clone-id", "", "this clone's `id`: its pin in the parent is _shale/pins/<id> (1-63 lower-case letters, digits or '-')")
+	c.Flags().BoolVar(&clone.Copy, "clone-copy", false, "copy every object of the --clone-from checkpoint into --db instead of sharing them (done anyway when the parent is on another endpoint or scheme, or --clone-credentials-dir is given; server-side within one endpoint)")
+	c.Flags().StringVar(&clone.Endpoint, "clone-endpoint", "", "S3 endpoint `URL` of the --clone-from database when it is another server than $AWS_ENDPOINT_URL")
+	c.Flags().StringVar(&clone.CredentialsDir, "clone-credentials-dir", "", "`directory` with the files accessKeyID and secretAccessKey (a mounted Secret) to read the --clone-from database with, when its store takes other credentials than --db's")
+	noFileCompletion(c, "clone-endpoint")
 	primaryFlags(c, &cfg)
 	serverSecurityFlags(c, &cfg.Security, true)
 	compactionFlags(c, &cfg.CompactionMode, &cfg.Compaction, "local")

@@ -2,6 +2,7 @@ package objstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -13,7 +14,8 @@ import (
 // be different locations (a clone's bootstrap copies its parent's frozen
 // MANIFEST). Between two S3 stores on the same endpoint it is one
 // server-side CopyObject (no byte passes this process); otherwise (a file
-// store, another endpoint, an object above 5 GiB) it streams. streamed is
+// store, another endpoint, an object above 5 GiB, or a copy the
+// destination's credentials may not read the source for) it streams. streamed is
 // how many bytes passed through this process. opts' conditions are not
 // supported: a server-side copy cannot be create-only on every S3, so the
 // caller decides when to copy (it checks the destination first).
@@ -24,7 +26,13 @@ func CopyAcross(ctx context.Context, src Store, srcKey string, dst Store, dstKey
 	if s, ok := src.(*S3Store); ok {
 		if d, ok := dst.(*S3Store); ok && s.endpoint == d.endpoint {
 			info, err = d.copyFrom(ctx, s, srcKey, dstKey, opts)
-			if err != errTooLargeToCopy {
+			var se *s3Error
+			// CopyObject reads the source with the destination's
+			// credentials: when those may not (two stores on one endpoint
+			// with their own keys, a clone of a parent in another
+			// ObjectStore), stream, reading it with its own.
+			denied := errors.As(err, &se) && se.status == http.StatusForbidden
+			if err != errTooLargeToCopy && !denied {
 				return info, 0, err
 			}
 		}

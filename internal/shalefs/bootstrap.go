@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
@@ -33,6 +34,18 @@ type BootstrapConfig struct {
 	// (default objstore.Open).
 	OpenOrigin func(url string) (objstore.Store, error)
 	Logger     *slog.Logger
+	// Copy: the parent is in another store (step 20: protocol.CloneCopies
+	// decides): every object the checkpoint names is copied into the
+	// clone's directory as epoch 0 (server-side within one S3 endpoint,
+	// else streamed), under pins released once all is copied; the clone
+	// has no origin record and reads nothing of the parent afterwards.
+	Copy bool
+	// CopyParallel bounds the copies in flight (default 8; a streamed one
+	// holds at most one part in memory).
+	CopyParallel int
+	// AfterCopy, for tests, runs after each object copied; an error stops
+	// the bootstrap as a crash there would (nothing is undone).
+	AfterCopy func(key string) error
 }
 
 // BootstrapReport says what a bootstrap did.
@@ -44,13 +57,15 @@ type BootstrapReport struct {
 	// copied).
 	Tables     int
 	TableBytes int64
-	// Copied: objects and bytes copied into the clone (the MANIFEST);
+	// Copied: objects and bytes copied into the clone (the MANIFEST; with
+	// Copy, every table too, Tables and TableBytes counting those);
 	// Streamed: the bytes of those that passed through this process (0
 	// for a server-side copy).
 	CopiedObjects int
 	CopiedBytes   int64
 	Streamed      int64
 	Pins          []string // the pins written, one per origin: URL + key
+	Took          time.Duration
 }
 
 // ErrBootstrapRefused: the clone cannot start from that checkpoint (or in
@@ -69,8 +84,8 @@ func refuse(format string, args ...any) error {
 // not being deleted, and (for a clone of a clone) the parent's own pins
 // are still there, else deletes its pins and refuses; (6) writes CURRENT.
 // Open then takes the clone over.
-func Bootstrap(ctx context.Context, cfg BootstrapConfig) (BootstrapReport, error) {
-	var rep BootstrapReport
+func Bootstrap(ctx context.Context, cfg BootstrapConfig) (rep BootstrapReport, err error) {
+	defer func(start time.Time) { rep.Took = time.Since(start) }(time.Now())
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -119,6 +134,9 @@ func Bootstrap(ctx context.Context, cfg BootstrapConfig) (BootstrapReport, error
 	for _, f := range want.Files {
 		rep.Tables++
 		rep.TableBytes += f.Size
+	}
+	if cfg.Copy {
+		return bootstrapCopy(ctx, cfg, open, clone, parent, pstore, layout.CopyRecord{OriginRecord: want, Copy: true}, rep)
 	}
 
 	// 2. The origin record, first: it claims the directory for this clone.
@@ -201,13 +219,7 @@ func Bootstrap(ctx context.Context, cfg BootstrapConfig) (BootstrapReport, error
 	}
 
 	// 6. CURRENT, last: the directory is a database from here on.
-	cur := layout.CurrentObject([]byte(rec.Current), 0, newNonce())
-	if err := putOnceSame(ctx, clone, layout.CurrentKey, cur, func(got []byte) error {
-		if bytes.Equal(layout.CurrentContent(got), []byte(rec.Current)) {
-			return nil
-		}
-		return refuse("CURRENT of %s names %q, the checkpoint's MANIFEST is %q", cfg.Store.URL(), strings.TrimSpace(string(layout.CurrentContent(got))), strings.TrimSpace(rec.Current))
-	}); err != nil {
+	if err := writeCloneCurrent(ctx, clone, cfg, rec.Current); err != nil {
 		return rep, err
 	}
 	cfg.Logger.Info("clone bootstrapped", "parent", cfg.Parent, "checkpoint", cfg.Checkpoint, "clone", cfg.CloneID,
@@ -227,7 +239,21 @@ func bootstrapCore(s objstore.Store) *core {
 // bootstrap's (its origin record; done when CURRENT is written), or
 // anything else (refused).
 func checkCloneDir(ctx context.Context, clone *core, cfg BootstrapConfig) (*layout.OriginRecord, bool, error) {
-	b, _, err := clone.get(ctx, layout.OriginKey, "", ActOpen)
+	// A copied clone claims its directory with _shale/copy, a shared one
+	// with _shale/origin; a directory holding the other kind is not this
+	// bootstrap's.
+	key, other := layout.OriginKey, layout.CopyKey
+	if cfg.Copy {
+		key, other = other, key
+	}
+	switch _, err := clone.store.Stat(ctx, other); {
+	case err == nil:
+		return nil, false, refuse("%w: %s holds %s; this bootstrap (clone %q of checkpoint %s of %s, copy %v) writes %s: a clone started with other --clone-copy or store settings; delete the directory or start it as it was",
+			layout.ErrForeignOrigin, cfg.Store.URL(), other, cfg.CloneID, cfg.Checkpoint, cfg.Parent, cfg.Copy, key)
+	case !errors.Is(err, objstore.ErrNotFound):
+		return nil, false, fmt.Errorf("stat %s: %w", other, err)
+	}
+	b, _, err := clone.get(ctx, key, "", ActOpen)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		top, err := clone.listDir(ctx, "", ActOpen)
@@ -239,15 +265,22 @@ func checkCloneDir(ctx context.Context, clone *core, cfg BootstrapConfig) (*layo
 		}
 		return nil, false, nil
 	case err != nil:
-		return nil, false, fmt.Errorf("read %s: %w", layout.OriginKey, err)
+		return nil, false, fmt.Errorf("read %s: %w", key, err)
 	}
-	have, err := layout.ParseOriginRecord(b)
+	var have layout.OriginRecord
+	if cfg.Copy {
+		var cr layout.CopyRecord
+		cr, err = layout.ParseCopyRecord(b)
+		have = cr.OriginRecord
+	} else {
+		have, err = layout.ParseOriginRecord(b)
+	}
 	if err != nil {
 		return nil, false, refuse("%v", err)
 	}
 	if have.CloneID != cfg.CloneID || have.Checkpoint != cfg.Checkpoint || have.Parent != cfg.Parent {
 		return nil, false, refuse("%w: %s of %s is clone %q of checkpoint %s of %s; asked for clone %q of checkpoint %s of %s", layout.ErrForeignOrigin,
-			layout.OriginKey, cfg.Store.URL(), have.CloneID, have.Checkpoint, have.Parent, cfg.CloneID, cfg.Checkpoint, cfg.Parent)
+			key, cfg.Store.URL(), have.CloneID, have.Checkpoint, have.Parent, cfg.CloneID, cfg.Checkpoint, cfg.Parent)
 	}
 	switch _, err := clone.store.Stat(ctx, layout.CurrentKey); {
 	case err == nil:
@@ -411,4 +444,16 @@ func putOnceSame(ctx context.Context, c *core, key string, b []byte, same func(g
 		return nil
 	}
 	return same(got)
+}
+
+// writeCloneCurrent writes the clone's CURRENT (step 16.6), naming the
+// frozen MANIFEST; one already there naming it is this bootstrap's.
+func writeCloneCurrent(ctx context.Context, clone *core, cfg BootstrapConfig, current string) error {
+	cur := layout.CurrentObject([]byte(current), 0, newNonce())
+	return putOnceSame(ctx, clone, layout.CurrentKey, cur, func(got []byte) error {
+		if bytes.Equal(layout.CurrentContent(got), []byte(current)) {
+			return nil
+		}
+		return refuse("CURRENT of %s names %q, the checkpoint's MANIFEST is %q", cfg.Store.URL(), strings.TrimSpace(string(layout.CurrentContent(got))), strings.TrimSpace(current))
+	})
 }

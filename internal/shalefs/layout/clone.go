@@ -205,3 +205,67 @@ var ErrForeignOrigin = errors.New("the directory holds another clone's origin re
 func isManifest(name string) bool {
 	return strings.HasPrefix(name, "MANIFEST-") && !strings.ContainsAny(name, "/\n")
 }
+
+// CopyKey (in a clone copied from a parent in another store: RFC 0010
+// step 20) is written first by its bootstrap, instead of OriginKey: it
+// claims the directory and says what is copied from where. A copied clone
+// owns its tables: nothing reads this record after CURRENT but the
+// operator (what was copied) and a rerun of the bootstrap.
+const CopyKey = MetaPrefix + "copy"
+
+// CopyRecord is _shale/copy: the origin record the clone would have had
+// (where every table of the checkpoint lives), whose tables and MANIFEST
+// copy are copied into the clone's directory (CopyObjects) instead of
+// read where they live.
+type CopyRecord struct {
+	OriginRecord
+	Copy bool `json:"copy"` // always true: tells it from an origin record
+}
+
+// Format is the record's stored bytes.
+func (r CopyRecord) Format() []byte { return format(r) }
+
+// ParseCopyRecord reads a copy record and checks it.
+func ParseCopyRecord(b []byte) (CopyRecord, error) {
+	r, err := parse[CopyRecord](b)
+	if err != nil {
+		return r, fmt.Errorf("%s is unreadable: %w", CopyKey, err)
+	}
+	if !r.Copy {
+		return r, fmt.Errorf("%s is not a copy record", CopyKey)
+	}
+	if err := r.Validate(); err != nil {
+		return r, fmt.Errorf("%s: %w", CopyKey, err)
+	}
+	return r, nil
+}
+
+// CopyObject is one object a copied clone's bootstrap copies: Key of
+// origin Origin (its cold tier when Cold) to To in the clone's directory.
+type CopyObject struct {
+	Origin int
+	Cold   bool
+	Key    string
+	To     string
+	Size   int64
+}
+
+// CopyObjects is everything a copied clone copies: the frozen MANIFEST
+// first (the checkpoint's copy in the parent, to the epoch-0 log's segment
+// 1), then every table, to <name>.<0> of the clone's hot tier.
+func (r CopyRecord) CopyObjects() []CopyObject {
+	out := []CopyObject{{Origin: 0, Key: CheckpointManifestKey(r.CheckpointID, r.Manifest.Name), To: SegmentKey(r.Manifest.Name, 0, 1), Size: r.Manifest.Size}}
+	for _, f := range r.Files {
+		out = append(out, CopyObject{Origin: f.Origin, Cold: f.Tier == "cold", Key: ObjectKey(f.Name, f.Epoch), To: ObjectKey(f.Name, 0), Size: f.Size})
+	}
+	return out
+}
+
+// Totals are the objects and bytes a copied clone copies.
+func (r CopyRecord) Totals() (objects int, bytes int64) {
+	for _, o := range r.CopyObjects() {
+		objects++
+		bytes += o.Size
+	}
+	return objects, bytes
+}
