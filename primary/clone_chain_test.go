@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
+	"github.com/shale-rocks/shale/internal/shalefs"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
@@ -332,4 +336,189 @@ func testCloneOfClone(t *testing.T, be storetest.Location) {
 	}
 	checkKeys(t, "P", p.kv, n, "p2")
 	checkKeys(t, "C1", c1.kv, n, "c1b")
+}
+
+// The checkpoint a clone bootstraps from expires, or is deleted, at each
+// step of shalefs.Bootstrap (RFC 0010, "GC racing a pin" and "Checkpoint
+// expiry racing a clone open"): a store hook holds the bootstrap before
+// its pin in the parent is written, after it is stored (before the
+// verify), or after the verify (before CURRENT), while the checkpoint
+// goes and the parent's trash loop runs. The parent rewrote and compacted
+// every key first, so only the checkpoint (then the pin) keeps its
+// tables. Before the verify the clone must refuse ("deleted or expired")
+// and leave no pin; after it, it serves every key and the parent's trash
+// keeps every pinned table past the expiry.
+func TestExpiryRacesCloneOpen(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Location) {
+		for _, step := range []string{"before-pins", "between-pins-and-verify", "after-verify"} {
+			for _, how := range []string{"expired", "deleted"} {
+				t.Run(step+"/"+how, func(t *testing.T) { testExpiryRacesCloneOpen(t, be, step, how) })
+			}
+		}
+	})
+}
+
+func testExpiryRacesCloneOpen(t *testing.T, be storetest.Location, step, how string) {
+	const n = 2000
+	// Long enough for the parent's rewrite below, short for the test.
+	const ttl = 4 * time.Second
+	ctx := context.Background()
+	pdb, cdb := be.NewURL(t), be.NewURL(t)
+	pstore := openStore(t, pdb)
+	p, err := startOwnerWith(t, pdb, cloneStorage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeKeys(t, p.kv, n, func(i int) string { return value("p1", i) })
+	req := &kvv1.CheckpointRequest{Name: "c1"}
+	if how == "expired" {
+		req.Expires = timestamppb.New(time.Now().Add(ttl))
+	}
+	cr, err := p.kv.Checkpoint(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := checkpointRecord(t, pstore, cr.Checkpoint.Id)
+	named := map[layout.VersionRef]bool{}
+	for _, f := range rec.Files {
+		if layout.KindOf(f.Name) == layout.KindTable {
+			named[layout.VersionRef{Name: f.Name, Epoch: f.Epoch}] = true
+		}
+	}
+	rewrite := func(gen string) {
+		t.Helper()
+		writeKeys(t, p.kv, n, func(i int) string { return value(gen, i) })
+		if _, err := p.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite("p2")
+	waitUntil(t, "the parent trashed every table of the checkpoint", 30*time.Second, func() bool {
+		_, trashed := tableState(t, pstore, rec)
+		for k, tr := range trashed {
+			if named[layout.VersionRef{Name: layout.FileOfKey(k), Epoch: epochOfKey(t, k)}] && !tr {
+				return false
+			}
+		}
+		return true
+	})
+
+	h := newHold()
+	h.armed.Store(true)
+	pin := layout.PinKey("clone-x")
+	praw, craw := openStore(t, pdb), openStore(t, cdb)
+	parent := &storetest.Hooked{Store: praw,
+		BeforePut: func(key string, _ int64, _ objstore.PutOptions) error {
+			if step == "before-pins" && key == pin {
+				h.stop()
+			}
+			return nil
+		},
+		AfterPut: func(key string, _ int64, _ objstore.PutOptions, err error) error {
+			if step == "between-pins-and-verify" && key == pin && err == nil {
+				h.stop()
+			}
+			return err
+		}}
+	clone := &storetest.Hooked{Store: craw,
+		BeforePut: func(key string, _ int64, _ objstore.PutOptions) error {
+			if step == "after-verify" && key == layout.CurrentKey {
+				h.stop()
+			}
+			return nil
+		}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := shalefs.Bootstrap(ctx, shalefs.BootstrapConfig{Store: clone, Parent: pdb, Checkpoint: "c1", CloneID: "clone-x",
+			OpenOrigin: func(url string) (objstore.Store, error) {
+				if url == pdb {
+					return parent, nil
+				}
+				return objstore.Open(url)
+			}})
+		done <- err
+	}()
+	select {
+	case <-h.reached:
+	case err := <-done:
+		t.Fatalf("the bootstrap ended before %s: %v", step, err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("timed out waiting until the bootstrap is %s", step)
+	}
+
+	// The checkpoint goes, and the parent's trash loop runs on.
+	if how == "deleted" {
+		if _, err := p.kv.DeleteCheckpoint(ctx, &kvv1.DeleteCheckpointRequest{Name: "c1"}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		waitUntil(t, "the parent's trash loop expired c1", 30*time.Second, func() bool {
+			_, ok := storeListNames(t, pdb)["c1"]
+			return !ok
+		})
+	}
+	if step == "before-pins" {
+		// Nothing holds its tables: the loop deletes them.
+		waitUntil(t, "the parent's trash loop deleted the checkpoint's tables", 30*time.Second, func() bool {
+			present, _ := tableState(t, pstore, rec)
+			for k, ok := range present {
+				if ok && named[layout.VersionRef{Name: layout.FileOfKey(k), Epoch: epochOfKey(t, k)}] {
+					return false
+				}
+			}
+			return true
+		})
+	} else {
+		// The pin holds them: a later rewrite's trashed tables go, the
+		// pinned ones stay.
+		rewrite("p3")
+		waitUntil(t, "the parent's trash loop deleted every trashed table the pin does not name", 30*time.Second, func() bool {
+			return trashHoldsOnly(t, pstore, named)
+		})
+		present, _ := tableState(t, pstore, rec)
+		for k, ok := range present {
+			if !ok && named[layout.VersionRef{Name: layout.FileOfKey(k), Epoch: epochOfKey(t, k)}] {
+				t.Fatalf("%s, pinned by the clone, was deleted after the checkpoint %s", k, how)
+			}
+		}
+	}
+	close(h.release)
+	err = <-done
+
+	if step != "after-verify" {
+		if !errors.Is(err, shalefs.ErrBootstrapRefused) || !strings.Contains(err.Error(), "deleted or expired") {
+			t.Fatalf("the bootstrap, its checkpoint %s %s: %v; want a refusal saying it was deleted or expired", how, step, err)
+		}
+		if _, err := pstore.Stat(ctx, pin); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("the refused bootstrap left its pin %s in the parent (%v)", pin, err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("the bootstrap, its checkpoint %s after the verify: %v", how, err)
+	}
+	c, err := startClone(t, cdb, pdb, "c1", "clone-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkKeys(t, "the clone", c.kv, n, "p1")
+	present, _ := tableState(t, pstore, rec)
+	for k, ok := range present {
+		if !ok && named[layout.VersionRef{Name: layout.FileOfKey(k), Epoch: epochOfKey(t, k)}] {
+			t.Fatalf("%s, pinned by the clone, was deleted", k)
+		}
+	}
+	checkKeys(t, "the parent", p.kv, n, "p3")
+}
+
+func epochOfKey(t *testing.T, key string) uint64 {
+	t.Helper()
+	_, e, ok := layout.ParseObjectKey(key)
+	if !ok {
+		t.Fatalf("%s is not an object key", key)
+	}
+	return e
 }
