@@ -44,4 +44,5 @@ const (
 	eventBootstrapCloning           = "BootstrapCloning"
 	eventBootstrapWaiting           = "BootstrapWaiting"
 	eventBootstrapCheckpointDeleted = "BootstrapCheckpointDeleted"
+	eventCloneCheckpointLeft        = "CloneCheckpointLeft"
 )
