@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -19,80 +18,6 @@ import (
 )
 
 // A clone of a clone (docs/rfcs/0010-checkpoints-and-clones.md, step 19).
-
-// readPin reads clone id's pin in store (ok false: none).
-func readPin(t *testing.T, store objstore.Store, id string) (layout.PinRecord, bool) {
-	t.Helper()
-	r, _, err := store.Get(context.Background(), layout.PinKey(id), 0, -1)
-	if errors.Is(err, objstore.ErrNotFound) {
-		return layout.PinRecord{}, false
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(r)
-	r.Close()
-	p, err := layout.ParsePin(layout.PinKey(id), b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, true
-}
-
-// pinnedState is, for each version a pin names, whether its object is in
-// the store and whether it is trashed.
-func pinnedState(t *testing.T, store objstore.Store, p layout.PinRecord) (present, trashed map[string]bool) {
-	t.Helper()
-	keys := listAll(t, store)
-	present, trashed = map[string]bool{}, map[string]bool{}
-	for _, f := range p.Files {
-		k := layout.ObjectKey(f.Name, f.Epoch)
-		present[k] = keys[k]
-		trashed[k] = keys[layout.TrashKey(f.Name, f.Epoch)]
-	}
-	return present, trashed
-}
-
-// trashHoldsOnly reports whether every trashed table left in store is a
-// version keep names (its trash loop deleted the rest). Markers of epoch 0
-// (a clone's origin tables, which its loop never deletes) are left out.
-func trashHoldsOnly(t *testing.T, store objstore.Store, keep map[layout.VersionRef]bool) bool {
-	t.Helper()
-	only := true
-	if err := store.List(context.Background(), layout.TrashPrefix, func(o objstore.ObjectInfo) error {
-		if name, epoch, ok := layout.ParseTrashKey(o.Key); ok && epoch > 0 && layout.KindOf(name) == layout.KindTable && !keep[layout.VersionRef{Name: name, Epoch: epoch}] {
-			only = false
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return only
-}
-
-func versions(ps ...layout.PinRecord) map[layout.VersionRef]bool {
-	out := map[layout.VersionRef]bool{}
-	for _, p := range ps {
-		for _, f := range p.Files {
-			out[f] = true
-		}
-	}
-	return out
-}
-
-// writeRange writes keys [from, to) in batches of 1,000, synced.
-func writeRange(t *testing.T, kv kvv1.KVClient, from, to int, value func(i int) string) {
-	t.Helper()
-	for i := from; i < to; i += 1000 {
-		var ms []*kvv1.Mutation
-		for j := i; j < min(to, i+1000); j++ {
-			ms = append(ms, mutPut(fmt.Sprintf("k%05d", j), value(j)))
-		}
-		if _, err := kv.Write(context.Background(), &kvv1.WriteRequest{Mutations: ms, Sync: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // chainValue is what the grandchild C2 reads of key i: the middle clone
 // C1 overwrote the first third before its checkpoint, the rest is P's.
@@ -238,12 +163,8 @@ func testCloneOfClone(t *testing.T, be storetest.Location) {
 	if _, err := c1store.Stat(ctx, layout.DetachedKey); err != nil {
 		t.Fatalf("%s in C1: %v", layout.DetachedKey, err)
 	}
-	waitUntil(t, "P's trash loop removed every table C2's pin does not name", 60*time.Second, func() bool {
-		return trashHoldsOnly(t, pstore, versions(pinP))
-	})
-	waitUntil(t, "C1's trash loop removed every table C2's pin does not name", 60*time.Second, func() bool {
-		return trashHoldsOnly(t, c1store, versions(pinC1))
-	})
+	waitTrashKeeps(t, pstore, "P's trash loop removed every table C2's pin does not name", versions(pinP))
+	waitTrashKeeps(t, c1store, "C1's trash loop removed every table C2's pin does not name", versions(pinC1))
 	nTrashed := 0
 	for who, s := range map[string]struct {
 		store objstore.Store
@@ -300,13 +221,7 @@ func testCloneOfClone(t *testing.T, be storetest.Location) {
 	// C2 deleted: its reclaim releases the pins its _shale/origin names
 	// (operator/reclaim_dir.go, releaseClonePins), in C1 and in P; both
 	// trash loops then remove what only C2 held.
-	r, _, err := c2store.Get(ctx, layout.OriginKey, 0, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(r)
-	r.Close()
-	orec, err := layout.ParseOriginRecord(b)
+	orec, err := layout.ParseOriginRecord(getObject(t, c2store, layout.OriginKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,12 +303,7 @@ func testExpiryRacesCloneOpen(t *testing.T, be storetest.Location, step, how str
 	rewrite := func(gen string) {
 		t.Helper()
 		writeKeys(t, p.kv, n, func(i int) string { return value(gen, i) })
-		if _, err := p.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
-			t.Fatal(err)
-		}
+		flushAndCompact(t, p.kv)
 	}
 	rewrite("p2")
 	waitUntil(t, "the parent trashed every table of the checkpoint", 30*time.Second, func() bool {
@@ -475,9 +385,7 @@ func testExpiryRacesCloneOpen(t *testing.T, be storetest.Location, step, how str
 		// The pin holds them: a later rewrite's trashed tables go, the
 		// pinned ones stay.
 		rewrite("p3")
-		waitUntil(t, "the parent's trash loop deleted every trashed table the pin does not name", 30*time.Second, func() bool {
-			return trashHoldsOnly(t, pstore, named)
-		})
+		waitTrashKeeps(t, pstore, "the parent's trash loop deleted every trashed table the pin does not name", named)
 		present, _ := tableState(t, pstore, rec)
 		for k, ok := range present {
 			if !ok && named[layout.VersionRef{Name: layout.FileOfKey(k), Epoch: epochOfKey(t, k)}] {
@@ -512,13 +420,4 @@ func testExpiryRacesCloneOpen(t *testing.T, be storetest.Location, step, how str
 		}
 	}
 	checkKeys(t, "the parent", p.kv, n, "p3")
-}
-
-func epochOfKey(t *testing.T, key string) uint64 {
-	t.Helper()
-	_, e, ok := layout.ParseObjectKey(key)
-	if !ok {
-		t.Fatalf("%s is not an object key", key)
-	}
-	return e
 }
