@@ -356,19 +356,13 @@ func (r *rocksDBReconciler) releaseCloneCheckpoint(ctx context.Context, db *shal
 		r.recorder.Event(db, corev1.EventTypeNormal, eventBootstrapCheckpointDeleted, msg)
 		return ctrl.Result{}, nil
 	}
-	expiry := "when it expires"
-	if c.CheckpointExpiresAt != nil {
-		expiry = "when it expires at " + c.CheckpointExpiresAt.UTC().Format(time.RFC3339)
-	}
-	parent := &shalev1.RocksDB{}
-	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: c.Database}, parent)
+	expiry := "when it expires" + expiresAt(c)
+	parent, gone, err := r.cloneCheckpointParent(ctx, db)
 	switch {
-	case apierrors.IsNotFound(err) || (err == nil && parent.UID != c.UID):
-		return release(fmt.Sprintf("RocksDB %s is gone: the checkpoint %s went with its directory (reclaimPolicy Delete) or stays in it until it expires", c.Database, c.Checkpoint))
 	case err != nil:
 		return ctrl.Result{}, err
-	case parent.DeletionTimestamp != nil:
-		return release(fmt.Sprintf("RocksDB %s is being deleted: the checkpoint %s goes with its directory (reclaimPolicy Delete) or stays in it until it expires", c.Database, c.Checkpoint))
+	case parent == nil:
+		return release(gone)
 	case !condIsTrue(parent, shalev1.ConditionPrimaryAvailable):
 		// Looked at again when the parent changes; it expires anyway.
 		log.FromContext(ctx).Info("waiting for the parent's primary to delete the clone's checkpoint", "parent", c.Database, "checkpoint", c.Checkpoint)
@@ -379,6 +373,34 @@ func (r *rocksDBReconciler) releaseCloneCheckpoint(ctx context.Context, db *shal
 		return ctrl.Result{RequeueAfter: checkpointRetry}, nil
 	}
 	return release(fmt.Sprintf("deleted the checkpoint %s in RocksDB %s: the clone was ready, and its pin in %s holds the tables it reads", c.Checkpoint, c.Database, c.URL))
+}
+
+// cloneCheckpointParent reads the parent a cloneFrom clone's checkpoint
+// lives in: nil, and why, when it is gone (or is another RocksDB of that
+// name) or being deleted: then there is no primary to ask, and the
+// checkpoint goes with its directory or when it expires.
+func (r *rocksDBReconciler) cloneCheckpointParent(ctx context.Context, db *shalev1.RocksDB) (*shalev1.RocksDB, string, error) {
+	c := db.Status.Clone
+	parent := &shalev1.RocksDB{}
+	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: c.Database}, parent)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && parent.UID != c.UID):
+		return nil, fmt.Sprintf("RocksDB %s is gone: the checkpoint %s went with its directory (reclaimPolicy Delete) or stays in it until it expires", c.Database, c.Checkpoint), nil
+	case err != nil:
+		return nil, "", err
+	case parent.DeletionTimestamp != nil:
+		return nil, fmt.Sprintf("RocksDB %s is being deleted: the checkpoint %s goes with its directory (reclaimPolicy Delete) or stays in it until it expires", c.Database, c.Checkpoint), nil
+	}
+	return parent, "", nil
+}
+
+// expiresAt is " at TIME" for a clone's checkpoint whose expiry status
+// knows, else "".
+func expiresAt(c *shalev1.CloneStatus) string {
+	if c.CheckpointExpiresAt == nil {
+		return ""
+	}
+	return " at " + c.CheckpointExpiresAt.UTC().Format(time.RFC3339)
 }
 
 // deleteCloneCheckpoint deletes, through the parent's primary, the
@@ -422,15 +444,11 @@ const cloneCheckpointDropTimeout = 10 * time.Second
 // its reclaim releases them.
 func (r *rocksDBReconciler) dropCloneCheckpoint(ctx context.Context, db *shalev1.RocksDB) {
 	c := db.Status.Clone
-	expiry := "until it expires"
-	if c.CheckpointExpiresAt != nil {
-		expiry = "until it expires at " + c.CheckpointExpiresAt.UTC().Format(time.RFC3339)
-	}
-	parent := &shalev1.RocksDB{}
-	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: c.Database}, parent)
+	expiry := "until it expires" + expiresAt(c)
+	parent, gone, err := r.cloneCheckpointParent(ctx, db)
 	switch {
-	case apierrors.IsNotFound(err) || (err == nil && (parent.UID != c.UID || parent.DeletionTimestamp != nil)):
-		log.FromContext(ctx).Info("the clone's parent is gone or being deleted: its checkpoint goes with the parent's directory or when it expires", "parent", c.Database, "checkpoint", c.Checkpoint)
+	case err == nil && parent == nil:
+		log.FromContext(ctx).Info(gone, "parent", c.Database, "checkpoint", c.Checkpoint)
 		return
 	case err == nil:
 		err = r.deleteCloneCheckpoint(ctx, db, parent, cloneCheckpointDropTimeout)

@@ -448,14 +448,19 @@ func checkServes(t *testing.T, db, name string, n int) {
 	}
 }
 
+// flush flushes the memtable.
+func flush(t *testing.T, kv kvv1.KVClient) {
+	t.Helper()
+	if _, err := kv.Flush(context.Background(), &kvv1.FlushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // flushAndCompact flushes the memtable and compacts the whole key range.
 func flushAndCompact(t *testing.T, kv kvv1.KVClient) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
+	flush(t, kv)
+	if _, err := kv.Compact(context.Background(), &kvv1.CompactRequest{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -52,9 +52,7 @@ func testCloneOfClone(t *testing.T, be storetest.Location) {
 	}
 	for _, half := range [][2]int{{0, n / 2}, {n / 2, n}} {
 		writeRange(t, p.kv, half[0], half[1], func(i int) string { return value("p1", i) })
-		if _, err := p.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-			t.Fatal(err)
-		}
+		flush(t, p.kv)
 	}
 	if _, err := p.kv.Checkpoint(ctx, &kvv1.CheckpointRequest{Name: "c1"}); err != nil {
 		t.Fatal(err)
@@ -67,9 +65,7 @@ func testCloneOfClone(t *testing.T, be storetest.Location) {
 	// its checkpoint names one of P's tables, not both: the other is
 	// C1's alone to pin.
 	writeKeys(t, c1.kv, n/3, func(i int) string { return value("c1", i) })
-	if _, err := c1.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-		t.Fatal(err)
-	}
+	flush(t, c1.kv)
 	if _, err := c1.kv.Compact(ctx, &kvv1.CompactRequest{End: []byte(fmt.Sprintf("k%05d", n/2-1))}); err != nil {
 		t.Fatal(err)
 	}
