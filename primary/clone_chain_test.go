@@ -254,8 +254,8 @@ func testCloneOfClone(t *testing.T, be storetest.Location) {
 // expiry racing a clone open"): a store hook holds the bootstrap before
 // its pin in the parent is written, after it is stored (before the
 // verify), or after the verify (before CURRENT), while the checkpoint
-// goes and the parent's trash loop runs. The parent rewrote and compacted
-// every key first, so only the checkpoint (then the pin) keeps its
+// goes and the parent's trash loop runs. The parent rewrites and compacts
+// every key meanwhile, so only the checkpoint (then the pin) keeps its
 // tables. Before the verify the clone must refuse ("deleted or expired")
 // and leave no pin; after it, it serves every key and the parent's trash
 // keeps every pinned table past the expiry.
@@ -271,7 +271,7 @@ func TestExpiryRacesCloneOpen(t *testing.T) {
 
 func testExpiryRacesCloneOpen(t *testing.T, be storetest.Location, step, how string) {
 	const n = 2000
-	// Long enough for the parent's rewrite below, short for the test.
+	// Long enough for the bootstrap to reach its hold, short for the test.
 	const ttl = 4 * time.Second
 	ctx := context.Background()
 	pdb, cdb := be.NewURL(t), be.NewURL(t)
@@ -301,17 +301,6 @@ func testExpiryRacesCloneOpen(t *testing.T, be storetest.Location, step, how str
 		writeKeys(t, p.kv, n, func(i int) string { return value(gen, i) })
 		flushAndCompact(t, p.kv)
 	}
-	rewrite("p2")
-	waitUntil(t, "the parent trashed every table of the checkpoint", 30*time.Second, func() bool {
-		_, trashed := tableState(t, pstore, rec)
-		for k, tr := range trashed {
-			if named[layout.VersionRef{Name: layout.FileOfKey(k), Epoch: epochOfKey(t, k)}] && !tr {
-				return false
-			}
-		}
-		return true
-	})
-
 	h := newHold()
 	h.armed.Store(true)
 	pin := layout.PinKey("clone-x")
@@ -354,6 +343,21 @@ func testExpiryRacesCloneOpen(t *testing.T, be storetest.Location, step, how str
 	case <-time.After(60 * time.Second):
 		t.Fatalf("timed out waiting until the bootstrap is %s", step)
 	}
+
+	// While it is held (so the expiry cannot overtake the bootstrap's
+	// read of the catalog, whatever the load), the parent rewrites and
+	// compacts every key: only the checkpoint keeps its tables.
+	rewrite("p2")
+	waitUntil(t, "the parent trashed every table of the checkpoint", 30*time.Second, func() bool {
+		present, trashed := tableState(t, pstore, rec)
+		for k, tr := range trashed {
+			// Trashed, or deleted already (expired meanwhile).
+			if named[layout.VersionRef{Name: layout.FileOfKey(k), Epoch: epochOfKey(t, k)}] && present[k] && !tr {
+				return false
+			}
+		}
+		return true
+	})
 
 	// The checkpoint goes, and the parent's trash loop runs on.
 	if how == "deleted" {
