@@ -109,6 +109,11 @@ type bootstrapInput struct {
 	// it is another one (nil: missing, or the same).
 	StoreSpec   *shalev1.ObjectStore
 	ParentStore *shalev1.ObjectStore
+	// ParentRecord is the owner record of a clone's parent's directory,
+	// read from the parent's store (nil: none); ParentRecordErr is set
+	// when it exists but does not parse.
+	ParentRecord    *dirOwnerRecord
+	ParentRecordErr error
 }
 
 // bootstrapPlan is what decideBootstrap allows: an adoption (the target)
@@ -125,6 +130,9 @@ type bootstrapPlan struct {
 func decideBootstrap(in bootstrapInput) (bootstrapPlan, string) {
 	if clones(in.DB) {
 		src, problem := decideClone(in)
+		if problem == "" {
+			problem = decideParentRecord(in, src)
+		}
 		return bootstrapPlan{Clone: &src}, problem
 	}
 	t, problem := decideAdopt(in)

@@ -142,7 +142,8 @@ func TestDecideBootstrapClone(t *testing.T) {
 			Spec: shalev1.CheckpointSpec{Database: "orders"}, Status: shalev1.CheckpointStatus{Phase: shalev1.CheckpointReady}}
 	}
 	base := func(db *shalev1.RocksDB, mod func(*bootstrapInput)) bootstrapInput {
-		in := bootstrapInput{DB: db.DeepCopy(), Prefix: "dbs", Store: "minio", RocksDBs: []shalev1.RocksDB{parent(), *db.DeepCopy()}, Checkpoint: checkpoint()}
+		in := bootstrapInput{DB: db.DeepCopy(), Prefix: "dbs", Store: "minio", Cluster: "cluster-a", RocksDBs: []shalev1.RocksDB{parent(), *db.DeepCopy()}, Checkpoint: checkpoint(),
+			ParentRecord: &dirOwnerRecord{Cluster: "cluster-a", Namespace: "ns", Name: "orders", UID: parentUID, ReclaimPolicy: shalev1.ReclaimDelete}}
 		if mod != nil {
 			mod(&in)
 		}
@@ -228,6 +229,27 @@ func TestDecideBootstrapClone(t *testing.T) {
 		{"checkpoint-new", base(fromCk, func(in *bootstrapInput) { in.Checkpoint.Status = shalev1.CheckpointStatus{} }), "Checkpoint c1 is Pending, not Ready"},
 		{"checkpoint-failed", base(fromCk, func(in *bootstrapInput) { in.Checkpoint.Status.Phase = shalev1.CheckpointFailed }), "Checkpoint c1 is Failed, not Ready"},
 		{"checkpoint-expired", base(fromCk, func(in *bootstrapInput) { in.Checkpoint.Status.Phase = shalev1.CheckpointExpired }), "Checkpoint c1 is Expired, not Ready"},
+
+		// The parent's owner record (RFC 0010 step 22), for both sources.
+		{"parent-record-retain", base(fromCk, func(in *bootstrapInput) { in.ParentRecord.ReclaimPolicy = shalev1.ReclaimRetain }), ""},
+		{"parent-no-record", base(fromNew, func(in *bootstrapInput) { in.ParentRecord = nil }), "the directory " + parentDir + " of RocksDB orders has no owner record (ns/orders-" + string(parentUID) + ".owner.json)"},
+		{"parent-no-record-from-checkpoint", base(fromCk, func(in *bootstrapInput) { in.ParentRecord = nil }), "has no owner record"},
+		{"parent-record-unreadable", base(fromCk, func(in *bootstrapInput) {
+			in.ParentRecord, in.ParentRecordErr = nil, errors.New("invalid character 'x'")
+		}),
+			"its owner record ns/orders-" + string(parentUID) + ".owner.json cannot be read (invalid character 'x')"},
+		{"parent-record-other-cluster", base(fromNew, func(in *bootstrapInput) { in.ParentRecord.Cluster = "cluster-b" }),
+			"says another cluster (cluster-b; this one is cluster-a) created it"},
+		{"parent-record-other-cluster-from-checkpoint", base(fromCk, func(in *bootstrapInput) { in.ParentRecord.Cluster = "cluster-b" }), "says another cluster (cluster-b"},
+		{"parent-record-other-uid", base(fromNew, func(in *bootstrapInput) { in.ParentRecord.UID = "99999999-0000-4000-8000-000000000009" }),
+			"is for ns/orders (UID 99999999-0000-4000-8000-000000000009), not RocksDB orders (UID " + string(parentUID) + ")"},
+		{"parent-record-other-name", base(fromCk, func(in *bootstrapInput) { in.ParentRecord.Name = "invoices" }), "is for ns/invoices"},
+		{"parent-record-other-namespace", base(fromCk, func(in *bootstrapInput) { in.ParentRecord.Namespace = "prod" }), "is for prod/orders"},
+		{"parent-record-adopted", base(fromNew, func(in *bootstrapInput) {
+			in.ParentRecord.AdoptedBy = &recordRef{Name: "orders-back", UID: "22222222-0000-4000-8000-000000000002"}
+		}), "says RocksDB orders-back (UID 22222222-0000-4000-8000-000000000002) adopted it"},
+		// Refusals of decideClone come first (no record read for them).
+		{"no-parent-no-record", base(fromNew, func(in *bootstrapInput) { in.RocksDBs, in.ParentRecord = in.RocksDBs[1:], nil }), "does not exist in namespace ns"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan, problem := decideBootstrap(tc.in)

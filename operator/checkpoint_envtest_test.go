@@ -43,6 +43,7 @@ type checkpointStandIn struct {
 	refuse  codes.Code
 	creates []checkpointCall
 	deletes []string
+	down    bool // ListCheckpoints and DeleteCheckpoint fail UNAVAILABLE
 }
 
 type checkpointCall struct {
@@ -78,6 +79,9 @@ func (s *checkpointStandIn) Checkpoint(ctx context.Context, r *kvv1.CheckpointRe
 func (s *checkpointStandIn) ListCheckpoints(context.Context, *kvv1.ListCheckpointsRequest) (*kvv1.ListCheckpointsResponse, error) {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
+	if s.down {
+		return nil, status.Error(codes.Unavailable, "the primary is down (test)")
+	}
 	resp := &kvv1.ListCheckpointsResponse{}
 	for _, c := range s.cps {
 		resp.Checkpoints = append(resp.Checkpoints, proto.Clone(c).(*kvv1.CheckpointInfo))
@@ -89,6 +93,9 @@ func (s *checkpointStandIn) DeleteCheckpoint(ctx context.Context, r *kvv1.Delete
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
 	s.deletes = append(s.deletes, r.Name)
+	if s.down {
+		return nil, status.Error(codes.Unavailable, "the primary is down (test)")
+	}
 	if _, ok := s.cps[r.Name]; !ok {
 		return nil, status.Errorf(codes.NotFound, "no checkpoint %s", r.Name)
 	}

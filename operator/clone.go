@@ -203,6 +203,86 @@ func decideCloneCopy(in bootstrapInput, src *cloneSource, got, want string) stri
 	return ""
 }
 
+// decideParentRecord is RFC 0010 step 22's last check of a clone's
+// parent, once decideClone passed: the owner record of the parent's
+// directory, read from the store, names this cluster and the parent
+// (namespace, name, UID), and no adopter. The API server says which
+// RocksDB a clone names; only the record says the directory its
+// status.storagePath points to is that RocksDB's, written by this
+// cluster's operator, and not one another cluster (sharing the prefix)
+// or an adoption has a claim on. problem, when set, names what is wrong
+// and what to do.
+func decideParentRecord(in bootstrapInput, src cloneSource) (problem string) {
+	db := in.DB
+	key := ownerRecordKey(db.Namespace, path.Base(src.ParentPath))
+	where := fmt.Sprintf("the directory %s of RocksDB %s", src.ParentPath, src.Parent)
+	fix := "(bootstrap is immutable: delete this RocksDB and create it again with another source)"
+	rec := in.ParentRecord
+	switch {
+	case in.ParentRecordErr != nil:
+		return fmt.Sprintf("%s: its owner record %s cannot be read (%v): a clone starts only from a directory whose record says it is that RocksDB's; the operator rewrites a record it can parse at the parent's next reconcile (or delete the damaged record so it writes a new one)", where, key, in.ParentRecordErr)
+	case rec == nil:
+		return fmt.Sprintf("%s has no owner record (%s): the operator writes one before a database's first primary, so this directory may not be RocksDB %s's; waiting until the parent's reconcile writes it (an operator of another cluster sharing the prefix does not count)", where, key, src.Parent)
+	case rec.Cluster != in.Cluster:
+		return fmt.Sprintf("%s: its owner record %s says another cluster (%s; this one is %s) created it: a clone starts only from a directory this cluster's operator owns; clone it from that cluster %s", where, key, rec.Cluster, in.Cluster, fix)
+	case rec.Namespace != db.Namespace || rec.Name != src.Parent || rec.UID != src.ParentUID:
+		return fmt.Sprintf("%s: its owner record %s is for %s/%s (UID %s), not RocksDB %s (UID %s): refusing a directory the operator cannot vouch for %s", where, key, rec.Namespace, rec.Name, rec.UID, src.Parent, src.ParentUID, fix)
+	case rec.AdoptedBy != nil:
+		return fmt.Sprintf("%s: its owner record %s says RocksDB %s (UID %s) adopted it: the directory has another owner, and a clone starts only from its own database's %s", where, key, rec.AdoptedBy.Name, rec.AdoptedBy.UID, fix)
+	}
+	return ""
+}
+
+// readParentRecord reads the owner record of the directory of the parent
+// a clone names (in.ParentRecord, in.ParentRecordErr), from the hot tier
+// of the parent's ObjectStore. Nothing is read while the parent is
+// missing or has no directory: decideClone refuses those first.
+func (r *rocksDBReconciler) readParentRecord(ctx context.Context, in *bootstrapInput, store *shalev1.ObjectStore) error {
+	b := in.DB.Spec.Bootstrap
+	name := ""
+	switch {
+	case b.FromCheckpoint != nil:
+		name = b.FromCheckpoint.Database
+	case b.CloneFrom != nil:
+		name = b.CloneFrom.Database
+	}
+	var parent *shalev1.RocksDB
+	for i := range in.RocksDBs {
+		if o := &in.RocksDBs[i]; o.Name == name && o.Namespace == in.DB.Namespace && o.Name != in.DB.Name {
+			parent = o
+		}
+	}
+	if parent == nil || parent.Status.StoragePath == "" {
+		return nil
+	}
+	pstore := store
+	if ref := parent.Spec.ObjectStoreRef.Name; ref != store.Name {
+		pstore = &shalev1.ObjectStore{}
+		switch err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: parent.Namespace, Name: ref}, pstore); {
+		case apierrors.IsNotFound(err):
+			return nil // decideClone names the store mismatch
+		case err != nil:
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	hot, err := r.stores.hot(ctx, pstore)
+	if err != nil {
+		return fmt.Errorf("opening ObjectStore %s to read the owner record of RocksDB %s: %w", pstore.Name, parent.Name, err)
+	}
+	key := ownerRecordKey(parent.Namespace, path.Base(parent.Status.StoragePath))
+	rec, _, err := readOwnerRecord(ctx, hot, key)
+	switch {
+	case err != nil && objstore.IsRetryable(err):
+		return fmt.Errorf("reading the owner record %s of RocksDB %s: %w", key, parent.Name, err)
+	case err != nil:
+		in.ParentRecordErr = err
+	}
+	in.ParentRecord = rec
+	return nil
+}
+
 // condIsTrue reports whether the RocksDB's condition of type t is True.
 func condIsTrue(db *shalev1.RocksDB, t string) bool {
 	c := db.Condition(t)
@@ -245,6 +325,9 @@ func (r *rocksDBReconciler) clone(ctx context.Context, db *shalev1.RocksDB, stor
 		case !apierrors.IsNotFound(err):
 			return ctrl.Result{}, err
 		}
+	}
+	if err := r.readParentRecord(ctx, &in, store); err != nil {
+		return ctrl.Result{}, err
 	}
 	plan, problem := decideBootstrap(in)
 	if problem != "" {
@@ -346,44 +429,119 @@ func (r *rocksDBReconciler) releaseCloneCheckpoint(ctx context.Context, db *shal
 		r.recorder.Event(db, corev1.EventTypeNormal, eventBootstrapCheckpointDeleted, msg)
 		return ctrl.Result{}, nil
 	}
-	expiry := "when it expires"
-	if c.CheckpointExpiresAt != nil {
-		expiry = "when it expires at " + c.CheckpointExpiresAt.UTC().Format(time.RFC3339)
-	}
-	parent := &shalev1.RocksDB{}
-	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: c.Database}, parent)
+	expiry := "when it expires" + expiresAt(c)
+	parent, gone, err := r.cloneCheckpointParent(ctx, db)
 	switch {
-	case apierrors.IsNotFound(err) || (err == nil && parent.UID != c.UID):
-		return release(fmt.Sprintf("RocksDB %s is gone: the checkpoint %s went with its directory (reclaimPolicy Delete) or stays in it until it expires", c.Database, c.Checkpoint))
 	case err != nil:
 		return ctrl.Result{}, err
-	case parent.DeletionTimestamp != nil:
-		return release(fmt.Sprintf("RocksDB %s is being deleted: the checkpoint %s goes with its directory (reclaimPolicy Delete) or stays in it until it expires", c.Database, c.Checkpoint))
+	case parent == nil:
+		return release(gone)
 	case !condIsTrue(parent, shalev1.ConditionPrimaryAvailable):
 		// Looked at again when the parent changes; it expires anyway.
 		log.FromContext(ctx).Info("waiting for the parent's primary to delete the clone's checkpoint", "parent", c.Database, "checkpoint", c.Checkpoint)
 		return ctrl.Result{RequeueAfter: checkpointWait}, nil
 	}
-	addr, dial, err := r.primaryKVAddr(ctx, parent)
-	if err == nil {
-		cctx, cancel := context.WithTimeout(ctx, checkpointRPCTimeout)
-		defer cancel()
-		var list []*kvv1.CheckpointInfo
-		if list, err = r.kv.ListCheckpoints(cctx, addr, dial); err == nil {
-			for _, ck := range list {
-				if ck.GetName() == c.Checkpoint && ck.GetRequestId() == string(db.UID) {
-					if err = r.kv.DeleteCheckpoint(cctx, addr, dial, c.Checkpoint); status.Code(err) == codes.NotFound {
-						err = nil
-					}
-				}
-			}
-		}
-	}
-	if err != nil {
+	if err := r.deleteCloneCheckpoint(ctx, db, parent, checkpointRPCTimeout); err != nil {
 		r.recorder.Eventf(db, corev1.EventTypeWarning, eventBootstrapWaiting, "deleting the checkpoint %s in RocksDB %s (the clone's pin holds its tables now): %v; trying again (it goes anyway %s)", c.Checkpoint, c.Database, err, expiry)
 		return ctrl.Result{RequeueAfter: checkpointRetry}, nil
 	}
 	return release(fmt.Sprintf("deleted the checkpoint %s in RocksDB %s: the clone was ready, and its pin in %s holds the tables it reads", c.Checkpoint, c.Database, c.URL))
+}
+
+// cloneCheckpointParent reads the parent a cloneFrom clone's checkpoint
+// lives in: nil, and why, when it is gone (or is another RocksDB of that
+// name) or being deleted: then there is no primary to ask, and the
+// checkpoint goes with its directory or when it expires.
+func (r *rocksDBReconciler) cloneCheckpointParent(ctx context.Context, db *shalev1.RocksDB) (*shalev1.RocksDB, string, error) {
+	c := db.Status.Clone
+	parent := &shalev1.RocksDB{}
+	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: c.Database}, parent)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && parent.UID != c.UID):
+		return nil, fmt.Sprintf("RocksDB %s is gone: the checkpoint %s went with its directory (reclaimPolicy Delete) or stays in it until it expires", c.Database, c.Checkpoint), nil
+	case err != nil:
+		return nil, "", err
+	case parent.DeletionTimestamp != nil:
+		return nil, fmt.Sprintf("RocksDB %s is being deleted: the checkpoint %s goes with its directory (reclaimPolicy Delete) or stays in it until it expires", c.Database, c.Checkpoint), nil
+	}
+	return parent, "", nil
+}
+
+// expiresAt is " at TIME" for a clone's checkpoint whose expiry status
+// knows, else "".
+func expiresAt(c *shalev1.CloneStatus) string {
+	if c.CheckpointExpiresAt == nil {
+		return ""
+	}
+	return " at " + c.CheckpointExpiresAt.UTC().Format(time.RFC3339)
+}
+
+// deleteCloneCheckpoint deletes, through the parent's primary, the
+// checkpoint cloneFrom made for db, if it is there and this clone's
+// request id made it (a user's checkpoint of that name is left).
+func (r *rocksDBReconciler) deleteCloneCheckpoint(ctx context.Context, db, parent *shalev1.RocksDB, timeout time.Duration) error {
+	c := db.Status.Clone
+	addr, dial, err := r.primaryKVAddr(ctx, parent)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	list, err := r.kv.ListCheckpoints(ctx, addr, dial)
+	if err != nil {
+		return err
+	}
+	for _, ck := range list {
+		if ck.GetName() == c.Checkpoint && ck.GetRequestId() == string(db.UID) {
+			if err := r.kv.DeleteCheckpoint(ctx, addr, dial, c.Checkpoint); status.Code(err) != codes.NotFound {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// cloneCheckpointDropTimeout bounds the finalizer's attempt to delete a
+// clone's checkpoint: the deletion does not wait for the parent.
+const cloneCheckpointDropTimeout = 10 * time.Second
+
+// dropCloneCheckpoint runs in the finalizer of a cloneFrom clone whose
+// checkpoint in the parent was not released (deleted before it was
+// ready, or before the release after it): clone-<UID> is deleted now
+// rather than left until it expires, holding in the parent's trash what
+// it names. Best-effort and once per attempt at the deletion: a parent
+// gone or being deleted has nothing to ask (the checkpoint goes with its
+// directory, or stays until it expires), and an unreachable primary is
+// said in a Warning; the expiry (cloneCheckpointTTL) still bounds it. The
+// clone's own pins, if its bootstrap got that far, hold what it read, and
+// its reclaim releases them.
+func (r *rocksDBReconciler) dropCloneCheckpoint(ctx context.Context, db *shalev1.RocksDB) {
+	c := db.Status.Clone
+	expiry := "until it expires" + expiresAt(c)
+	parent, gone, err := r.cloneCheckpointParent(ctx, db)
+	switch {
+	case err == nil && parent == nil:
+		log.FromContext(ctx).Info(gone, "parent", c.Database, "checkpoint", c.Checkpoint)
+		return
+	case err == nil:
+		err = r.deleteCloneCheckpoint(ctx, db, parent, cloneCheckpointDropTimeout)
+	}
+	if err != nil {
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventCloneCheckpointLeft,
+			"the clone is deleted before its checkpoint %s in RocksDB %s was released, and it could not be deleted (%v): it stays there %s, keeping what it names in the parent's storage; delete it sooner through the parent's primary (shale admin checkpoint delete %s)",
+			c.Checkpoint, c.Database, err, expiry, c.Checkpoint)
+		return
+	}
+	if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {
+		if cur.Status.Clone == nil || cur.Status.Clone.CheckpointReleased {
+			return errNoChange
+		}
+		cur.Status.Clone.CheckpointReleased = true
+		return nil
+	}); err != nil && !errors.Is(err, errNoChange) {
+		log.FromContext(ctx).Info("recording the clone's checkpoint as released", "err", err)
+	}
+	r.recorder.Eventf(db, corev1.EventTypeNormal, eventBootstrapCheckpointDeleted, "deleted the checkpoint %s in RocksDB %s: the clone is deleted before it was released", c.Checkpoint, c.Database)
 }
 
 // forBootstrapSource maps a RocksDB or a Checkpoint to the RocksDBs of its

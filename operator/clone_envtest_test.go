@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
@@ -19,6 +20,43 @@ import (
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
+
+// standInParent creates the sample RocksDB "orders" in ns, its primary a
+// stand-in answering the checkpoint RPCs behind the real guard, and waits
+// until it is Ready.
+func (h *harness) standInParent(ns string) (*shalev1.RocksDB, *checkpointStandIn) {
+	h.t.Helper()
+	sec, store, db := h.samples(ns)
+	h.create(sec, store, db)
+	ip := fmt.Sprintf("127.%d.%d.%d", 10+rand.Intn(200), rand.Intn(250), 1+rand.Intn(250))
+	lis, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(portKV)))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	kv := &checkpointStandIn{guardedStatus: guardedStatus{st: &kvv1.StatusResponse{Role: kvv1.Role_ROLE_PRIMARY}}, cps: map[string]*kvv1.CheckpointInfo{}}
+	h.waitPod(ns, "orders-primary-1")
+	h.serveGuarded(lis, ns, "orders-primary-tls", "orders-access", kv)
+	pod := h.waitPod(ns, "orders-primary-1")
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.PodIP = ip
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	h.primaryOpened(pod)
+	if err := h.c.Status().Update(h.ctx, pod); err != nil {
+		h.t.Fatal(err)
+	}
+	db = h.waitDB(ns, "orders", "ready", func(d *shalev1.RocksDB) (bool, string) { return d.Status.Phase == shalev1.PhaseReady, "want Ready" })
+	return db, kv
+}
+
+// noCloneWritten: a refused clone has no directory, epoch, status.clone
+// or Pod.
+func (h *harness) noCloneWritten(ns, name string) {
+	h.t.Helper()
+	d := h.db(ns, name)
+	if d.Status.StoragePath != "" || d.Status.Epoch != 0 || d.Status.Clone != nil || len(h.primaries(ns, name)) != 0 {
+		h.t.Errorf("refused clone %s: storagePath %q, epoch %d, status.clone %s, Pods %v; want none", name, d.Status.StoragePath, d.Status.Epoch, jsonString(d.Status.Clone), h.primaries(ns, name))
+	}
+}
 
 // TestBootstrapFromCheckpoint: clones on envtest, the parent's primary a
 // stand-in behind the real guard (the clone's own primary process is the
@@ -34,36 +72,14 @@ import (
 func TestBootstrapFromCheckpoint(t *testing.T) {
 	h := startOperator(t)
 	ns := h.namespace("clones")
-	sec, store, db := h.samples(ns)
-	h.create(sec, store, db)
-
-	// The parent's primary: a stand-in answering the checkpoint RPCs.
-	ip := fmt.Sprintf("127.%d.%d.%d", 10+rand.Intn(200), rand.Intn(250), 1+rand.Intn(250))
-	lis, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(portKV)))
-	if err != nil {
+	db, kv := h.standInParent(ns)
+	store := &shalev1.ObjectStore{}
+	if err := h.c.Get(h.ctx, types.NamespacedName{Namespace: ns, Name: db.Spec.ObjectStoreRef.Name}, store); err != nil {
 		t.Fatal(err)
 	}
-	kv := &checkpointStandIn{guardedStatus: guardedStatus{st: &kvv1.StatusResponse{Role: kvv1.Role_ROLE_PRIMARY}}, cps: map[string]*kvv1.CheckpointInfo{}}
-	h.waitPod(ns, "orders-primary-1")
-	h.serveGuarded(lis, ns, "orders-primary-tls", "orders-access", kv)
-	pod := h.waitPod(ns, "orders-primary-1")
-	pod.Status.Phase = corev1.PodRunning
-	pod.Status.PodIP = ip
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
-	h.primaryOpened(pod)
-	if err := h.c.Status().Update(h.ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	db = h.waitDB(ns, "orders", "ready", func(d *shalev1.RocksDB) (bool, string) { return d.Status.Phase == shalev1.PhaseReady, "want Ready" })
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: store.Spec.Credentials.Name}}
 	parentURL := "s3://shale/" + db.Status.StoragePath
-
-	nothingWritten := func(name string) {
-		t.Helper()
-		d := h.db(ns, name)
-		if d.Status.StoragePath != "" || d.Status.Epoch != 0 || d.Status.Clone != nil || len(h.primaries(ns, name)) != 0 {
-			t.Errorf("refused clone %s: storagePath %q, epoch %d, status.clone %s, Pods %v; want none", name, d.Status.StoragePath, d.Status.Epoch, jsonString(d.Status.Clone), h.primaries(ns, name))
-		}
-	}
+	nothingWritten := func(name string) { t.Helper(); h.noCloneWritten(ns, name) }
 	argsOf := func(pod *corev1.Pod) string { return " " + strings.Join(pod.Spec.Containers[0].Args, " ") + " " }
 
 	// fromCheckpoint before its Checkpoint exists: refused, nothing written.
@@ -229,4 +245,100 @@ func TestBootstrapFromCheckpoint(t *testing.T) {
 		return condIs(d, shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonBootstrapRefused), "want PrimaryAvailable False BootstrapRefused"
 	})
 	nothingWritten("orphan")
+}
+
+// TestCloneParentRecordAndEarlyDelete (RFC 0010 step 22, and step 21's
+// checkpoint of a clone that never became ready): a parent whose owner
+// record in the store says another cluster refuses the clone with an
+// Event naming the record and the cluster, and nothing is written (no
+// checkpoint asked of the parent either); with the record back, a
+// cloneFrom clone deleted before it was Ready deletes the checkpoint
+// clone-<UID> it asked the parent for, in its finalizer; with the
+// parent's primary unreachable, its deletion still completes, and a
+// Warning says the checkpoint stays until its expiry.
+func TestCloneParentRecordAndEarlyDelete(t *testing.T) {
+	h := startOperator(t)
+	ns := h.namespace("clone-early")
+	parent, kv := h.standInParent(ns)
+	hot := h.store("dbs")
+	key := ownerRecordKey(ns, parent.DirName())
+	rec := h.ownerRecord("dbs", ns, parent.DirName())
+	if rec == nil {
+		t.Fatalf("no owner record %s for the parent", key)
+	}
+	newClone := func(name string) *shalev1.RocksDB {
+		c := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: *parent.Spec.DeepCopy()}
+		c.Spec.Bootstrap = &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders"}}
+		h.create(c)
+		return c
+	}
+	deleteDB := func(name string) {
+		t.Helper()
+		if err := h.c.Delete(h.ctx, h.db(ns, name)); err != nil {
+			t.Fatal(err)
+		}
+		h.waitGone(ns, name)
+	}
+
+	// The parent's record says another cluster: refused, nothing written.
+	foreign := *rec
+	foreign.Cluster = "another-cluster"
+	if err := putOwnerRecord(h.ctx, hot, key, foreign); err != nil {
+		t.Fatal(err)
+	}
+	refused := newClone("refused")
+	ev := h.waitEvent(ns, "refused", shalev1.ReasonBootstrapRefused)
+	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "its owner record "+key+" says another cluster (another-cluster") {
+		t.Errorf("event %s %q: want a warning naming the record and the other cluster", ev.Type, ev.Message)
+	}
+	h.noCloneWritten(ns, "refused")
+	refused = h.db(ns, "refused")
+	if ck := "clone-" + string(refused.UID); kv.has(ck) {
+		t.Errorf("checkpoint %s asked of the parent for a refused clone", ck)
+	}
+	deleteDB("refused")
+	if err := putOwnerRecord(h.ctx, hot, key, *rec); err != nil {
+		t.Fatal(err)
+	}
+
+	// Deleted before it was Ready: its checkpoint goes in the finalizer.
+	early := newClone("early")
+	early = h.waitDB(ns, "early", "started as a clone", func(d *shalev1.RocksDB) (bool, string) {
+		return d.Status.Epoch == 1 && d.Status.Clone != nil && d.Status.Clone.CheckpointExpiresAt != nil, "want its first primary"
+	})
+	ck := "clone-" + string(early.UID)
+	if !kv.has(ck) {
+		t.Fatalf("no checkpoint %s in the parent", ck)
+	}
+	deleteDB("early")
+	if kv.has(ck) {
+		t.Errorf("checkpoint %s still in the parent after its clone was deleted", ck)
+	}
+	ev = h.waitEvent(ns, "early", eventBootstrapCheckpointDeleted)
+	if !strings.Contains(ev.Message, "deleted the checkpoint "+ck+" in RocksDB orders: the clone is deleted before it was released") {
+		t.Errorf("event %q", ev.Message)
+	}
+
+	// The parent's primary unreachable: the deletion completes all the
+	// same, and says the checkpoint stays until it expires.
+	late := newClone("unreachable")
+	late = h.waitDB(ns, "unreachable", "started as a clone", func(d *shalev1.RocksDB) (bool, string) {
+		return d.Status.Epoch == 1 && d.Status.Clone != nil && d.Status.Clone.CheckpointExpiresAt != nil, "want its first primary"
+	})
+	ck = "clone-" + string(late.UID)
+	if !kv.has(ck) {
+		t.Fatalf("no checkpoint %s in the parent", ck)
+	}
+	kv.cmu.Lock()
+	kv.down = true
+	kv.cmu.Unlock()
+	deleteDB("unreachable")
+	ev = h.waitEvent(ns, "unreachable", eventCloneCheckpointLeft)
+	expires := late.Status.Clone.CheckpointExpiresAt.UTC().Format(time.RFC3339)
+	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "checkpoint "+ck+" in RocksDB orders") || !strings.Contains(ev.Message, "stays there until it expires at "+expires) {
+		t.Errorf("event %s %q: want a warning naming the checkpoint and its expiry %s", ev.Type, ev.Message, expires)
+	}
+	if !kv.has(ck) {
+		t.Errorf("checkpoint %s gone from a parent whose primary was down", ck)
+	}
 }

@@ -532,3 +532,159 @@ func TestReclaimReleasesClonePins(t *testing.T) {
 	}
 	h.waitEvent(ns, store.Name, eventStoragePinned)
 }
+
+// TestCloneOfCloneAfterMiddleDeleted (RFC 0010 step 19 and the race "The
+// middle clone deleted while a clone of it opens"): P, its clone C1
+// (rewrites a third of the keys, then checkpoint cc), and C2, a clone of
+// cc, on MinIO, deleted as the finalizer and the garbage collector do
+// (reclaimDir). C1 and P both deleted after C2 opened: each keeps only
+// what C2's pins name, and C2, taken over with an empty cache, reads every
+// key. C1 deleted while C2 opens (between C2's pins and its check of C1's
+// own pin in P): C2 refuses, naming the gone pin, leaves no pin in either,
+// and the next deletion of C1 removes everything.
+func TestCloneOfCloneAfterMiddleDeleted(t *testing.T) {
+	srv := miniotest.Start(t)
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	srv.CreateBucket(t, "chain")
+	const n = 3000
+	ctx := context.Background()
+	open := func(url string) objstore.Store {
+		t.Helper()
+		st, err := objstore.Open(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// middle starts P and C1 (id clone-1, its own writes over a third of
+	// the keys, same values) and takes checkpoint cc of C1.
+	middle := func(name string) (pdb, c1db string) {
+		t.Helper()
+		pdb, c1db = "s3://chain/"+name+"/p", "s3://chain/"+name+"/c1"
+		p := parentWithCheckpoint(t, pdb, n)
+		c1, err := startPrimary(t, c1db, &primary.CloneConfig{From: pdb, Checkpoint: "c1", ID: "clone-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ms []*kvv1.Mutation
+		for j := 0; j < n/3; j++ {
+			ms = append(ms, &kvv1.Mutation{Op: &kvv1.Mutation_Put_{Put: &kvv1.Mutation_Put{Key: []byte(fmt.Sprintf("k%05d", j)), Value: []byte(cloneValue(j))}}})
+		}
+		if _, err := c1.kv.Write(ctx, &kvv1.WriteRequest{Mutations: ms, Sync: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c1.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c1.kv.Checkpoint(ctx, &kvv1.CheckpointRequest{Name: "cc"}); err != nil {
+			t.Fatal(err)
+		}
+		// The finalizer stops a database's primaries before its reclaim.
+		c1.stop()
+		p.stop()
+		return pdb, c1db
+	}
+	// deleteC1 is C1's reclaim with reclaimPolicy Delete: its own pins
+	// released (its UID is its clone id), then all but what pins name.
+	deleteC1 := func(c1db string) reclaimDone {
+		t.Helper()
+		done, err := reclaimDir(ctx, dirTiers{hot: open(c1db), uid: "clone-1", openOrigin: objstore.Open}, "test", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return done
+	}
+	onlyPinned := func(who string, st objstore.Store, id string) {
+		t.Helper()
+		pin := readPinRecord(t, st, id)
+		want := map[string]bool{layout.DeletingKey: true, layout.PinKey(id): true}
+		for _, f := range pin.Files {
+			want[layout.ObjectKey(f.Name, f.Epoch)] = true
+		}
+		left := listKeys(t, st)
+		for k := range left {
+			if !want[k] {
+				t.Errorf("%s: the deletion left %s, which no pin names", who, k)
+			}
+		}
+		for k := range want {
+			if !left[k] {
+				t.Errorf("%s: the deletion removed %s, which %s's pin names", who, k, id)
+			}
+		}
+		if len(pin.Files) == 0 {
+			t.Errorf("%s: %s's pin names no table", who, id)
+		}
+	}
+
+	t.Run("middle-and-grandparent-deleted", func(t *testing.T) {
+		pdb, c1db := middle("after")
+		c2db := "s3://chain/after/c2"
+		c2, err := startPrimary(t, c2db, &primary.CloneConfig{From: c1db, Checkpoint: "cc", ID: "clone-2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEveryKey(t, "the clone of the clone", c2.kv, n)
+		done := deleteC1(c1db)
+		if len(done.Released) != 1 || !strings.HasSuffix(done.Released[0], layout.PinKey("clone-1")) {
+			t.Fatalf("C1's reclaim released %v; want its pin in P", done.Released)
+		}
+		onlyPinned("C1", open(c1db), "clone-2")
+		if _, err := reclaimDir(ctx, dirTiers{hot: open(pdb)}, "test", nil); err != nil {
+			t.Fatal(err)
+		}
+		onlyPinned("P", open(pdb), "clone-2")
+		c2.stop()
+		c2b, err := startPrimary(t, c2db, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEveryKey(t, "the clone of the clone, its parent and grandparent deleted", c2b.kv, n)
+	})
+
+	t.Run("middle-deleted-while-grandchild-opens", func(t *testing.T) {
+		pdb, c1db := middle("during")
+		pstore := open(pdb)
+		// C1's deletion runs just before C2's check of C1's pin in P:
+		// after C2 pinned (in C1 and P), and after its check of C1's
+		// catalog and _shale/deleting.
+		ran := false
+		hooked := &statBefore{Store: pstore, before: func(key string) {
+			if key == layout.PinKey("clone-1") && !ran {
+				ran = true
+				if done := deleteC1(c1db); len(done.Pinned) != 1 {
+					t.Errorf("C1's deletion kept objects for pins %v; want clone-2's, written before it", done.Pinned)
+				}
+			}
+		}}
+		_, err := shalefs.Bootstrap(ctx, shalefs.BootstrapConfig{Store: open("s3://chain/during/c2"), Parent: c1db, Checkpoint: "cc", CloneID: "clone-2",
+			OpenOrigin: func(url string) (objstore.Store, error) {
+				if url == pdb {
+					return hooked, nil
+				}
+				return objstore.Open(url)
+			}})
+		if !ran {
+			t.Fatal("the bootstrap never checked C1's pin in P")
+		}
+		if !errors.Is(err, shalefs.ErrBootstrapRefused) || !strings.Contains(err.Error(), "no longer pins its tables in "+pdb) {
+			t.Fatalf("bootstrap = %v; want refused: C1 no longer pins its tables in P", err)
+		}
+		for who, st := range map[string]objstore.Store{"P": pstore, "C1": open(c1db)} {
+			if listKeys(t, st)[layout.PinKey("clone-2")] {
+				t.Errorf("the refused clone left its pin in %s", who)
+			}
+		}
+		// The next deletion of C1 (the garbage collector's) finds no pin
+		// and removes everything.
+		if again := deleteC1(c1db); len(again.Pinned) > 0 {
+			t.Fatalf("second deletion of C1 kept objects for %v", again.Pinned)
+		}
+		if left := listKeys(t, open(c1db)); len(left) != 0 {
+			t.Fatalf("left in C1 after the second deletion: %v", left)
+		}
+	})
+}

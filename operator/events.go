@@ -45,4 +45,5 @@ const (
 	eventBootstrapWaiting           = "BootstrapWaiting"
 	eventBootstrapCheckpointDeleted = "BootstrapCheckpointDeleted"
 	eventCloneCopied                = "CloneCopied"
+	eventCloneCheckpointLeft        = "CloneCheckpointLeft"
 )

@@ -32,19 +32,22 @@ const podsGoneRecheck = 2 * time.Second
 //     into a directory being deleted, and no secondary renews its reader
 //     lease there; a Pod stuck terminating on a lost node holds the
 //     deletion until it is force deleted);
-//  2. Delete: create _shale/deleting, delete every object under the
+//  2. a cloneFrom clone whose checkpoint in its parent was not released
+//     yet (deleted before it was ready) deletes it there, best-effort
+//     (dropCloneCheckpoint: it expires within an hour anyway);
+//  3. Delete: create _shale/deleting, delete every object under the
 //     storage path (cold tier first) but what clones' pins name, then,
 //     with no pin left, the marker and the owner record (with pins, the
 //     record stays, says Delete, and the garbage collector finishes once
 //     the last pin is gone: StoragePinned). Retain: rewrite the owner record with Retain, so the garbage
 //     collector never deletes the directory (with the ObjectStore gone,
 //     wait for it unless status says the record says Retain already);
-//  3. remove the RocksDB from its ObjectStore's status.usedBy, and the
+//  4. remove the RocksDB from its ObjectStore's status.usedBy, and the
 //     finalizer.
 //
 // Every step is repeated until it succeeds; each is safe to repeat. In a
 // namespace being deleted the ObjectStore and its Secret go at the same
-// time as the RocksDB, so step 2 is tried once: if it cannot be done, the
+// time as the RocksDB, so step 3 is tried once: if it cannot be done, the
 // data is left as it is, with its owner record (leaveData), and the
 // deletion finishes.
 func (r *rocksDBReconciler) reconcileDelete(ctx context.Context, db *shalev1.RocksDB) (ctrl.Result, error) {
@@ -80,6 +83,11 @@ func (r *rocksDBReconciler) reconcileDelete(ctx context.Context, db *shalev1.Roc
 	}
 	if len(waiting) > 0 {
 		return ctrl.Result{RequeueAfter: podsGoneRecheck}, nil
+	}
+	if c := db.Status.Clone; c != nil && clonesFromNew(db) && c.Checkpoint != "" && !c.CheckpointReleased {
+		// After the clone's primaries stopped: its bootstrap no longer
+		// reads the checkpoint (its pins, if any, hold what it read).
+		r.dropCloneCheckpoint(ctx, db)
 	}
 
 	if db.Status.StoragePath != "" {

@@ -26,88 +26,6 @@ import (
 // holds one request between two steps while the test moves the other
 // party (docs/rfcs/0010-checkpoints-and-clones.md, "Races considered").
 
-// hold stops the requests a test picks: the first caller signals
-// reached and waits for release. Later callers pass.
-type hold struct {
-	armed   atomic.Bool
-	reached chan struct{}
-	release chan struct{}
-}
-
-func newHold() *hold { return &hold{reached: make(chan struct{}), release: make(chan struct{})} }
-
-func (h *hold) stop() {
-	if h.armed.CompareAndSwap(true, false) {
-		close(h.reached)
-		<-h.release
-	}
-}
-
-func (h *hold) wait(t *testing.T, what string) {
-	t.Helper()
-	select {
-	case <-h.reached:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("timed out waiting until %s", what)
-	}
-}
-
-// outage is a store failure the FileSystem retries (a reset connection).
-type outage struct{ what string }
-
-func (e outage) Error() string   { return e.what + " (test outage)" }
-func (e outage) Retryable() bool { return true }
-
-// catalogEntryKey: a put of an entry (segment 2 on) of epoch's catalog
-// version.
-func catalogEntryKey(key string, epoch uint64) bool {
-	name, e, first, _, ok := layout.ParseSegmentKey(key)
-	return ok && name == layout.CatalogLog && e == epoch && first >= 2
-}
-
-func listNames(t *testing.T, kv kvv1.KVClient) map[string]string {
-	t.Helper()
-	lr, err := kv.ListCheckpoints(context.Background(), &kvv1.ListCheckpointsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, c := range lr.Checkpoints {
-		out[c.Name] = c.Id
-	}
-	return out
-}
-
-// storeListNames is `checkpoint list --db`.
-func storeListNames(t *testing.T, db string) map[string]string {
-	t.Helper()
-	got, err := shalefs.ReadCheckpoints(context.Background(), openStore(t, db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, c := range got {
-		out[c.Name] = c.ID
-	}
-	return out
-}
-
-func checkpointDirs(t *testing.T, db string) []string {
-	t.Helper()
-	var out []string
-	for _, l := range strings.Split(storeKeys(t, db), "\n") {
-		if strings.HasPrefix(l, layout.CheckpointsPrefix) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// raceCfg is an owner whose trash loop runs and deletes past 200ms.
-func raceCfg(e uint64) shalefs.Config {
-	return shalefs.Config{Epoch: e, Lease: 100 * time.Millisecond, DeleteGrace: 200 * time.Millisecond}
-}
-
 // keptAndReadable: through owner o, every key deleted and compacted and
 // the trash loop past its grace, the checkpoint's tables are all in the
 // store and a server at it reads back want exactly.
@@ -125,32 +43,9 @@ func keptAndReadable(t *testing.T, db string, o *owner, name, id string, want ma
 			t.Fatal(err)
 		}
 	}
-	if _, err := o.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := o.kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "the trash loop emptied every table the checkpoint does not name", 30*time.Second, func() bool {
-		named := map[string]bool{}
-		for _, f := range rec.Files {
-			named[layout.TrashKey(f.Name, f.Epoch)] = true
-		}
-		left := false
-		store.List(ctx, layout.TrashPrefix, func(o objstore.ObjectInfo) error {
-			if n, _, ok := layout.ParseTrashKey(o.Key); ok && layout.KindOf(n) == layout.KindTable && !named[o.Key] {
-				left = true
-			}
-			return nil
-		})
-		return !left
-	})
-	present, _ := tableState(t, store, rec)
-	for k, ok := range present {
-		if !ok {
-			t.Fatalf("%s, named by checkpoint %s, was deleted", k, name)
-		}
-	}
+	flushAndCompact(t, o.kv)
+	waitTrashKeeps(t, store, "the trash loop emptied every table the checkpoint does not name", fileVersions(rec))
+	checkKept(t, store, rec, false, "named by checkpoint "+name)
 	cs, err := openCheckpoint(t, db, name)
 	if err != nil {
 		t.Fatal(err)
@@ -165,14 +60,6 @@ func keptAndReadable(t *testing.T, db string, o *owner, name, id string, want ma
 			t.Fatalf("the server at %s: %s = %q, want %q", name, k, got[k], v)
 		}
 	}
-}
-
-func keysWritten(n int, v string) map[string]string {
-	out := map[string]string{}
-	for i := 0; i < n; i++ {
-		out[fmt.Sprintf("k%05d", i)] = v
-	}
-	return out
 }
 
 // A is committing a checkpoint's catalog entry when B takes over. Three
@@ -234,12 +121,7 @@ func testTakeoverDuringCheckpoint(t *testing.T, be storetest.Location) {
 			// tables are obsolete in A's MANIFEST (A holds its deletes), so
 			// B's RocksDB finds them obsolete at its open and trashes them.
 			writeKeys(t, a.kv, 500, func(int) string { return "b" })
-			if _, err := a.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
-				t.Fatal(err)
-			}
+			flushAndCompact(t, a.kv)
 
 			bc := raceCfg(2)
 			if order == "entry-between-listing-and-seal" {
@@ -490,13 +372,7 @@ func testCheckpointStoreOutage(t *testing.T, be storetest.Location) {
 			if got := listNames(t, c.kv)["lost"]; got != id {
 				t.Fatalf("C lists %q, want %s", got, id)
 			}
-			cs, err := openCheckpoint(t, db, "lost")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := scanAll(t, cs.kv); len(got) != 1000 {
-				t.Fatalf("the server at the settled checkpoint holds %d keys, want 1000", len(got))
-			}
+			checkServes(t, db, "lost", 1000)
 		})
 	}
 }

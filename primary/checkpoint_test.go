@@ -3,157 +3,23 @@ package primary
 import (
 	"context"
 	"fmt"
-	"io"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
-	"github.com/shale-rocks/shale/internal/engine"
-	"github.com/shale-rocks/shale/internal/kvserver"
-	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/shalefs"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
-	"github.com/shale-rocks/shale/secondary"
 )
 
 // Checkpoints (docs/rfcs/0010-checkpoints-and-clones.md).
 
-// checkpointServer is `shale secondary --checkpoint name`.
-type checkpointServer struct {
-	srv  *secondary.Server
-	kv   kvv1.KVClient
-	conn *grpc.ClientConn
-}
-
-func openCheckpoint(t *testing.T, db, name string) (*checkpointServer, error) {
-	t.Helper()
-	s, err := secondary.Start(secondary.Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(),
-		Storage: shalefs.Config{CacheDir: filepath.Join(t.TempDir(), "checkpoint"), ReaderTTL: 2 * time.Second}, Checkpoint: name})
-	if err != nil {
-		return nil, err
-	}
-	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &checkpointServer{srv: s, kv: kvv1.NewKVClient(conn), conn: conn}
-	t.Cleanup(c.stop)
-	return c, nil
-}
-
-func (c *checkpointServer) stop() {
-	if c.srv != nil {
-		c.srv.Stop(time.Second)
-		c.conn.Close()
-		c.srv = nil
-	}
-}
-
-// scanAll returns every pair the server holds.
-func scanAll(t *testing.T, kv kvv1.KVClient) map[string]string {
-	t.Helper()
-	st, err := kv.Scan(context.Background(), &kvv1.ScanRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for {
-		r, err := st.Recv()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range r.Pairs {
-			out[string(p.Key)] = string(p.Value)
-		}
-	}
-}
-
-func writeKeys(t *testing.T, kv kvv1.KVClient, n int, value func(i int) string) {
-	t.Helper()
-	for i := 0; i < n; i += 1000 {
-		var ms []*kvv1.Mutation
-		for j := i; j < min(n, i+1000); j++ {
-			if v := value(j); v != "" {
-				ms = append(ms, mutPut(fmt.Sprintf("k%05d", j), v))
-			} else {
-				ms = append(ms, &kvv1.Mutation{Op: &kvv1.Mutation_Delete_{Delete: &kvv1.Mutation_Delete{Key: []byte(fmt.Sprintf("k%05d", j))}}})
-			}
-		}
-		if _, err := kv.Write(context.Background(), &kvv1.WriteRequest{Mutations: ms, Sync: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// checkpointRecord reads a checkpoint's record from the store.
-func checkpointRecord(t *testing.T, store objstore.Store, id string) layout.CheckpointRecord {
-	t.Helper()
-	r, _, err := store.Get(context.Background(), layout.CheckpointRecordKey(id), 0, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(r)
-	r.Close()
-	rec, err := layout.ParseCheckpointRecord(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec
-}
-
-// tableState lists, for each table version a record names, whether its
-// object is in the store and whether it is trashed.
-func tableState(t *testing.T, store objstore.Store, rec layout.CheckpointRecord) (present, trashed map[string]bool) {
-	t.Helper()
-	keys := map[string]bool{}
-	if err := store.List(context.Background(), "", func(o objstore.ObjectInfo) error { keys[o.Key] = true; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	present, trashed = map[string]bool{}, map[string]bool{}
-	for _, f := range rec.Files {
-		k := layout.ObjectKey(f.Name, f.Epoch)
-		present[k] = keys[k]
-		trashed[k] = keys[layout.TrashKey(f.Name, f.Epoch)]
-	}
-	return present, trashed
-}
-
-// waitUntil polls cond until it holds (conditions, not sleeps: the trash
-// loop runs on its own timer).
-func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func openStore(t *testing.T, db string) objstore.Store {
-	t.Helper()
-	s, err := objstore.Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // The issue's test: 10,000 synced keys; c1; every key overwritten and
-// deleted, compacted, past the trash grace: a server at c1 returns the
 // originals; after deleting c1 the next pass removes what only c1 held.
 func TestCheckpointKeepsStateThroughRewrites(t *testing.T) {
 	storetest.ForEachBackend(t, testCheckpointKeepsStateThroughRewrites)
@@ -182,42 +48,15 @@ func testCheckpointKeepsStateThroughRewrites(t *testing.T, be storetest.Location
 	}
 	writeKeys(t, a.kv, n, func(i int) string { return fmt.Sprintf("v2-%05d", i) })
 	writeKeys(t, a.kv, n, func(int) string { return "" })
-	if _, err := a.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
-		t.Fatal(err)
-	}
+	flushAndCompact(t, a.kv)
 	rec := checkpointRecord(t, store, c1.Id)
 	// RocksDB deleted c1's tables, and the trash loop has had passes past
 	// the grace: every other trashed table is gone, c1's stay.
-	waitUntil(t, "the trash loop emptied every table c1 does not name", 30*time.Second, func() bool {
-		named := map[string]bool{}
-		for _, f := range rec.Files {
-			named[layout.TrashKey(f.Name, f.Epoch)] = true
-		}
-		left := false
-		store.List(ctx, layout.TrashPrefix, func(o objstore.ObjectInfo) error {
-			if name, _, ok := layout.ParseTrashKey(o.Key); ok && layout.KindOf(name) == layout.KindTable && !named[o.Key] {
-				left = true
-			}
-			return nil
-		})
-		return !left
-	})
-	present, trashed := tableState(t, store, rec)
-	nTrashed := 0
-	for k := range present {
-		if !present[k] {
-			t.Fatalf("%s, named by c1, was deleted", k)
-		}
-		if trashed[k] {
-			nTrashed++
-		}
-	}
-	if nTrashed == 0 {
+	waitTrashKeeps(t, store, "the trash loop emptied every table c1 does not name", fileVersions(rec))
+	if checkKept(t, store, rec, false, "named by c1") == 0 {
 		t.Fatal("no table of c1 was trashed: the test did not rewrite them")
 	}
+	_, trashed := tableState(t, store, rec)
 	if got := scanAll(t, a.kv); len(got) != 0 {
 		t.Fatalf("the primary still holds %d keys after deleting them all", len(got))
 	}
@@ -266,7 +105,7 @@ func testCheckpointKeepsStateThroughRewrites(t *testing.T, be storetest.Location
 		}
 		return true
 	})
-	present, _ = tableState(t, store, rec)
+	present, _ := tableState(t, store, rec)
 	for k := range present {
 		if !trashed[k] && !present[k] {
 			t.Fatalf("%s, still live, was deleted", k)
@@ -327,33 +166,9 @@ func testCheckpointSurvivesTakeover(t *testing.T, be storetest.Location) {
 	rec := checkpointRecord(t, store, lr.Checkpoints[0].Id)
 	// C's trash loop runs past the grace (its own marker for B's catalog
 	// version goes), and keeps the checkpoint's tables.
-	waitUntil(t, "C's trash loop deleted B's trashed tables", 30*time.Second, func() bool {
-		named := map[string]bool{}
-		for _, f := range rec.Files {
-			named[layout.TrashKey(f.Name, f.Epoch)] = true
-		}
-		left := false
-		store.List(ctx, layout.TrashPrefix, func(o objstore.ObjectInfo) error {
-			if name, _, ok := layout.ParseTrashKey(o.Key); ok && layout.KindOf(name) == layout.KindTable && !named[o.Key] {
-				left = true
-			}
-			return nil
-		})
-		return !left
-	})
-	present, _ := tableState(t, store, rec)
-	for k, ok := range present {
-		if !ok {
-			t.Fatalf("%s, named by the checkpoint, was deleted after the takeovers", k)
-		}
-	}
-	cs, err := openCheckpoint(t, db, "before")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := scanAll(t, cs.kv); len(got) != 2000 {
-		t.Fatalf("the server at the checkpoint holds %d keys, want 2000", len(got))
-	}
+	waitTrashKeeps(t, store, "C's trash loop deleted B's trashed tables", fileVersions(rec))
+	checkKept(t, store, rec, false, "named by the checkpoint, after the takeovers")
+	checkServes(t, db, "before", 2000)
 }
 
 // A deposed owner's create fails FAILED_PRECONDITION, with and without

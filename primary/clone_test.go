@@ -3,23 +3,15 @@ package primary
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
-	"github.com/shale-rocks/shale/internal/engine"
-	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/objstore/storetest"
 	"github.com/shale-rocks/shale/internal/shalefs"
@@ -27,79 +19,6 @@ import (
 )
 
 // Clones (docs/rfcs/0010-checkpoints-and-clones.md, steps 16-18).
-
-var cloneStorage = shalefs.Config{Lease: 100 * time.Millisecond, DeleteGrace: 200 * time.Millisecond}
-
-// startClone starts the first primary of a clone of checkpoint of parent
-// (`shale primary --clone-from parent --clone-checkpoint checkpoint
-// --clone-id id`).
-func startClone(t *testing.T, db, parent, checkpoint, id string) (*owner, error) {
-	t.Helper()
-	sc := cloneStorage
-	sc.CacheDir = filepath.Join(t.TempDir(), "cache")
-	s, err := Start(Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(), Storage: sc,
-		Clone: &CloneConfig{From: parent, Checkpoint: checkpoint, ID: id}})
-	if err != nil {
-		return nil, err
-	}
-	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &owner{srv: s, kv: kvv1.NewKVClient(conn), conn: conn}
-	t.Cleanup(o.stop)
-	return o, nil
-}
-
-// storeBytes sums the sizes of every object under a store.
-func storeBytes(t *testing.T, s objstore.Store) (n int64, keys map[string]int64) {
-	t.Helper()
-	keys = map[string]int64{}
-	if err := s.List(context.Background(), "", func(o objstore.ObjectInfo) error {
-		n += o.Size
-		keys[o.Key] = o.Size
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return n, keys
-}
-
-// value is a key's value of one generation: 200 bytes that do not
-// compress much, so tables hold most of a database's bytes.
-func value(gen string, i int) string {
-	h := sha256.Sum256([]byte(fmt.Sprintf("%s-%d", gen, i)))
-	return fmt.Sprintf("%s-%05d-%s", gen, i, strings.Repeat(hex.EncodeToString(h[:]), 3))
-}
-
-func checkKeys(t *testing.T, who string, kv kvv1.KVClient, n int, gen string) {
-	t.Helper()
-	got := scanAll(t, kv)
-	if len(got) != n {
-		t.Fatalf("%s holds %d keys, want %d", who, len(got), n)
-	}
-	for i := 0; i < n; i++ {
-		if k := fmt.Sprintf("k%05d", i); got[k] != value(gen, i) {
-			t.Fatalf("%s: %s = %.20q, want %.20q", who, k, got[k], value(gen, i))
-		}
-	}
-}
-
-// parentWithCheckpoint starts a parent, writes n keys of generation "p1",
-// flushes, and takes checkpoint c1.
-func parentWithCheckpoint(t *testing.T, db string, n int) (*owner, *kvv1.CheckpointInfo) {
-	t.Helper()
-	p, err := startOwnerWith(t, db, cloneStorage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeKeys(t, p.kv, n, func(i int) string { return value("p1", i) })
-	r, err := p.kv.Checkpoint(context.Background(), &kvv1.CheckpointRequest{Name: "c1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, r.Checkpoint
-}
 
 // The issue's test: a clone serves its checkpoint with under 1 % of the
 // parent's bytes copied (the clone's whole directory, once serving, is
@@ -179,57 +98,14 @@ func testPinRacesCheckpointDelete(t *testing.T, be storetest.Location) {
 	ctx := context.Background()
 	pdb, cdb := be.NewURL(t), be.NewURL(t)
 	pstore := openStore(t, pdb)
-	p, c1 := parentWithCheckpoint(t, pdb, n)
-	rec := checkpointRecord(t, pstore, c1.Id)
-	c, err := startClone(t, cdb, pdb, "c1", "clone-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The checkpoint goes; the parent rewrites and compacts everything.
-	if _, err := p.kv.DeleteCheckpoint(ctx, &kvv1.DeleteCheckpointRequest{Name: "c1"}); err != nil {
-		t.Fatal(err)
-	}
-	writeKeys(t, p.kv, n, func(i int) string { return value("p2", i) })
-	if _, err := p.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	pinned := map[string]bool{}
-	for _, f := range rec.Files {
-		if layout.KindOf(f.Name) == layout.KindTable {
-			pinned[layout.TrashKey(f.Name, f.Epoch)] = true
-		}
-	}
+	p, c, rec := cloneThenRewrite(t, pdb, cdb, n)
 	// Past the grace, the trash loop removed every trashed table but the
 	// pinned ones.
-	waitUntil(t, "the parent's trash loop emptied every table the pin does not name", 30*time.Second, func() bool {
-		left := false
-		pstore.List(ctx, layout.TrashPrefix, func(o objstore.ObjectInfo) error {
-			if name, _, ok := layout.ParseTrashKey(o.Key); ok && layout.KindOf(name) == layout.KindTable && !pinned[o.Key] {
-				left = true
-			}
-			return nil
-		})
-		return !left
-	})
-	present, trashed := tableState(t, pstore, rec)
-	nTrashed := 0
-	for k := range present {
-		if layout.KindOf(layout.FileOfKey(k)) != layout.KindTable {
-			continue
-		}
-		if !present[k] {
-			t.Fatalf("%s, pinned by the clone, was deleted", k)
-		}
-		if trashed[k] {
-			nTrashed++
-		}
-	}
-	if nTrashed == 0 {
+	waitTrashKeeps(t, pstore, "the parent's trash loop emptied every table the pin does not name", fileVersions(rec))
+	if checkKept(t, pstore, rec, true, "pinned by the clone") == 0 {
 		t.Fatal("no pinned table was trashed: the test did not rewrite them")
 	}
+	_, trashed := tableState(t, pstore, rec)
 	// The clone reads every key from the parent's trashed tables (a fresh
 	// cache: a takeover fetches them again).
 	c.stop()
@@ -244,15 +120,7 @@ func testPinRacesCheckpointDelete(t *testing.T, be storetest.Location) {
 	if err := pstore.Delete(ctx, layout.PinKey("clone-1")); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the parent's trash loop removed the tables only the pin held", 30*time.Second, func() bool {
-		present, _ := tableState(t, pstore, rec)
-		for k, tr := range trashed {
-			if tr && present[k] {
-				return false
-			}
-		}
-		return true
-	})
+	waitDeleted(t, pstore, "the parent's trash loop removed the tables only the pin held", trashed)
 	checkKeys(t, "the parent", p.kv, n, "p2")
 }
 
@@ -380,24 +248,9 @@ func TestCloneDetachesWhenOriginCompactedAway(t *testing.T) {
 		ctx := context.Background()
 		pdb, cdb := be.NewURL(t), be.NewURL(t)
 		pstore, cstore := openStore(t, pdb), openStore(t, cdb)
-		p, c1 := parentWithCheckpoint(t, pdb, n)
-		rec := checkpointRecord(t, pstore, c1.Id)
-		c, err := startClone(t, cdb, pdb, "c1", "clone-1")
-		if err != nil {
-			t.Fatal(err)
-		}
 		// The parent drops the checkpoint and rewrites everything: its
 		// trash keeps the checkpoint's tables for the pin alone.
-		if _, err := p.kv.DeleteCheckpoint(ctx, &kvv1.DeleteCheckpointRequest{Name: "c1"}); err != nil {
-			t.Fatal(err)
-		}
-		writeKeys(t, p.kv, n, func(i int) string { return value("p2", i) })
-		if _, err := p.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
-			t.Fatal(err)
-		}
+		p, c, rec := cloneThenRewrite(t, pdb, cdb, n)
 		waitUntil(t, "the parent trashed the tables the pin holds", 30*time.Second, func() bool {
 			_, trashed := tableState(t, pstore, rec)
 			for _, tr := range trashed {
@@ -414,12 +267,7 @@ func TestCloneDetachesWhenOriginCompactedAway(t *testing.T) {
 		// The clone rewrites every key and compacts: no origin table is
 		// live any more.
 		writeKeys(t, c.kv, n, func(i int) string { return value("c2", i) })
-		if _, err := c.kv.Flush(ctx, &kvv1.FlushRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.kv.Compact(ctx, &kvv1.CompactRequest{}); err != nil {
-			t.Fatal(err)
-		}
+		flushAndCompact(t, c.kv)
 		waitUntil(t, "the clone released its pin in the parent", 30*time.Second, func() bool {
 			_, err := pstore.Stat(ctx, layout.PinKey("clone-1"))
 			return errors.Is(err, objstore.ErrNotFound)
@@ -450,13 +298,4 @@ func TestCloneDetachesWhenOriginCompactedAway(t *testing.T) {
 			}
 		}
 	})
-}
-
-func listAll(t *testing.T, s objstore.Store) map[string]bool {
-	t.Helper()
-	keys := map[string]bool{}
-	if err := s.List(context.Background(), "", func(o objstore.ObjectInfo) error { keys[o.Key] = true; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	return keys
 }

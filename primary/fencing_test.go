@@ -15,7 +15,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
@@ -68,13 +67,7 @@ func startOwnerWith(t *testing.T, db string, sc shalefs.Config) (*owner, error) 
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &owner{srv: s, kv: kvv1.NewKVClient(conn), conn: conn}
-	t.Cleanup(o.stop)
-	return o, nil
+	return dialOwner(t, s), nil
 }
 
 func (o *owner) stop() {
