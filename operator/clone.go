@@ -544,6 +544,33 @@ func (r *rocksDBReconciler) dropCloneCheckpoint(ctx context.Context, db *shalev1
 	r.recorder.Eventf(db, corev1.EventTypeNormal, eventBootstrapCheckpointDeleted, "deleted the checkpoint %s in RocksDB %s: the clone is deleted before it was released", c.Checkpoint, c.Database)
 }
 
+// dropCopyPin deletes the pin a copied clone's bootstrap writes in its
+// parent's directory, in the parent's ObjectStore (RFC 0010 step 20), for
+// a clone deleted after its primaries stopped: a copy that finished
+// deleted it itself, one interrupted by the deletion did not, and nothing
+// else would (the reclaim releases the pins an origin record names; a copy
+// has none once it finished). Best-effort: a pin left keeps the parent's
+// tables, never loses data; the warning says how to remove it.
+func (r *rocksDBReconciler) dropCopyPin(ctx context.Context, db *shalev1.RocksDB) {
+	c := db.Status.Clone
+	pin := layout.PinKey(string(db.UID))
+	ctx, cancel := context.WithTimeout(ctx, cloneCheckpointDropTimeout)
+	defer cancel()
+	var ps shalev1.ObjectStore
+	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: c.ObjectStore}, &ps)
+	if err == nil {
+		var st objstore.Store
+		if st, err = r.stores.open(ctx, &ps, ps.Spec.Endpoint, c.URL); err == nil {
+			err = st.Delete(ctx, pin)
+		}
+	}
+	if err != nil && !isNotFound(err) {
+		r.recorder.Eventf(db, corev1.EventTypeWarning, eventCloneCheckpointLeft,
+			"the clone is deleted and its copy's pin %s in %s (ObjectStore %s) could not be deleted (%v): it keeps the tables it names in the parent's storage; delete that key by hand",
+			pin, c.URL, c.ObjectStore, err)
+	}
+}
+
 // forBootstrapSource maps a RocksDB or a Checkpoint to the RocksDBs of its
 // namespace whose spec.bootstrap names it (a parent becoming Ready, a
 // Checkpoint becoming Ready wake the clones waiting for them).

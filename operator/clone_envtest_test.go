@@ -2,6 +2,7 @@ package operator
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net"
@@ -232,6 +233,26 @@ func TestBootstrapFromCheckpoint(t *testing.T) {
 	if !strings.Contains(ev.Message, "copied 2 objects (1100 bytes") || !strings.Contains(ev.Message, "in ObjectStore "+store.Name) {
 		t.Errorf("event %q", ev.Message)
 	}
+
+	// A copied clone deleted before its copy finished: the pin its
+	// bootstrap wrote in the parent (in the parent's ObjectStore) goes with
+	// it, or the parent would keep those tables for good.
+	interrupted := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-copy-interrupted"}, Spec: *copied.Spec.DeepCopy()}
+	interrupted.Spec.ReclaimPolicy = shalev1.ReclaimDelete
+	h.create(interrupted)
+	interrupted = h.waitDB(ns, interrupted.Name, "started as a copied clone", func(d *shalev1.RocksDB) (bool, string) {
+		return d.Status.Epoch == 1 && d.Status.Clone != nil && d.Status.Clone.ObjectStore == store.Name, "want its first primary"
+	})
+	parentDir := h.storeAt("shale", db.Status.StoragePath)
+	pin := layout.PinKey(string(interrupted.UID))
+	h.put(parentDir, pin, `{"cloneID":"`+string(interrupted.UID)+`"}`)
+	if err := h.c.Delete(h.ctx, interrupted); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the interrupted copy's pin released in the parent", func() (bool, string) {
+		_, err := parentDir.Stat(h.ctx, pin)
+		return errors.Is(err, objstore.ErrNotFound), fmt.Sprintf("stat %s: %v", pin, err)
+	})
 
 	// A parent that does not exist: refused, nothing written.
 	orphan := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orphan"}, Spec: *db.Spec.DeepCopy()}

@@ -89,6 +89,11 @@ func (r *rocksDBReconciler) reconcileDelete(ctx context.Context, db *shalev1.Roc
 		// reads the checkpoint (its pins, if any, hold what it read).
 		r.dropCloneCheckpoint(ctx, db)
 	}
+	if c := db.Status.Clone; c != nil && c.ObjectStore != "" {
+		// A copy interrupted by this deletion left its pin in the parent
+		// (a finished one deleted it: deleting again changes nothing).
+		r.dropCopyPin(ctx, db)
+	}
 
 	if db.Status.StoragePath != "" {
 		if res, err := r.reclaim(ctx, db, policy); err != nil || !res.IsZero() {
