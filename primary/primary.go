@@ -376,13 +376,18 @@ func Run(ctx context.Context, cfg Config) error {
 	select {
 	case <-s.stepped:
 		// Stepped down (StepDown): the standby takes over. Keep answering
-		// UNAVAILABLE for a moment, so clients learn why, then exit 0.
+		// UNAVAILABLE for a moment, so clients learn why, then exit.
 		select {
 		case <-time.After(FenceDrain):
 		case <-ctx.Done():
 		}
 		s.Stop(time.Second)
-		return nil
+		s.stepMu.Lock()
+		err := s.step.err
+		s.stepMu.Unlock()
+		// Exit 0 only after a release: the operator completes a
+		// switchover on a primary that exited 0 (RFC 0012, step 8).
+		return err
 	case <-ctx.Done():
 		s.Stop(10 * time.Second)
 		// Asked to stop, but deposed meanwhile (a frozen primary resumes
