@@ -399,6 +399,7 @@ func (r *rocksDBReconciler) completeSwitchover(ctx context.Context, db *shalev1.
 	}
 	rep.set(starting.Type, starting.Status, starting.Reason, starting.Message)
 	rep.set(done.Type, done.Status, done.Reason, done.Message)
+	switchoversTotal.WithLabelValues("completed").Inc()
 	r.recorder.Event(db, corev1.EventTypeNormal, eventSwitchoverCompleted, msg)
 	log.FromContext(ctx).Info("switchover completed", "from", sw.FromEpoch, "to", sw.ToEpoch)
 	return nil
@@ -432,6 +433,7 @@ func (r *rocksDBReconciler) abandonSwitchover(ctx context.Context, db *shalev1.R
 			log.FromContext(ctx).Error(err, "deleting the abandoned standby", "pod", standby.Name)
 		}
 	}
+	switchoversTotal.WithLabelValues("abandoned").Inc()
 	r.recorder.Event(db, corev1.EventTypeWarning, eventSwitchoverAbandoned, msg)
 	return nil
 }

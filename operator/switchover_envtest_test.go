@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
@@ -21,6 +23,8 @@ import (
 // an epoch above the abandoned standby's (RFC 0012, steps 5-9).
 func testSwitchover(h *harness) {
 	t := h.t
+	completed := testutil.ToFloat64(switchoversTotal.WithLabelValues("completed"))
+	abandoned := testutil.ToFloat64(switchoversTotal.WithLabelValues("abandoned"))
 	ns := h.namespace("switchover")
 	sec, store, db := h.samples(ns)
 	h.create(sec, store, db)
@@ -78,6 +82,10 @@ func testSwitchover(h *harness) {
 	}
 	eventually(t, "Service follows epoch 2", func() (bool, string) { s := selector(); return s == "2", s })
 	h.waitEvent(ns, "orders", eventSwitchoverCompleted)
+	if got := testutil.ToFloat64(switchoversTotal.WithLabelValues("completed")); got < completed+1 {
+		// At least: other subtests' databases share the counter.
+		t.Errorf("shale_operator_switchovers_total{completed} %v, want at least %v", got, completed+1)
+	}
 	h.waitDB(ns, "orders", "ready on epoch 2", func(db *shalev1.RocksDB) (bool, string) {
 		return db.Status.Phase == shalev1.PhaseReady, string(db.Status.Phase)
 	})
@@ -97,6 +105,9 @@ func testSwitchover(h *harness) {
 			fmt.Sprintf("epoch %d switchover %+v", db.Status.Epoch, db.Status.Switchover)
 	})
 	h.waitEvent(ns, "orders", eventSwitchoverAbandoned)
+	if got := testutil.ToFloat64(switchoversTotal.WithLabelValues("abandoned")); got < abandoned+1 {
+		t.Errorf("shale_operator_switchovers_total{abandoned} %v, want at least %v", got, abandoned+1)
+	}
 	h.waitPodGone(ns, "orders-primary-3")
 
 	// A failover after that takes epoch 4, above the abandoned standby's.
