@@ -29,10 +29,10 @@ import (
 // evictions of a lost node do not.
 //
 //	NAME-primary    maxUnavailable 0: a drain cannot evict the ready
-//	                primary; it waits. Until a drain turns into a
-//	                switchover (issue 28's next part), the user moves the
-//	                primary by deleting its Pod (a failover, 2.5-4.5 s) and
-//	                the drain goes on.
+//	                primary; it waits while the operator, seeing the
+//	                node cordoned, moves the primary by a switchover
+//	                (switchover.go); the old Pod is then deleted by the
+//	                operator and the drain goes on.
 //	NAME-secondary  maxUnavailable 1 with two or more replicas, so a drain
 //	                never takes them all at once; none with fewer (one
 //	                secondary would block every drain for nothing: reads
@@ -131,9 +131,9 @@ func drainNotice(db *shalev1.RocksDB, pod *corev1.Pod, node *corev1.Node) string
 	if !node.Spec.Unschedulable || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 		return ""
 	}
-	return fmt.Sprintf("node %s is cordoned (a drain?) and PodDisruptionBudget %s-primary keeps the primary %s there; "+
-		"move it with `kubectl -n %s delete pod %s` (a failover: a new primary with the next epoch starts on another node) and the drain goes on",
-		node.Name, db.Name, pod.Name, db.Namespace, pod.Name)
+	return fmt.Sprintf("node %s is cordoned (a drain?) and PodDisruptionBudget %s-primary keeps the primary %s there "+
+		"until a switchover moves it to a standby on another node (docs/rfcs/0012-switchover.md); then the drain goes on",
+		node.Name, db.Name, pod.Name)
 }
 
 // forCordonedNode maps a Node whose spec.unschedulable changed to the

@@ -132,8 +132,9 @@ func testDisruptions(h *harness) {
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
 
-	// The primary's node is cordoned (a drain): a Warning says how to move
-	// the primary, which the budget holds there.
+	// The primary's node is cordoned (a drain): a Warning says the budget
+	// holds the primary there until a switchover moves it, and the
+	// switchover starts: a standby with the next epoch.
 	if err := h.c.SubResource("binding").Create(h.ctx, pod, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: nodes[1]}}); err != nil {
 		t.Fatal(err)
@@ -147,8 +148,15 @@ func testDisruptions(h *harness) {
 		t.Fatal(err)
 	}
 	ev := h.waitEvent(ns, "orders", eventPrimaryNodeDraining)
-	if !strings.Contains(ev.Message, "delete pod orders-primary-1") || ev.Type != corev1.EventTypeWarning {
-		t.Errorf("event %s %q: want a Warning naming the command", ev.Type, ev.Message)
+	if !strings.Contains(ev.Message, "until a switchover moves it") || ev.Type != corev1.EventTypeWarning {
+		t.Errorf("event %s %q: want a Warning saying a switchover moves the primary", ev.Type, ev.Message)
+	}
+	h.waitDB(ns, "orders", "a switchover for the drain", func(db *shalev1.RocksDB) (bool, string) {
+		sw := db.Status.Switchover
+		return sw != nil && sw.Reason == shalev1.ReasonPrimaryNodeDraining && sw.FromEpoch == 1 && sw.ToEpoch == 2, fmt.Sprintf("switchover %+v", sw)
+	})
+	if sb := h.waitPod(ns, "orders-primary-2"); !slices.Contains(sb.Spec.Containers[0].Args, "--standby") {
+		t.Errorf("the drain's standby runs %v, want --standby", sb.Spec.Containers[0].Args)
 	}
 
 	// Deleted by hand: back.

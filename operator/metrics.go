@@ -12,6 +12,10 @@ var (
 		Name: "shale_operator_failovers_total",
 		Help: "Failovers started (epoch bumps that replace a primary), by reason.",
 	}, []string{"reason"})
+	switchoversTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shale_operator_switchovers_total",
+		Help: "Switchovers that ended, by how: completed or abandoned.",
+	}, []string{"result"})
 	failoverDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "shale_operator_failover_duration_seconds",
 		Help:    "Time from a failover decision to the new primary being ready.",
@@ -36,5 +40,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(failoversTotal, failoverDuration, gcOrphansFound, gcDirsDeleted, gcBytesReclaimed, gcPasses)
+	metrics.Registry.MustRegister(failoversTotal, switchoversTotal, failoverDuration, gcOrphansFound, gcDirsDeleted, gcBytesReclaimed, gcPasses)
 }

@@ -72,6 +72,24 @@ func (r *rocksDBReconciler) reconcilePrimary(ctx context.Context, db *shalev1.Ro
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// A switchover first (switchover.go): while the primary steps down on
+	// request, the failover logic must not take it for a failing one.
+	swAfter, swDone, err := r.reconcileSwitchover(ctx, db, store, pod, rep)
+	if swDone || err != nil {
+		return ctrl.Result{RequeueAfter: swAfter}, err
+	}
+	res, err := r.reconcileServingPrimary(ctx, db, store, pod, rep)
+	if swAfter > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > swAfter) {
+		res.RequeueAfter = swAfter
+	}
+	return res, err
+}
+
+// reconcileServingPrimary watches the primary of status.epoch (pod, nil
+// when it does not exist) and fails over when decideFailover says so.
+func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, pod *corev1.Pod, rep *report) (ctrl.Result, error) {
+	epoch := db.Status.Epoch
+	var err error
 	now := r.now()
 	d := decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch), now, r.opts.FailoverGrace, r.opts.StartupGrace)
 	if d.Action == actionFailover {
@@ -344,7 +362,9 @@ func (r *rocksDBReconciler) failover(ctx context.Context, db *shalev1.RocksDB, s
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonObjectStoreUnreachable, msg)
 		return ctrl.Result{RequeueAfter: epochsRecheck}, nil
 	}
-	next, err := nextEpoch(observed, highest, known)
+	// Above a switchover's standby too (status.reservedEpoch), whose Pod
+	// may still exist.
+	next, err := nextEpoch(max(observed, db.Status.ReservedEpoch), highest, known)
 	if err != nil {
 		return ctrl.Result{}, &refusal{eventEpochExhausted, err.Error()}
 	}
@@ -358,6 +378,7 @@ func (r *rocksDBReconciler) failover(ctx context.Context, db *shalev1.RocksDB, s
 			return errNoChange
 		}
 		cur.Status.Epoch = next
+		cur.Status.ReservedEpoch = max(cur.Status.ReservedEpoch, next)
 		cur.Status.Failovers++
 		cur.Status.LastFailoverTime = &metav1.Time{Time: now}
 		setCondition(cur, failing)

@@ -66,6 +66,8 @@ type rocksDBReconciler struct {
 	coldAfterSeen map[types.NamespacedName]time.Duration
 	// setTiering calls a primary's SetTiering (grpcSetTiering).
 	setTiering setTieringFunc
+	// stepDown calls a primary's StepDown (grpcStepDown; switchover.go).
+	stepDown stepDownFunc
 	// kv calls a parent's primary for a clone's checkpoint (clone.go).
 	kv checkpointKV
 	// issuer issues the database's certificates (certificates.go); creds
@@ -447,6 +449,8 @@ func phaseOf(st *shalev1.RocksDBStatus) shalev1.RocksDBPhase {
 	switch {
 	case st.Epoch == 0:
 		return shalev1.PhasePending
+	case available != nil && available.Status == metav1.ConditionTrue && st.Switchover != nil:
+		return shalev1.PhaseSwitchingOver
 	case available != nil && available.Status == metav1.ConditionTrue:
 		return shalev1.PhaseReady
 	case isFailureReason(available):

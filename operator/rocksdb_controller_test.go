@@ -39,6 +39,7 @@ func TestOperator(t *testing.T) {
 	t.Run("CompactorPoolCertificates", func(t *testing.T) { testCompactorPoolCertificates(h.with(t)) })
 	t.Run("NetworkPolicies", func(t *testing.T) { testNetworkPolicies(h.with(t)) })
 	t.Run("Disruptions", func(t *testing.T) { testDisruptions(h.with(t)) })
+	t.Run("Switchover", func(t *testing.T) { testSwitchover(h.with(t)) })
 }
 
 const samplesNS = "samples"

@@ -280,8 +280,8 @@ func TestDrainNotice(t *testing.T) {
 		if (msg != "") != tc.want {
 			t.Errorf("%s: %q", tc.name, msg)
 		}
-		if tc.want && !strings.Contains(msg, "kubectl -n prod delete pod orders-primary-3") {
-			t.Errorf("%s: %q does not say how to move the primary", tc.name, msg)
+		if tc.want && !strings.Contains(msg, "until a switchover moves it") {
+			t.Errorf("%s: %q does not say how the primary moves", tc.name, msg)
 		}
 	}
 }

@@ -300,6 +300,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		tiersPolled:     make(map[types.NamespacedName]time.Time),
 		coldAfterSeen:   make(map[types.NamespacedName]time.Duration),
 		setTiering:      grpcSetTiering,
+		stepDown:        grpcStepDown,
 		kv:              grpcCheckpointKV{},
 		secondaryStatus: grpcSecondaryStatus,
 		issuer:          is,

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,20 @@ type Config struct {
 	// another database before it is opened (`--clone-from`: shalefs.Bootstrap;
 	// docs/checkpoints.md, "Clones").
 	Clone *CloneConfig
+	// Standby, when set, starts this primary as the standby of a
+	// switchover (`--standby`, RFC 0012): it serves health at once, warms
+	// its cache, answers SERVING once warm (every KV call UNAVAILABLE),
+	// waits for the current owner's release and only then takes over.
+	Standby *StandbyConfig
+}
+
+// StandbyConfig configures a standby (RFC 0012).
+type StandbyConfig struct {
+	// Poll is how often the release is looked for (0: 50 ms).
+	Poll time.Duration
+	// Warmed, if set, is called once the cache is warm, with the address
+	// the standby listens on (tests).
+	Warmed func(addr string, rep shalefs.WarmReport)
 }
 
 // CloneConfig names the checkpoint a clone starts from.
@@ -106,11 +121,21 @@ type Server struct {
 	// new log bytes: the primary is taking writes (readiness.go).
 	born  time.Time
 	wrote atomic.Int64
+
+	closeOnce sync.Once // closeDB: RocksDB, the compaction client, the FileSystem's loops
+	stepMu    sync.Mutex
+	step      *stepDown     // the step-down under way or done (stepdown.go)
+	stepped   chan struct{} // closed once a step-down released the database
 }
 
 // Start opens the database and starts serving. On error nothing is left
 // running or open.
-func Start(cfg Config) (_ *Server, err error) {
+func Start(cfg Config) (*Server, error) {
+	return startCtx(context.Background(), cfg)
+}
+
+// startCtx is Start; ctx ends a standby's wait for the release.
+func startCtx(runCtx context.Context, cfg Config) (_ *Server, err error) {
 	switch cfg.CompactionMode {
 	case "", "local", "remote":
 	default:
@@ -119,7 +144,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.Engine.ColdAfter > 0 && cfg.ColdDB == "" && cfg.Storage.Cold == nil {
 		return nil, errors.New("--cold-after needs --cold-db: the cold tier's location (s3://BUCKET/PREFIX or file:///ABS/PATH)")
 	}
-	s := &Server{cfg: cfg, durable: kvserver.NewNotifier(), born: time.Now()}
+	s := &Server{cfg: cfg, durable: kvserver.NewNotifier(), born: time.Now(), stepped: make(chan struct{})}
 	sc := cfg.Storage
 	sc.OnDurable = func() {
 		s.wrote.Store(int64(time.Since(s.born)))
@@ -148,6 +173,18 @@ func Start(cfg Config) (_ *Server, err error) {
 		// the URL the certificate names.
 		cfg.Logger.Warn("the TLS certificate names another database URL than --db: remote compactions will be refused and done locally",
 			"certificate", sec.Guard.Self.Database, "db", n.URL)
+	}
+	var deferred *kvserver.Deferred
+	if sb := cfg.Standby; sb != nil {
+		deferred = &kvserver.Deferred{}
+		if err := s.standBy(runCtx, n, sb, deferred); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				s.ep.Stop(time.Second) // it serves since standBy
+			}
+		}()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	if c := cfg.Clone; c != nil {
@@ -236,8 +273,15 @@ func Start(cfg Config) (_ *Server, err error) {
 	reg.MustRegister(engine.NewCollector(s.db))
 	iometrics.RegisterTierUsage(reg, s.fs.TierUsage, s.db.AgeOutStats)
 	iometrics.RegisterRangeCache(reg, s.fs.RangeCacheStats)
-	s.ep.Serve(kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: n.URL, Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs),
-		SetColdAfter: s.SetColdAfter, ColdTier: n.Cold != nil, Checkpoints: checkpoints{s}}), reg, cfg.Limits, n.Secured, cfg.Logger)
+	svc := kvserver.New(s.db, cfg.Limits, kvserver.Info{Role: kvv1.Role_ROLE_PRIMARY, DB: n.URL, Epoch: s.fs.Epoch(), Guard: s.fs, Durable: s.durable, Logs: s.logTails, Tiers: tierUsage(s.fs),
+		SetColdAfter: s.SetColdAfter, ColdTier: n.Cold != nil, Checkpoints: checkpoints{s}, StepDown: s.StepDown})
+	if deferred != nil {
+		// A standby serves already (its endpoint answered UNAVAILABLE).
+		deferred.Set(svc)
+		s.ep.SetServing(true)
+	} else {
+		s.ep.Serve(svc, reg, cfg.Limits, n.Secured, cfg.Logger)
+	}
 	if !cfg.NoReadinessCheck {
 		s.startReadiness()
 	}
@@ -311,22 +355,32 @@ func (s *Server) Stop(grace time.Duration) {
 		s.db.CancelBackgroundWork()
 		<-stopped
 	}
-	// Closing RocksDB cancels the compactions waiting for a worker
-	// (CancelAwaitingJobs: the client ends their streams, so the
-	// scheduler drops them from its queue, and RocksDB abandons them);
-	// the client closes after, with no job left to wait for.
-	s.db.Close()
-	if s.compactor != nil {
-		s.compactor.Close()
+	s.closeDB()
+	if !s.fs.Released() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.fs.Release(ctx); err != nil {
+			s.cfg.Logger.Warn("could not record the release; the next owner waits one lease", "err", err)
+		}
+		cancel()
 	}
-	s.fs.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if err := s.fs.Release(ctx); err != nil {
-		s.cfg.Logger.Warn("could not record the release; the next owner waits one lease", "err", err)
-	}
-	cancel()
 	s.node.Close()
 	s.cfg.Logger.Info("primary stopped", "db", s.cfg.DB)
+}
+
+// closeDB closes RocksDB (after running calls), then the compaction
+// client, then stops the FileSystem's loops; once.
+func (s *Server) closeDB() {
+	s.closeOnce.Do(func() {
+		// Closing RocksDB cancels the compactions waiting for a worker
+		// (CancelAwaitingJobs: the client ends their streams, so the
+		// scheduler drops them from its queue, and RocksDB abandons them);
+		// the client closes after, with no job left to wait for.
+		s.db.Close()
+		if s.compactor != nil {
+			s.compactor.Close()
+		}
+		s.fs.Stop()
+	})
 }
 
 // FenceDrain is how long a fenced primary keeps answering, with
@@ -337,11 +391,25 @@ const FenceDrain = 2 * time.Second
 // Run starts a primary and serves until ctx is done or serving fails; a
 // fenced primary returns the fence error.
 func Run(ctx context.Context, cfg Config) error {
-	s, err := Start(cfg)
+	s, err := startCtx(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	select {
+	case <-s.stepped:
+		// Stepped down (StepDown): the standby takes over. Keep answering
+		// UNAVAILABLE for a moment, so clients learn why, then exit.
+		select {
+		case <-time.After(FenceDrain):
+		case <-ctx.Done():
+		}
+		s.Stop(time.Second)
+		s.stepMu.Lock()
+		err := s.step.err
+		s.stepMu.Unlock()
+		// Exit 0 only after a release: the operator completes a
+		// switchover on a primary that exited 0 (RFC 0012, step 8).
+		return err
 	case <-ctx.Done():
 		s.Stop(10 * time.Second)
 		// Asked to stop, but deposed meanwhile (a frozen primary resumes

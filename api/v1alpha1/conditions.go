@@ -15,6 +15,10 @@ const (
 	// ConditionFailover (RocksDB): True while a failover is in progress
 	// (from the decision until the new primary is ready).
 	ConditionFailover = "Failover"
+	// ConditionSwitchover (RocksDB): True while a switchover runs (reason:
+	// its phase, Warming or HandingOver); False once it completed or was
+	// abandoned (docs/rfcs/0012-switchover.md).
+	ConditionSwitchover = "Switchover"
 	// ConditionObjectStoreReachable (RocksDB): the ObjectStore's Reachable
 	// condition, copied.
 	ConditionObjectStoreReachable = "ObjectStoreReachable"
@@ -65,8 +69,13 @@ const (
 	ReasonPrimaryExited      = "PrimaryExited"
 	ReasonStartTimeout       = "PrimaryStartTimeout"
 	ReasonFailoverCompleted  = "FailoverCompleted"
-	ReasonNoFailover         = "NoFailover"
-	ReasonDeleting           = "Deleting"
+	// Switchover reasons: what started it, and how it ended.
+	ReasonSwitchoverRequested = "SwitchoverRequested"
+	ReasonPrimaryNodeDraining = "PrimaryNodeDraining"
+	ReasonSwitchoverCompleted = "SwitchoverCompleted"
+	ReasonSwitchoverAbandoned = "SwitchoverAbandoned"
+	ReasonNoFailover          = "NoFailover"
+	ReasonDeleting            = "Deleting"
 
 	ReasonNoSecondaries       = "NoSecondaries"
 	ReasonSecondariesReady    = "SecondariesReady"

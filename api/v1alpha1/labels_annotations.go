@@ -60,6 +60,12 @@ const (
 	// for its certificates to be issued again now: set it to a value it
 	// has not had before (a date will do). Each value is acted on once.
 	AnnotationRenewCertificates = "shale.rocks/renew-certificates"
+
+	// AnnotationSwitchover, on a RocksDB, asks for a switchover: a warmed
+	// standby takes over from the primary without a failover
+	// (docs/rfcs/0012-switchover.md). Set it to a value it has not had
+	// before (a date will do); each value is acted on once.
+	AnnotationSwitchover = "shale.rocks/switchover"
 	// AnnotationRenewedFor, on a certificate Secret, is the value of
 	// AnnotationRenewCertificates its certificate was issued under (so a
 	// request is acted on once per Secret, and a Secret made later does

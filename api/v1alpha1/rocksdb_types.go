@@ -580,10 +580,45 @@ const (
 	// PhaseFailingOver: a new primary with a higher epoch replaces a lost
 	// one and is not ready yet.
 	PhaseFailingOver RocksDBPhase = "FailingOver"
+	// PhaseSwitchingOver: a switchover runs: a standby warms while the
+	// primary serves, then the primary steps down and the standby takes
+	// over (docs/rfcs/0012-switchover.md).
+	PhaseSwitchingOver RocksDBPhase = "SwitchingOver"
 	// PhaseDeleting: the RocksDB is being deleted (its reclaim policy is
 	// being applied).
 	PhaseDeleting RocksDBPhase = "Deleting"
 )
+
+// SwitchoverPhase is the step a switchover is at.
+type SwitchoverPhase string
+
+const (
+	// SwitchoverWarming: the standby Pod starts and fills its cache; the
+	// primary serves as before.
+	SwitchoverWarming SwitchoverPhase = "Warming"
+	// SwitchoverHandingOver: the standby is warm; the operator asked the
+	// primary to step down (StepDown), and the standby takes over once it
+	// released the database.
+	SwitchoverHandingOver SwitchoverPhase = "HandingOver"
+)
+
+// SwitchoverStatus is a switchover under way.
+type SwitchoverStatus struct {
+	// Request is the shale.rocks/switchover value it answers ("" when a
+	// drain of the primary's node started it).
+	// +optional
+	Request string `json:"request,omitempty"`
+	// Reason: SwitchoverRequested or PrimaryNodeDraining.
+	Reason string `json:"reason"`
+	// FromEpoch is the primary's epoch, ToEpoch the standby's.
+	FromEpoch int64 `json:"fromEpoch"`
+	ToEpoch   int64 `json:"toEpoch"`
+	// Phase: Warming or HandingOver.
+	// +kubebuilder:validation:Enum=Warming;HandingOver
+	Phase SwitchoverPhase `json:"phase"`
+	// StartedAt is when the operator decided it.
+	StartedAt metav1.Time `json:"startedAt"`
+}
 
 // RocksDBStatus is the observed state of a database.
 //
@@ -597,7 +632,7 @@ type RocksDBStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Phase summarises the state: Pending, Starting, Ready, Degraded,
-	// FailingOver or Deleting.
+	// FailingOver, SwitchingOver or Deleting.
 	// +optional
 	Phase RocksDBPhase `json:"phase,omitempty"`
 
@@ -639,6 +674,29 @@ type RocksDBStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Failovers int64 `json:"failovers,omitempty"`
+
+	// ReservedEpoch is the highest epoch handed to any Pod, a switchover's
+	// standby included (which gets one before it is the primary): a new
+	// primary's epoch is chosen above it, so no two Pods share a name.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ReservedEpoch int64 `json:"reservedEpoch,omitempty"`
+
+	// Switchover is the switchover under way (docs/rfcs/0012-switchover.md):
+	// a standby warms, then the primary steps down and the standby takes
+	// the next epoch. Nil when none runs.
+	// +optional
+	Switchover *SwitchoverStatus `json:"switchover,omitempty"`
+
+	// LastSwitchoverRequest is the last value of the shale.rocks/switchover
+	// annotation acted on: a new value asks for a switchover.
+	// +optional
+	LastSwitchoverRequest string `json:"lastSwitchoverRequest,omitempty"`
+
+	// Switchovers counts the completed switchovers of this database.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Switchovers int64 `json:"switchovers,omitempty"`
 
 	// Secondaries is the number of ready secondaries (the readyReplicas
 	// of the Deployment NAME-secondary).

@@ -244,6 +244,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"primary", "--db", "file:///tmp/x", "--clone-from", "file:///tmp/p"}, []string{"primary: a clone needs --clone-from, --clone-checkpoint and --clone-id together"}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--clone-from", "file:///tmp/p", "--clone-checkpoint", "c1", "--clone-id", "a", "--existing"}, []string{"primary: --existing and --clone-from exclude each other"}},
 		{[]string{"primary", "--db", "file:///tmp/x", "--clone-copy"}, []string{"primary: a clone needs --clone-from, --clone-checkpoint and --clone-id together (--clone-copy, --clone-endpoint and --clone-credentials-dir only with them)"}},
+		{[]string{"primary", "--db", "file:///tmp/x", "--clone-from", "file:///tmp/p", "--clone-checkpoint", "c1", "--clone-id", "a", "--standby"}, []string{"primary: --standby and --clone-from exclude each other"}},
 	} {
 		code, out, errOut := shale(tc.args...)
 		ok := code == 2 && out == ""

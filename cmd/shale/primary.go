@@ -21,6 +21,8 @@ import (
 func newPrimaryCmd() *cobra.Command {
 	var cfg primary.Config
 	var clone primary.CloneConfig
+	var standby bool
+	var standbyPoll time.Duration
 	c := &cobra.Command{
 		Use:   "primary --db URL",
 		Short: "Serve a database read-write over gRPC",
@@ -71,6 +73,12 @@ unless --insecure. See docs/security.md.`,
 				}
 				cfg.Clone = &clone
 			}
+			if standby {
+				if cfg.Clone != nil {
+					return usageErrorf("primary: --standby and --clone-from exclude each other: a standby takes over a database that has a primary")
+				}
+				cfg.Standby = &primary.StandbyConfig{Poll: standbyPoll}
+			}
 			cfg.Logger = newLogger(c.ErrOrStderr())
 			serverGC()
 			ctx, stop := signalContext()
@@ -78,6 +86,8 @@ unless --insecure. See docs/security.md.`,
 			return primary.Run(ctx, cfg)
 		},
 	}
+	c.Flags().BoolVar(&standby, "standby", false, "start as the standby of a switchover (docs/rfcs/0012-switchover.md): warm the cache from the store, answer UNAVAILABLE until the current primary steps down (KV StepDown) and releases the database, then take over with --epoch without waiting out a lease")
+	c.Flags().DurationVar(&standbyPoll, "standby-poll", 50*time.Millisecond, "with --standby: how often to look for the current primary's release (one HEAD request each)")
 	c.Flags().StringVar(&cfg.DB, "db", "", "database location `URL`: s3://BUCKET/PREFIX or file:///ABS/PATH (required)")
 	c.Flags().StringVar(&clone.From, "clone-from", "", "make --db a clone of the database at this `URL` before serving (zero-copy on the same endpoint; copied from another store) (with --clone-checkpoint and --clone-id; --db must be empty or hold only this clone's bootstrap; docs/checkpoints.md)")
 	c.Flags().StringVar(&clone.Checkpoint, "clone-checkpoint", "", "the `name` of the --clone-from database's checkpoint the clone starts from")

@@ -32,14 +32,16 @@ func KVRole(self, id Identity, access *AccessList) Role {
 // operatorKV are the KV methods the operator may call, whatever their
 // role: Status (secondaries' lag, tiers), SetTiering (it applies
 // spec.tiering.coldAfter to the running primary) and the checkpoint
-// methods (it keeps Checkpoint resources and bootstraps clones). None
-// reads or changes data: a stolen operator certificate can at most move
-// data between the tiers or keep and release old states (it can delete
-// the RocksDB resource anyway), losing nothing written. Admin, the role
+// methods (it keeps Checkpoint resources and bootstraps clones), and
+// StepDown (a switchover, RFC 0012). None reads or changes data: a stolen
+// operator certificate can at most move data between the tiers, keep and
+// release old states, or make the primary step down (a failover when no
+// standby waits; it can delete the Pod anyway), losing nothing written. Admin, the role
 // these need otherwise, would give it Flush, Compact and Ingest too.
 var operatorKV = map[string]bool{
 	"/shale.kv.v1.KV/Status": true, "/shale.kv.v1.KV/SetTiering": true,
 	"/shale.kv.v1.KV/Checkpoint": true, "/shale.kv.v1.KV/ListCheckpoints": true, "/shale.kv.v1.KV/DeleteCheckpoint": true,
+	"/shale.kv.v1.KV/StepDown": true,
 }
 
 // RequireKV refuses method unless role grants it, naming the role needed.
@@ -52,7 +54,7 @@ func RequireKV(id Identity, role Role, method string) error {
 		if operatorKV[method] {
 			return nil
 		}
-		return status.Errorf(codes.PermissionDenied, "%s may call Status, SetTiering and the checkpoint methods only; %s is not for the operator", id, shortMethod(method))
+		return status.Errorf(codes.PermissionDenied, "%s may call Status, SetTiering, StepDown and the checkpoint methods only; %s is not for the operator", id, shortMethod(method))
 	}
 	if role >= need {
 		return nil

@@ -47,6 +47,7 @@ var kvRoles = map[string]Role{
 	"Put": RoleWrite, "Delete": RoleWrite, "Write": RoleWrite, "Load": RoleWrite,
 	"Flush": RoleAdmin, "Compact": RoleAdmin, "Ingest": RoleAdmin, "SetTiering": RoleAdmin,
 	"ListCheckpoints": RoleRead, "Checkpoint": RoleAdmin, "DeleteCheckpoint": RoleAdmin,
+	"StepDown": RoleAdmin,
 }
 
 // MethodRole is the role a gRPC method of a KV server needs. Health

@@ -106,6 +106,7 @@ func TestMethodRole(t *testing.T) {
 		"/shale.kv.v1.KV/ListCheckpoints":                           RoleRead,
 		"/shale.kv.v1.KV/Checkpoint":                                RoleAdmin,
 		"/shale.kv.v1.KV/DeleteCheckpoint":                          RoleAdmin,
+		"/shale.kv.v1.KV/StepDown":                                  RoleAdmin,
 		"/shale.kv.v1.KV/NewMethod":                                 RoleAdmin, // closed until decided
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": RoleAdmin,
 	} {
@@ -159,15 +160,16 @@ func TestRequireKV(t *testing.T) {
 	// SetTiering: the operator applies spec.tiering.coldAfter live, with
 	// no other admin method.
 	// The checkpoint methods: it keeps Checkpoint resources.
-	for _, m := range []string{"SetTiering", "Checkpoint", "ListCheckpoints", "DeleteCheckpoint"} {
+	// StepDown: it runs switchovers (RFC 0012).
+	for _, m := range []string{"SetTiering", "Checkpoint", "ListCheckpoints", "DeleteCheckpoint", "StepDown"} {
 		if err := RequireKV(op, KVRole(Identity{Namespace: "ns", Kind: KindPrimary, Name: "db"}, op, nil), "/shale.kv.v1.KV/"+m); err != nil {
 			t.Errorf("the operator's %s: %v", m, err)
 		}
 	}
 	for _, m := range []string{"/shale.kv.v1.KV/Get", "/shale.kv.v1.KV/Scan", "/shale.kv.v1.KV/MultiGet", "/shale.kv.v1.KV/Watch", "/shale.kv.v1.KV/Put",
 		"/shale.kv.v1.KV/Flush", "/shale.kv.v1.KV/Compact", "/shale.kv.v1.KV/Ingest", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"} {
-		if err := RequireKV(op, RoleRead, m); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "Status, SetTiering and the checkpoint methods only") {
-			t.Errorf("the operator's %s: %v, want PermissionDenied (Status, SetTiering and the checkpoint methods only)", m, err)
+		if err := RequireKV(op, RoleRead, m); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "Status, SetTiering, StepDown and the checkpoint methods only") {
+			t.Errorf("the operator's %s: %v, want PermissionDenied (Status, SetTiering, StepDown and the checkpoint methods only)", m, err)
 		}
 	}
 	// Everyone else needs admin for SetTiering: a writer or a secondary

@@ -58,7 +58,7 @@ func TestTLSFromPEM(t *testing.T) {
 		t.Fatalf("operator's Status after SetPEM: %v, want it past the guard", err)
 	}
 	if err := get(dialMem(m)); status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("operator's Get: %v, want PermissionDenied (Status, SetTiering and the checkpoint methods only)", err)
+		t.Fatalf("operator's Get: %v, want PermissionDenied (Status, SetTiering, StepDown and the checkpoint methods only)", err)
 	}
 	if id, err := m.Identity(); err != nil || id.Kind != KindOperator {
 		t.Errorf("Identity() = %v, %v", id, err)

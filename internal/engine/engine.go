@@ -166,6 +166,9 @@ var (
 	ErrNotADatabase = errors.New("directory is not empty and holds no RocksDB database")
 	// ErrClosed: the database was closed.
 	ErrClosed = errors.New("database is closed")
+	// ErrWritesStopped: StopWrites was called (a step-down); the write was
+	// refused before RocksDB saw it.
+	ErrWritesStopped = errors.New("writes are stopped: this primary is stepping down")
 )
 
 // DB is an open RocksDB database. Its methods are safe for concurrent use;
@@ -177,6 +180,8 @@ type DB struct {
 	// the sequence number and switches the memtable (checkpoint.go).
 	gate   sync.RWMutex
 	closed bool
+	// writesStopped (under gate): StopWrites was called.
+	writesStopped bool
 
 	dir     string
 	db      *grocksdb.DB
@@ -512,7 +517,23 @@ func (d *DB) enterWrite() error {
 		return err
 	}
 	d.gate.RLock()
+	if d.writesStopped {
+		d.gate.RUnlock()
+		d.leave()
+		return ErrWritesStopped
+	}
 	return nil
+}
+
+// StopWrites refuses every later write with ErrWritesStopped and returns
+// once every write that already entered has finished (acknowledged or
+// failed): from then on the memtables and the WAL change no more, so a
+// flush holds every acknowledged write (a step-down, RFC 0012). Reads go
+// on until Close.
+func (d *DB) StopWrites() {
+	d.gate.Lock()
+	d.writesStopped = true
+	d.gate.Unlock()
 }
 
 func (d *DB) leaveWrite() {

@@ -365,3 +365,42 @@ func TestParallelMultiGetOneView(t *testing.T) {
 		}
 	}
 }
+
+// StopWrites (a step-down, RFC 0012) waits for the writes under way and
+// refuses later ones before RocksDB sees them; reads and the flush go on.
+func TestStopWrites(t *testing.T) {
+	d := open(t, t.TempDir())
+	if err := d.Put([]byte("before"), []byte("v"), false); err != nil {
+		t.Fatal(err)
+	}
+	// A write holding the gate: StopWrites must wait for it.
+	if err := d.enterWrite(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { d.StopWrites(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("StopWrites returned while a write was under way")
+	default:
+	}
+	d.leaveWrite()
+	<-stopped
+	for _, err := range []error{
+		d.Put([]byte("after"), []byte("v"), true),
+		d.Delete([]byte("before"), true),
+	} {
+		if !errors.Is(err, ErrWritesStopped) {
+			t.Fatalf("a write after StopWrites: %v, want ErrWritesStopped", err)
+		}
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := d.Get([]byte("before")); err != nil || !ok || string(v) != "v" {
+		t.Fatalf("read after StopWrites: %q %v %v", v, ok, err)
+	}
+	if _, ok, _ := d.Get([]byte("after")); ok {
+		t.Fatal("a refused write is visible")
+	}
+}

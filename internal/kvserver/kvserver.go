@@ -83,6 +83,9 @@ type Info struct {
 	// on a checkpoint server (a secondary fixed at one), it only lists.
 	// Nil: the server answers FAILED_PRECONDITION naming the primary.
 	Checkpoints Checkpoints
+	// StepDown, on a primary, hands the database over to a standby
+	// (RFC 0012); nil: FAILED_PRECONDITION.
+	StepDown func(ctx context.Context, epoch uint64) (*kvv1.StepDownResponse, error)
 }
 
 // Checkpoints is the checkpoint catalog of a primary (shalefs.Owner, with
@@ -205,7 +208,7 @@ func (s *Server) writeError(ctx context.Context, err error) error {
 		}
 	}
 	switch {
-	case errors.Is(err, engine.ErrClosed), ctx.Err() != nil:
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrWritesStopped), ctx.Err() != nil:
 		return dbError(ctx, err)
 	}
 	if _, ok := status.FromError(err); ok {
@@ -221,6 +224,9 @@ func dbError(ctx context.Context, err error) error {
 		return nil
 	case errors.Is(err, engine.ErrClosed):
 		return status.Error(codes.Unavailable, "database is shutting down; retry against the new primary")
+	case errors.Is(err, engine.ErrWritesStopped):
+		// Refused before RocksDB saw it (RFC 0012).
+		return status.Error(codes.Unavailable, "primary is stepping down (switchover): write not applied; retry against the new primary")
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
 	}
@@ -228,6 +234,14 @@ func dbError(ctx context.Context, err error) error {
 		return err
 	}
 	return status.Errorf(codes.Internal, "rocksdb: %v", err)
+}
+
+// StepDown implements KV (RFC 0012).
+func (s *Server) StepDown(ctx context.Context, r *kvv1.StepDownRequest) (*kvv1.StepDownResponse, error) {
+	if s.info.StepDown == nil || s.info.Role != kvv1.Role_ROLE_PRIMARY {
+		return nil, status.Errorf(codes.FailedPrecondition, "not the owner of epoch %d: only a primary steps down", r.Epoch)
+	}
+	return s.info.StepDown(ctx, r.Epoch)
 }
 
 // Put implements KV.

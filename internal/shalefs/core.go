@@ -308,7 +308,11 @@ type Owner struct {
 	// last wrote it, names: announced to readers (owner_tails.go).
 	storedCurrent atomic.Value
 
-	fenced   atomic.Pointer[ErrFenced]
+	fenced atomic.Pointer[ErrFenced]
+	// released: Release began (RFC 0012). From then on this owner serves
+	// no read and stores nothing, whether or not its release object
+	// landed: a successor that finds it skips the lease wait.
+	released atomic.Bool
 	fencedCh chan struct{}
 	// outcomeUnknown: an upload that may be part of the new owner's
 	// database raced the fence, so failed writes are not "definitely not

@@ -15,7 +15,7 @@ import (
 // Rename is called before RocksDB renames src to dst locally; it publishes
 // dst (CURRENT with If-Match, IDENTITY and OPTIONS whole).
 func (f *Owner) Rename(src, dst string) error {
-	if err := f.FenceError(); err != nil {
+	if err := f.writable(); err != nil {
 		return err
 	}
 	if strings.Contains(src, "/") {

@@ -27,6 +27,8 @@ func TestDefinitelyNotStored(t *testing.T) {
 		{fe, true},
 		{fmt.Errorf("sync: %w", fe), true},
 		{&ErrOutcomeUnknown{Fence: fe}, false},
+		{ErrReleased, true}, // refused before any byte was stored
+		{fmt.Errorf("sync: %v, after part of it was stored", ErrReleased), false},
 		{retryLater(errors.New("timeout")), false},
 		{errors.New("segment holds bytes this owner did not write"), false},
 	} {

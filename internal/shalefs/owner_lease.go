@@ -2,6 +2,7 @@ package shalefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -47,7 +48,7 @@ func (f *Owner) setFenced(by uint64) error {
 // and it confirmed its ownership within the read lease. When the last
 // confirmation is too old it confirms again on the spot (one listing).
 func (f *Owner) ReadAllowed() error {
-	if err := f.FenceError(); err != nil {
+	if err := f.writable(); err != nil {
 		return err
 	}
 	if !f.readSince.Load() {
@@ -100,7 +101,7 @@ func (f *Owner) SinceReads() time.Duration {
 // tells whether the store answers). Unlike ReadAllowed it does not count
 // as a read: the lease loop keeps its idle pace.
 func (f *Owner) CheckServing(ctx context.Context, maxAge time.Duration) error {
-	if err := f.FenceError(); err != nil {
+	if err := f.writable(); err != nil {
 		return err
 	}
 	fresh := func() bool {
@@ -276,10 +277,35 @@ func (f *Owner) waitNow() time.Duration {
 	return w
 }
 
+// ErrReleased: this owner released the database (a clean stop or a
+// step-down, RFC 0012) and serves nothing any more. Not a fence: the
+// request was not applied, and the next owner serves it (UNAVAILABLE).
+var ErrReleased = errors.New("this primary released the database (stopped or stepped down); retry against the new primary")
+
+// writable is nil while this owner may still serve and store: not fenced
+// and not released.
+func (f *Owner) writable() error {
+	if err := f.FenceError(); err != nil {
+		return err
+	}
+	if f.released.Load() {
+		return ErrReleased
+	}
+	return nil
+}
+
+// Released reports whether Release began.
+func (f *Owner) Released() bool { return f.released.Load() }
+
 // Release records that this owner stopped serving for good, so the next
 // owner need not wait out its read lease. Call it only after the database
-// is closed and no request is being served.
+// is closed and no request is being served. The owner refuses every read
+// and upload from the moment Release begins, before the record is written
+// (its PUT may land before its reply): a successor that finds the record
+// opens without waiting, so this owner must already serve nothing
+// (RFC 0012, invariant 2). A retried Release writes the record again.
 func (f *Owner) Release(ctx context.Context) error {
+	f.released.Store(true)
 	if f.FenceError() != nil {
 		return nil
 	}

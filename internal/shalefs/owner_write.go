@@ -27,7 +27,7 @@ func (f *Owner) Close(name string, size int64, activity string) error {
 
 // Create records a managed file RocksDB just created locally.
 func (f *Owner) Create(name string) error {
-	if err := f.FenceError(); err != nil {
+	if err := f.writable(); err != nil {
 		return err
 	}
 	k := layout.KindOf(name)
@@ -97,7 +97,7 @@ func (f *Owner) syncLog(name string, size int64, activity Activity) error {
 func definitelyNotStored(err error) bool {
 	var fe *ErrFenced
 	var unknown *ErrOutcomeUnknown
-	return errors.As(err, &fe) && !errors.As(err, &unknown)
+	return errors.Is(err, ErrReleased) || errors.As(err, &fe) && !errors.As(err, &unknown)
 }
 
 // syncLocked uploads the log's bytes from st.size to size as segments.
@@ -117,6 +117,14 @@ func definitelyNotStored(err error) bool {
 func (f *Owner) syncLocked(name string, st *file, size int64, activity Activity) error {
 	storedSome := false
 	for size > st.size {
+		if f.released.Load() {
+			// The release may already be read by a successor that waits
+			// no lease: store nothing more (RFC 0012).
+			if storedSome {
+				return fmt.Errorf("sync of %s: %v, after part of it was stored (outcome unknown)", name, ErrReleased)
+			}
+			return ErrReleased // nothing stored: "not applied" (definitelyNotStored)
+		}
 		if err := f.FenceError(); err != nil {
 			if fe := err.(*ErrFenced); storedSome || fe.Cause != "" {
 				// A stopped owner's log may hold a failed sync's bytes
@@ -212,7 +220,7 @@ func (f *Owner) closeFile(name string, size int64, activity Activity) error {
 	case layout.KindLog:
 		return f.syncLog(name, size, activity)
 	case layout.KindTable, layout.KindObject:
-		if err := f.FenceError(); err != nil {
+		if err := f.writable(); err != nil {
 			return err
 		}
 		return f.upload(name, f.localPath(name), activity)
@@ -317,7 +325,7 @@ func (f *Owner) Delete(name string) error {
 	if k == layout.KindCurrent {
 		return fmt.Errorf("delete CURRENT: refused")
 	}
-	if err := f.FenceError(); err != nil {
+	if err := f.writable(); err != nil {
 		return err
 	}
 	f.mu.Lock()

@@ -75,6 +75,116 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{0}
 }
 
+type StepDownRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The epoch the caller wants stepped down: the server refuses unless it
+	// owns exactly that one (a guard against stepping down the wrong
+	// primary). 0 refuses too.
+	Epoch         uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepDownRequest) Reset() {
+	*x = StepDownRequest{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepDownRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepDownRequest) ProtoMessage() {}
+
+func (x *StepDownRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepDownRequest.ProtoReflect.Descriptor instead.
+func (*StepDownRequest) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StepDownRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type StepDownResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// From the request to the durable release: how long this primary
+	// refused writes before a successor could claim.
+	Took *durationpb.Duration `protobuf:"bytes,2,opt,name=took,proto3" json:"took,omitempty"`
+	// The flush's share of took.
+	Flush         *durationpb.Duration `protobuf:"bytes,3,opt,name=flush,proto3" json:"flush,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepDownResponse) Reset() {
+	*x = StepDownResponse{}
+	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepDownResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepDownResponse) ProtoMessage() {}
+
+func (x *StepDownResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepDownResponse.ProtoReflect.Descriptor instead.
+func (*StepDownResponse) Descriptor() ([]byte, []int) {
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StepDownResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *StepDownResponse) GetTook() *durationpb.Duration {
+	if x != nil {
+		return x.Took
+	}
+	return nil
+}
+
+func (x *StepDownResponse) GetFlush() *durationpb.Duration {
+	if x != nil {
+		return x.Flush
+	}
+	return nil
+}
+
 type CheckpointRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Name: 1-63 characters of [a-z0-9-], starting and ending alphanumeric
@@ -92,7 +202,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -104,7 +214,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[0]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -117,7 +227,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{0}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CheckpointRequest) GetName() string {
@@ -150,7 +260,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +272,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[1]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +285,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{1}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckpointResponse) GetCheckpoint() *CheckpointInfo {
@@ -193,7 +303,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -205,7 +315,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[2]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -218,7 +328,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{2}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{4}
 }
 
 type ListCheckpointsResponse struct {
@@ -230,7 +340,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -242,7 +352,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[3]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -255,7 +365,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{3}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointInfo {
@@ -274,7 +384,7 @@ type DeleteCheckpointRequest struct {
 
 func (x *DeleteCheckpointRequest) Reset() {
 	*x = DeleteCheckpointRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +396,7 @@ func (x *DeleteCheckpointRequest) String() string {
 func (*DeleteCheckpointRequest) ProtoMessage() {}
 
 func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[4]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +409,7 @@ func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{4}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeleteCheckpointRequest) GetName() string {
@@ -317,7 +427,7 @@ type DeleteCheckpointResponse struct {
 
 func (x *DeleteCheckpointResponse) Reset() {
 	*x = DeleteCheckpointResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -329,7 +439,7 @@ func (x *DeleteCheckpointResponse) String() string {
 func (*DeleteCheckpointResponse) ProtoMessage() {}
 
 func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[5]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -342,7 +452,7 @@ func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{5}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{7}
 }
 
 type CheckpointInfo struct {
@@ -366,7 +476,7 @@ type CheckpointInfo struct {
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +488,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[6]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +501,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{6}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckpointInfo) GetName() string {
@@ -468,7 +578,7 @@ type SetTieringRequest struct {
 
 func (x *SetTieringRequest) Reset() {
 	*x = SetTieringRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +590,7 @@ func (x *SetTieringRequest) String() string {
 func (*SetTieringRequest) ProtoMessage() {}
 
 func (x *SetTieringRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[7]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +603,7 @@ func (x *SetTieringRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTieringRequest.ProtoReflect.Descriptor instead.
 func (*SetTieringRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{7}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetTieringRequest) GetColdAfter() *durationpb.Duration {
@@ -514,7 +624,7 @@ type SetTieringResponse struct {
 
 func (x *SetTieringResponse) Reset() {
 	*x = SetTieringResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +636,7 @@ func (x *SetTieringResponse) String() string {
 func (*SetTieringResponse) ProtoMessage() {}
 
 func (x *SetTieringResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[8]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +649,7 @@ func (x *SetTieringResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTieringResponse.ProtoReflect.Descriptor instead.
 func (*SetTieringResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{8}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetTieringResponse) GetPrevious() *durationpb.Duration {
@@ -568,7 +678,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +690,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[9]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +703,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{9}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PutRequest) GetKey() []byte {
@@ -627,7 +737,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +749,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[10]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +762,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{10}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PutResponse) GetSequence() uint64 {
@@ -671,7 +781,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +793,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[11]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +806,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{11}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRequest) GetKey() []byte {
@@ -715,7 +825,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +837,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[12]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +850,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{12}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -760,7 +870,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +882,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[13]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +895,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{13}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteRequest) GetKey() []byte {
@@ -811,7 +921,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +933,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[14]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +946,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{14}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteResponse) GetSequence() uint64 {
@@ -859,7 +969,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +981,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[15]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +994,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{15}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Mutation) GetOp() isMutation_Op {
@@ -938,7 +1048,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1060,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[16]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1073,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{16}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WriteRequest) GetMutations() []*Mutation {
@@ -989,7 +1099,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1111,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[17]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1124,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{17}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WriteResponse) GetSequence() uint64 {
@@ -1033,7 +1143,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1155,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[18]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1168,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{18}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MultiGetRequest) GetKeys() [][]byte {
@@ -1078,7 +1188,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1200,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1213,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResponse_Result {
@@ -1133,7 +1243,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1255,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[20]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1268,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{20}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ScanRequest) GetStart() []byte {
@@ -1213,7 +1323,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1335,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[21]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1348,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -1265,7 +1375,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1387,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[22]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1400,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{22}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ScanResponse) GetPairs() []*KeyValue {
@@ -1308,7 +1418,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1430,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[23]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1443,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{23}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{25}
 }
 
 type FlushResponse struct {
@@ -1344,7 +1454,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1466,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[24]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1479,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{24}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{26}
 }
 
 type CompactRequest struct {
@@ -1384,7 +1494,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1506,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[25]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1519,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{25}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompactRequest) GetStart() []byte {
@@ -1434,7 +1544,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1556,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[26]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1569,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{26}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{28}
 }
 
 type LoadRequest struct {
@@ -1481,7 +1591,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1603,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[27]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1616,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{27}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LoadRequest) GetPairs() []*KeyValue {
@@ -1543,7 +1653,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1665,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[28]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1678,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{28}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LoadResponse) GetPairs() uint64 {
@@ -1602,7 +1712,7 @@ type IngestRequest struct {
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1724,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[29]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1737,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{29}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *IngestRequest) GetData() []byte {
@@ -1649,7 +1759,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1771,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[30]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1784,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{30}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *IngestResponse) GetBytes() uint64 {
@@ -1699,7 +1809,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1821,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[31]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1834,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{31}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{33}
 }
 
 type WatchRequest struct {
@@ -1735,7 +1845,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[32]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1857,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[32]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1870,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{32}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{34}
 }
 
 type WatchEvent struct {
@@ -1782,7 +1892,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[33]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1904,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[33]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1917,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{33}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchEvent) GetLatestSequence() uint64 {
@@ -1855,7 +1965,7 @@ type LogTail struct {
 
 func (x *LogTail) Reset() {
 	*x = LogTail{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[34]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1977,7 @@ func (x *LogTail) String() string {
 func (*LogTail) ProtoMessage() {}
 
 func (x *LogTail) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[34]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1990,7 @@ func (x *LogTail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogTail.ProtoReflect.Descriptor instead.
 func (*LogTail) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{34}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LogTail) GetName() string {
@@ -1946,7 +2056,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[35]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2068,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[35]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2081,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{35}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StatusResponse) GetRole() Role {
@@ -2069,7 +2179,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[36]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2191,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[36]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2204,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{36}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -2137,7 +2247,7 @@ type DBStats struct {
 
 func (x *DBStats) Reset() {
 	*x = DBStats{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[37]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2259,7 @@ func (x *DBStats) String() string {
 func (*DBStats) ProtoMessage() {}
 
 func (x *DBStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[37]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2272,7 @@ func (x *DBStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DBStats.ProtoReflect.Descriptor instead.
 func (*DBStats) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{37}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DBStats) GetEstimatedKeys() uint64 {
@@ -2238,7 +2348,7 @@ type Mutation_Put struct {
 
 func (x *Mutation_Put) Reset() {
 	*x = Mutation_Put{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[38]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2360,7 @@ func (x *Mutation_Put) String() string {
 func (*Mutation_Put) ProtoMessage() {}
 
 func (x *Mutation_Put) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[38]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2373,7 @@ func (x *Mutation_Put) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation_Put.ProtoReflect.Descriptor instead.
 func (*Mutation_Put) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{15, 0}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{17, 0}
 }
 
 func (x *Mutation_Put) GetKey() []byte {
@@ -2289,7 +2399,7 @@ type Mutation_Delete struct {
 
 func (x *Mutation_Delete) Reset() {
 	*x = Mutation_Delete{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[39]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2411,7 @@ func (x *Mutation_Delete) String() string {
 func (*Mutation_Delete) ProtoMessage() {}
 
 func (x *Mutation_Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[39]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2424,7 @@ func (x *Mutation_Delete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation_Delete.ProtoReflect.Descriptor instead.
 func (*Mutation_Delete) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{15, 1}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{17, 1}
 }
 
 func (x *Mutation_Delete) GetKey() []byte {
@@ -2335,7 +2445,7 @@ type MultiGetResponse_Result struct {
 
 func (x *MultiGetResponse_Result) Reset() {
 	*x = MultiGetResponse_Result{}
-	mi := &file_api_kv_v1_kv_proto_msgTypes[40]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2457,7 @@ func (x *MultiGetResponse_Result) String() string {
 func (*MultiGetResponse_Result) ProtoMessage() {}
 
 func (x *MultiGetResponse_Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_kv_v1_kv_proto_msgTypes[40]
+	mi := &file_api_kv_v1_kv_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2470,7 @@ func (x *MultiGetResponse_Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse_Result.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse_Result) Descriptor() ([]byte, []int) {
-	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{19, 0}
+	return file_api_kv_v1_kv_proto_rawDescGZIP(), []int{21, 0}
 }
 
 func (x *MultiGetResponse_Result) GetKey() []byte {
@@ -2388,7 +2498,13 @@ var File_api_kv_v1_kv_proto protoreflect.FileDescriptor
 
 const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\n" +
-	"\x12api/kv/v1/kv.proto\x12\vshale.kv.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"|\n" +
+	"\x12api/kv/v1/kv.proto\x12\vshale.kv.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"'\n" +
+	"\x0fStepDownRequest\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\x88\x01\n" +
+	"\x10StepDownResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12-\n" +
+	"\x04took\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04took\x12/\n" +
+	"\x05flush\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05flush\"|\n" +
 	"\x11CheckpointRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\aexpires\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x1d\n" +
@@ -2538,7 +2654,7 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PRIMARY\x10\x01\x12\x12\n" +
-	"\x0eROLE_SECONDARY\x10\x022\xec\b\n" +
+	"\x0eROLE_SECONDARY\x10\x022\xb5\t\n" +
 	"\x02KV\x128\n" +
 	"\x03Put\x12\x17.shale.kv.v1.PutRequest\x1a\x18.shale.kv.v1.PutResponse\x128\n" +
 	"\x03Get\x12\x17.shale.kv.v1.GetRequest\x1a\x18.shale.kv.v1.GetResponse\x12A\n" +
@@ -2557,7 +2673,8 @@ const file_api_kv_v1_kv_proto_rawDesc = "" +
 	"\n" +
 	"Checkpoint\x12\x1e.shale.kv.v1.CheckpointRequest\x1a\x1f.shale.kv.v1.CheckpointResponse\x12\\\n" +
 	"\x0fListCheckpoints\x12#.shale.kv.v1.ListCheckpointsRequest\x1a$.shale.kv.v1.ListCheckpointsResponse\x12_\n" +
-	"\x10DeleteCheckpoint\x12$.shale.kv.v1.DeleteCheckpointRequest\x1a%.shale.kv.v1.DeleteCheckpointResponseB-Z+github.com/shale-rocks/shale/api/kv/v1;kvv1b\x06proto3"
+	"\x10DeleteCheckpoint\x12$.shale.kv.v1.DeleteCheckpointRequest\x1a%.shale.kv.v1.DeleteCheckpointResponse\x12G\n" +
+	"\bStepDown\x12\x1c.shale.kv.v1.StepDownRequest\x1a\x1d.shale.kv.v1.StepDownResponseB-Z+github.com/shale-rocks/shale/api/kv/v1;kvv1b\x06proto3"
 
 var (
 	file_api_kv_v1_kv_proto_rawDescOnce sync.Once
@@ -2572,110 +2689,116 @@ func file_api_kv_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_api_kv_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_api_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_api_kv_v1_kv_proto_goTypes = []any{
 	(Role)(0),                        // 0: shale.kv.v1.Role
-	(*CheckpointRequest)(nil),        // 1: shale.kv.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 2: shale.kv.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 3: shale.kv.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 4: shale.kv.v1.ListCheckpointsResponse
-	(*DeleteCheckpointRequest)(nil),  // 5: shale.kv.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 6: shale.kv.v1.DeleteCheckpointResponse
-	(*CheckpointInfo)(nil),           // 7: shale.kv.v1.CheckpointInfo
-	(*SetTieringRequest)(nil),        // 8: shale.kv.v1.SetTieringRequest
-	(*SetTieringResponse)(nil),       // 9: shale.kv.v1.SetTieringResponse
-	(*PutRequest)(nil),               // 10: shale.kv.v1.PutRequest
-	(*PutResponse)(nil),              // 11: shale.kv.v1.PutResponse
-	(*GetRequest)(nil),               // 12: shale.kv.v1.GetRequest
-	(*GetResponse)(nil),              // 13: shale.kv.v1.GetResponse
-	(*DeleteRequest)(nil),            // 14: shale.kv.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 15: shale.kv.v1.DeleteResponse
-	(*Mutation)(nil),                 // 16: shale.kv.v1.Mutation
-	(*WriteRequest)(nil),             // 17: shale.kv.v1.WriteRequest
-	(*WriteResponse)(nil),            // 18: shale.kv.v1.WriteResponse
-	(*MultiGetRequest)(nil),          // 19: shale.kv.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),         // 20: shale.kv.v1.MultiGetResponse
-	(*ScanRequest)(nil),              // 21: shale.kv.v1.ScanRequest
-	(*KeyValue)(nil),                 // 22: shale.kv.v1.KeyValue
-	(*ScanResponse)(nil),             // 23: shale.kv.v1.ScanResponse
-	(*FlushRequest)(nil),             // 24: shale.kv.v1.FlushRequest
-	(*FlushResponse)(nil),            // 25: shale.kv.v1.FlushResponse
-	(*CompactRequest)(nil),           // 26: shale.kv.v1.CompactRequest
-	(*CompactResponse)(nil),          // 27: shale.kv.v1.CompactResponse
-	(*LoadRequest)(nil),              // 28: shale.kv.v1.LoadRequest
-	(*LoadResponse)(nil),             // 29: shale.kv.v1.LoadResponse
-	(*IngestRequest)(nil),            // 30: shale.kv.v1.IngestRequest
-	(*IngestResponse)(nil),           // 31: shale.kv.v1.IngestResponse
-	(*StatusRequest)(nil),            // 32: shale.kv.v1.StatusRequest
-	(*WatchRequest)(nil),             // 33: shale.kv.v1.WatchRequest
-	(*WatchEvent)(nil),               // 34: shale.kv.v1.WatchEvent
-	(*LogTail)(nil),                  // 35: shale.kv.v1.LogTail
-	(*StatusResponse)(nil),           // 36: shale.kv.v1.StatusResponse
-	(*TierUsage)(nil),                // 37: shale.kv.v1.TierUsage
-	(*DBStats)(nil),                  // 38: shale.kv.v1.DBStats
-	(*Mutation_Put)(nil),             // 39: shale.kv.v1.Mutation.Put
-	(*Mutation_Delete)(nil),          // 40: shale.kv.v1.Mutation.Delete
-	(*MultiGetResponse_Result)(nil),  // 41: shale.kv.v1.MultiGetResponse.Result
-	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 43: google.protobuf.Duration
+	(*StepDownRequest)(nil),          // 1: shale.kv.v1.StepDownRequest
+	(*StepDownResponse)(nil),         // 2: shale.kv.v1.StepDownResponse
+	(*CheckpointRequest)(nil),        // 3: shale.kv.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 4: shale.kv.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 5: shale.kv.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 6: shale.kv.v1.ListCheckpointsResponse
+	(*DeleteCheckpointRequest)(nil),  // 7: shale.kv.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 8: shale.kv.v1.DeleteCheckpointResponse
+	(*CheckpointInfo)(nil),           // 9: shale.kv.v1.CheckpointInfo
+	(*SetTieringRequest)(nil),        // 10: shale.kv.v1.SetTieringRequest
+	(*SetTieringResponse)(nil),       // 11: shale.kv.v1.SetTieringResponse
+	(*PutRequest)(nil),               // 12: shale.kv.v1.PutRequest
+	(*PutResponse)(nil),              // 13: shale.kv.v1.PutResponse
+	(*GetRequest)(nil),               // 14: shale.kv.v1.GetRequest
+	(*GetResponse)(nil),              // 15: shale.kv.v1.GetResponse
+	(*DeleteRequest)(nil),            // 16: shale.kv.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 17: shale.kv.v1.DeleteResponse
+	(*Mutation)(nil),                 // 18: shale.kv.v1.Mutation
+	(*WriteRequest)(nil),             // 19: shale.kv.v1.WriteRequest
+	(*WriteResponse)(nil),            // 20: shale.kv.v1.WriteResponse
+	(*MultiGetRequest)(nil),          // 21: shale.kv.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),         // 22: shale.kv.v1.MultiGetResponse
+	(*ScanRequest)(nil),              // 23: shale.kv.v1.ScanRequest
+	(*KeyValue)(nil),                 // 24: shale.kv.v1.KeyValue
+	(*ScanResponse)(nil),             // 25: shale.kv.v1.ScanResponse
+	(*FlushRequest)(nil),             // 26: shale.kv.v1.FlushRequest
+	(*FlushResponse)(nil),            // 27: shale.kv.v1.FlushResponse
+	(*CompactRequest)(nil),           // 28: shale.kv.v1.CompactRequest
+	(*CompactResponse)(nil),          // 29: shale.kv.v1.CompactResponse
+	(*LoadRequest)(nil),              // 30: shale.kv.v1.LoadRequest
+	(*LoadResponse)(nil),             // 31: shale.kv.v1.LoadResponse
+	(*IngestRequest)(nil),            // 32: shale.kv.v1.IngestRequest
+	(*IngestResponse)(nil),           // 33: shale.kv.v1.IngestResponse
+	(*StatusRequest)(nil),            // 34: shale.kv.v1.StatusRequest
+	(*WatchRequest)(nil),             // 35: shale.kv.v1.WatchRequest
+	(*WatchEvent)(nil),               // 36: shale.kv.v1.WatchEvent
+	(*LogTail)(nil),                  // 37: shale.kv.v1.LogTail
+	(*StatusResponse)(nil),           // 38: shale.kv.v1.StatusResponse
+	(*TierUsage)(nil),                // 39: shale.kv.v1.TierUsage
+	(*DBStats)(nil),                  // 40: shale.kv.v1.DBStats
+	(*Mutation_Put)(nil),             // 41: shale.kv.v1.Mutation.Put
+	(*Mutation_Delete)(nil),          // 42: shale.kv.v1.Mutation.Delete
+	(*MultiGetResponse_Result)(nil),  // 43: shale.kv.v1.MultiGetResponse.Result
+	(*durationpb.Duration)(nil),      // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 45: google.protobuf.Timestamp
 }
 var file_api_kv_v1_kv_proto_depIdxs = []int32{
-	42, // 0: shale.kv.v1.CheckpointRequest.expires:type_name -> google.protobuf.Timestamp
-	7,  // 1: shale.kv.v1.CheckpointResponse.checkpoint:type_name -> shale.kv.v1.CheckpointInfo
-	7,  // 2: shale.kv.v1.ListCheckpointsResponse.checkpoints:type_name -> shale.kv.v1.CheckpointInfo
-	42, // 3: shale.kv.v1.CheckpointInfo.created:type_name -> google.protobuf.Timestamp
-	42, // 4: shale.kv.v1.CheckpointInfo.expires:type_name -> google.protobuf.Timestamp
-	43, // 5: shale.kv.v1.SetTieringRequest.cold_after:type_name -> google.protobuf.Duration
-	43, // 6: shale.kv.v1.SetTieringResponse.previous:type_name -> google.protobuf.Duration
-	43, // 7: shale.kv.v1.SetTieringResponse.cold_after:type_name -> google.protobuf.Duration
-	39, // 8: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
-	40, // 9: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
-	16, // 10: shale.kv.v1.WriteRequest.mutations:type_name -> shale.kv.v1.Mutation
-	41, // 11: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
-	22, // 12: shale.kv.v1.ScanResponse.pairs:type_name -> shale.kv.v1.KeyValue
-	22, // 13: shale.kv.v1.LoadRequest.pairs:type_name -> shale.kv.v1.KeyValue
-	35, // 14: shale.kv.v1.WatchEvent.logs:type_name -> shale.kv.v1.LogTail
-	0,  // 15: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
-	38, // 16: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
-	37, // 17: shale.kv.v1.StatusResponse.tiers:type_name -> shale.kv.v1.TierUsage
-	43, // 18: shale.kv.v1.StatusResponse.cold_after:type_name -> google.protobuf.Duration
-	10, // 19: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
-	12, // 20: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
-	14, // 21: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
-	17, // 22: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
-	19, // 23: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
-	21, // 24: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
-	24, // 25: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
-	26, // 26: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
-	32, // 27: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
-	33, // 28: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
-	28, // 29: shale.kv.v1.KV.Load:input_type -> shale.kv.v1.LoadRequest
-	30, // 30: shale.kv.v1.KV.Ingest:input_type -> shale.kv.v1.IngestRequest
-	8,  // 31: shale.kv.v1.KV.SetTiering:input_type -> shale.kv.v1.SetTieringRequest
-	1,  // 32: shale.kv.v1.KV.Checkpoint:input_type -> shale.kv.v1.CheckpointRequest
-	3,  // 33: shale.kv.v1.KV.ListCheckpoints:input_type -> shale.kv.v1.ListCheckpointsRequest
-	5,  // 34: shale.kv.v1.KV.DeleteCheckpoint:input_type -> shale.kv.v1.DeleteCheckpointRequest
-	11, // 35: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
-	13, // 36: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
-	15, // 37: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
-	18, // 38: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
-	20, // 39: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
-	23, // 40: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
-	25, // 41: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
-	27, // 42: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
-	36, // 43: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
-	34, // 44: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
-	29, // 45: shale.kv.v1.KV.Load:output_type -> shale.kv.v1.LoadResponse
-	31, // 46: shale.kv.v1.KV.Ingest:output_type -> shale.kv.v1.IngestResponse
-	9,  // 47: shale.kv.v1.KV.SetTiering:output_type -> shale.kv.v1.SetTieringResponse
-	2,  // 48: shale.kv.v1.KV.Checkpoint:output_type -> shale.kv.v1.CheckpointResponse
-	4,  // 49: shale.kv.v1.KV.ListCheckpoints:output_type -> shale.kv.v1.ListCheckpointsResponse
-	6,  // 50: shale.kv.v1.KV.DeleteCheckpoint:output_type -> shale.kv.v1.DeleteCheckpointResponse
-	35, // [35:51] is the sub-list for method output_type
-	19, // [19:35] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	44, // 0: shale.kv.v1.StepDownResponse.took:type_name -> google.protobuf.Duration
+	44, // 1: shale.kv.v1.StepDownResponse.flush:type_name -> google.protobuf.Duration
+	45, // 2: shale.kv.v1.CheckpointRequest.expires:type_name -> google.protobuf.Timestamp
+	9,  // 3: shale.kv.v1.CheckpointResponse.checkpoint:type_name -> shale.kv.v1.CheckpointInfo
+	9,  // 4: shale.kv.v1.ListCheckpointsResponse.checkpoints:type_name -> shale.kv.v1.CheckpointInfo
+	45, // 5: shale.kv.v1.CheckpointInfo.created:type_name -> google.protobuf.Timestamp
+	45, // 6: shale.kv.v1.CheckpointInfo.expires:type_name -> google.protobuf.Timestamp
+	44, // 7: shale.kv.v1.SetTieringRequest.cold_after:type_name -> google.protobuf.Duration
+	44, // 8: shale.kv.v1.SetTieringResponse.previous:type_name -> google.protobuf.Duration
+	44, // 9: shale.kv.v1.SetTieringResponse.cold_after:type_name -> google.protobuf.Duration
+	41, // 10: shale.kv.v1.Mutation.put:type_name -> shale.kv.v1.Mutation.Put
+	42, // 11: shale.kv.v1.Mutation.delete:type_name -> shale.kv.v1.Mutation.Delete
+	18, // 12: shale.kv.v1.WriteRequest.mutations:type_name -> shale.kv.v1.Mutation
+	43, // 13: shale.kv.v1.MultiGetResponse.results:type_name -> shale.kv.v1.MultiGetResponse.Result
+	24, // 14: shale.kv.v1.ScanResponse.pairs:type_name -> shale.kv.v1.KeyValue
+	24, // 15: shale.kv.v1.LoadRequest.pairs:type_name -> shale.kv.v1.KeyValue
+	37, // 16: shale.kv.v1.WatchEvent.logs:type_name -> shale.kv.v1.LogTail
+	0,  // 17: shale.kv.v1.StatusResponse.role:type_name -> shale.kv.v1.Role
+	40, // 18: shale.kv.v1.StatusResponse.stats:type_name -> shale.kv.v1.DBStats
+	39, // 19: shale.kv.v1.StatusResponse.tiers:type_name -> shale.kv.v1.TierUsage
+	44, // 20: shale.kv.v1.StatusResponse.cold_after:type_name -> google.protobuf.Duration
+	12, // 21: shale.kv.v1.KV.Put:input_type -> shale.kv.v1.PutRequest
+	14, // 22: shale.kv.v1.KV.Get:input_type -> shale.kv.v1.GetRequest
+	16, // 23: shale.kv.v1.KV.Delete:input_type -> shale.kv.v1.DeleteRequest
+	19, // 24: shale.kv.v1.KV.Write:input_type -> shale.kv.v1.WriteRequest
+	21, // 25: shale.kv.v1.KV.MultiGet:input_type -> shale.kv.v1.MultiGetRequest
+	23, // 26: shale.kv.v1.KV.Scan:input_type -> shale.kv.v1.ScanRequest
+	26, // 27: shale.kv.v1.KV.Flush:input_type -> shale.kv.v1.FlushRequest
+	28, // 28: shale.kv.v1.KV.Compact:input_type -> shale.kv.v1.CompactRequest
+	34, // 29: shale.kv.v1.KV.Status:input_type -> shale.kv.v1.StatusRequest
+	35, // 30: shale.kv.v1.KV.Watch:input_type -> shale.kv.v1.WatchRequest
+	30, // 31: shale.kv.v1.KV.Load:input_type -> shale.kv.v1.LoadRequest
+	32, // 32: shale.kv.v1.KV.Ingest:input_type -> shale.kv.v1.IngestRequest
+	10, // 33: shale.kv.v1.KV.SetTiering:input_type -> shale.kv.v1.SetTieringRequest
+	3,  // 34: shale.kv.v1.KV.Checkpoint:input_type -> shale.kv.v1.CheckpointRequest
+	5,  // 35: shale.kv.v1.KV.ListCheckpoints:input_type -> shale.kv.v1.ListCheckpointsRequest
+	7,  // 36: shale.kv.v1.KV.DeleteCheckpoint:input_type -> shale.kv.v1.DeleteCheckpointRequest
+	1,  // 37: shale.kv.v1.KV.StepDown:input_type -> shale.kv.v1.StepDownRequest
+	13, // 38: shale.kv.v1.KV.Put:output_type -> shale.kv.v1.PutResponse
+	15, // 39: shale.kv.v1.KV.Get:output_type -> shale.kv.v1.GetResponse
+	17, // 40: shale.kv.v1.KV.Delete:output_type -> shale.kv.v1.DeleteResponse
+	20, // 41: shale.kv.v1.KV.Write:output_type -> shale.kv.v1.WriteResponse
+	22, // 42: shale.kv.v1.KV.MultiGet:output_type -> shale.kv.v1.MultiGetResponse
+	25, // 43: shale.kv.v1.KV.Scan:output_type -> shale.kv.v1.ScanResponse
+	27, // 44: shale.kv.v1.KV.Flush:output_type -> shale.kv.v1.FlushResponse
+	29, // 45: shale.kv.v1.KV.Compact:output_type -> shale.kv.v1.CompactResponse
+	38, // 46: shale.kv.v1.KV.Status:output_type -> shale.kv.v1.StatusResponse
+	36, // 47: shale.kv.v1.KV.Watch:output_type -> shale.kv.v1.WatchEvent
+	31, // 48: shale.kv.v1.KV.Load:output_type -> shale.kv.v1.LoadResponse
+	33, // 49: shale.kv.v1.KV.Ingest:output_type -> shale.kv.v1.IngestResponse
+	11, // 50: shale.kv.v1.KV.SetTiering:output_type -> shale.kv.v1.SetTieringResponse
+	4,  // 51: shale.kv.v1.KV.Checkpoint:output_type -> shale.kv.v1.CheckpointResponse
+	6,  // 52: shale.kv.v1.KV.ListCheckpoints:output_type -> shale.kv.v1.ListCheckpointsResponse
+	8,  // 53: shale.kv.v1.KV.DeleteCheckpoint:output_type -> shale.kv.v1.DeleteCheckpointResponse
+	2,  // 54: shale.kv.v1.KV.StepDown:output_type -> shale.kv.v1.StepDownResponse
+	38, // [38:55] is the sub-list for method output_type
+	21, // [21:38] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_api_kv_v1_kv_proto_init() }
@@ -2683,7 +2806,7 @@ func file_api_kv_v1_kv_proto_init() {
 	if File_api_kv_v1_kv_proto != nil {
 		return
 	}
-	file_api_kv_v1_kv_proto_msgTypes[15].OneofWrappers = []any{
+	file_api_kv_v1_kv_proto_msgTypes[17].OneofWrappers = []any{
 		(*Mutation_Put_)(nil),
 		(*Mutation_Delete_)(nil),
 	}
@@ -2693,7 +2816,7 @@ func file_api_kv_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_kv_v1_kv_proto_rawDesc), len(file_api_kv_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

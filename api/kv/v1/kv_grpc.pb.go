@@ -38,6 +38,7 @@ const (
 	KV_Checkpoint_FullMethodName       = "/shale.kv.v1.KV/Checkpoint"
 	KV_ListCheckpoints_FullMethodName  = "/shale.kv.v1.KV/ListCheckpoints"
 	KV_DeleteCheckpoint_FullMethodName = "/shale.kv.v1.KV/DeleteCheckpoint"
+	KV_StepDown_FullMethodName         = "/shale.kv.v1.KV/StepDown"
 )
 
 // KVClient is the client API for KV service.
@@ -102,6 +103,15 @@ type KVClient interface {
 	// removes what only it held. Deleting a missing one answers NOT_FOUND
 	// (admin, and the operator).
 	DeleteCheckpoint(ctx context.Context, in *DeleteCheckpointRequest, opts ...grpc.CallOption) (*DeleteCheckpointResponse, error)
+	// StepDown hands the database over to a standby that waits for it
+	// (docs/rfcs/0012-switchover.md; admin, and the operator): the primary
+	// stops taking writes (later ones get UNAVAILABLE, not applied), flushes,
+	// closes, records its release in the store, and answers only once the
+	// release is durable; then the process exits. The standby then takes the
+	// next epoch without waiting out a lease. A server that is not the owner
+	// of the epoch asked for answers FAILED_PRECONDITION and keeps running.
+	// Repeating it while the step-down runs returns the same answer.
+	StepDown(ctx context.Context, in *StepDownRequest, opts ...grpc.CallOption) (*StepDownResponse, error)
 }
 
 type kVClient struct {
@@ -296,6 +306,16 @@ func (c *kVClient) DeleteCheckpoint(ctx context.Context, in *DeleteCheckpointReq
 	return out, nil
 }
 
+func (c *kVClient) StepDown(ctx context.Context, in *StepDownRequest, opts ...grpc.CallOption) (*StepDownResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StepDownResponse)
+	err := c.cc.Invoke(ctx, KV_StepDown_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KVServer is the server API for KV service.
 // All implementations must embed UnimplementedKVServer
 // for forward compatibility.
@@ -358,6 +378,15 @@ type KVServer interface {
 	// removes what only it held. Deleting a missing one answers NOT_FOUND
 	// (admin, and the operator).
 	DeleteCheckpoint(context.Context, *DeleteCheckpointRequest) (*DeleteCheckpointResponse, error)
+	// StepDown hands the database over to a standby that waits for it
+	// (docs/rfcs/0012-switchover.md; admin, and the operator): the primary
+	// stops taking writes (later ones get UNAVAILABLE, not applied), flushes,
+	// closes, records its release in the store, and answers only once the
+	// release is durable; then the process exits. The standby then takes the
+	// next epoch without waiting out a lease. A server that is not the owner
+	// of the epoch asked for answers FAILED_PRECONDITION and keeps running.
+	// Repeating it while the step-down runs returns the same answer.
+	StepDown(context.Context, *StepDownRequest) (*StepDownResponse, error)
 	mustEmbedUnimplementedKVServer()
 }
 
@@ -415,6 +444,9 @@ func (UnimplementedKVServer) ListCheckpoints(context.Context, *ListCheckpointsRe
 }
 func (UnimplementedKVServer) DeleteCheckpoint(context.Context, *DeleteCheckpointRequest) (*DeleteCheckpointResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeleteCheckpoint not implemented")
+}
+func (UnimplementedKVServer) StepDown(context.Context, *StepDownRequest) (*StepDownResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method StepDown not implemented")
 }
 func (UnimplementedKVServer) mustEmbedUnimplementedKVServer() {}
 func (UnimplementedKVServer) testEmbeddedByValue()            {}
@@ -689,6 +721,24 @@ func _KV_DeleteCheckpoint_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KV_StepDown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StepDownRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVServer).StepDown(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KV_StepDown_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVServer).StepDown(ctx, req.(*StepDownRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KV_ServiceDesc is the grpc.ServiceDesc for KV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -743,6 +793,10 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteCheckpoint",
 			Handler:    _KV_DeleteCheckpoint_Handler,
+		},
+		{
+			MethodName: "StepDown",
+			Handler:    _KV_StepDown_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
