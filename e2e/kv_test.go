@@ -248,6 +248,9 @@ type writer struct {
 	acks   []ack
 	errs   int
 	lastEr error
+	// codes counts the failed writes by gRPC code (a switchover must show
+	// only retryable ones).
+	codes map[codes.Code]int
 }
 
 func (s *suite) startWriter(t *testing.T, addr, prefix string) *writer {
@@ -304,6 +307,10 @@ func (w *writer) loop() {
 		} else {
 			w.errs++
 			w.lastEr = err
+			if w.codes == nil {
+				w.codes = map[codes.Code]int{}
+			}
+			w.codes[status.Code(err)]++
 		}
 		w.mu.Unlock()
 		if err != nil {

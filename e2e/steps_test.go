@@ -14,6 +14,7 @@ var steps = []step{
 	{name: "security", labels: []string{"security", "smoke"}, run: stepSecurity},
 	{name: "validation", labels: []string{"validation", "smoke"}, run: stepValidation},
 	{name: "upgrade", labels: []string{"upgrade", "chart"}, run: stepUpgrade},
+	{name: "switchover", labels: []string{"switchover", "failover"}, run: stepSwitchover},
 	{name: "failover-delete", labels: []string{"failover", "failover-delete"}, run: stepFailover(failoverPodDelete)},
 	{name: "failover-kill", labels: []string{"failover", "failover-kill"}, run: stepFailover(failoverSIGKILL)},
 	{name: "failover-operator-killed", labels: []string{"failover", "operator-killed"}, run: stepOperatorKilledMidFailover},

@@ -127,6 +127,36 @@ func TestPlugin(t *testing.T) {
 		t.Errorf("logs of absent secondaries: %v", err)
 	}
 
+	// A switchover of a database that is not Ready is refused; of a Ready
+	// one, asked for through the annotation the operator acts on.
+	setReady := func(st metav1.ConditionStatus, phase shalev1.RocksDBPhase) {
+		t.Helper()
+		must(c.Get(ctx, client.ObjectKeyFromObject(db), db))
+		db.Status.Phase = phase
+		for i := range db.Status.Conditions {
+			if db.Status.Conditions[i].Type == shalev1.ConditionReady {
+				db.Status.Conditions[i].Status = st
+			}
+		}
+		must(c.Status().Update(ctx, db))
+	}
+	setReady(metav1.ConditionFalse, shalev1.PhaseFailingOver)
+	if _, err := run("switchover", db.Name, "--wait", "0"); err == nil || !strings.Contains(err.Error(), "is not Ready (phase FailingOver)") {
+		t.Errorf("switchover of a database failing over: %v, want a refusal naming the phase", err)
+	}
+	setReady(metav1.ConditionTrue, shalev1.PhaseReady)
+	out, err = run("switchover", db.Name, "--wait", "0")
+	must(err)
+	var annotated shalev1.RocksDB
+	must(c.Get(ctx, client.ObjectKeyFromObject(db), &annotated))
+	if tok := annotated.Annotations[shalev1.AnnotationSwitchover]; tok == "" || !strings.Contains(out, "from epoch 4") {
+		t.Errorf("switchover: annotation %q, output %q", tok, out)
+	}
+	// A switchover that never finishes: --wait says so and where to look.
+	if _, err := run("switchover", db.Name, "--wait", "1s"); err == nil || !strings.Contains(err.Error(), "did not finish within 1s") {
+		t.Errorf("switchover --wait 1s with no operator: %v", err)
+	}
+
 	out, err = run("report", db.Name, "-o", "-", "--operator-namespace", "")
 	must(err)
 	files := untar(t, []byte(out))
