@@ -28,11 +28,17 @@ import (
 // which honours them; the operator's own deletes and the node controller's
 // evictions of a lost node do not.
 //
-//	NAME-primary    maxUnavailable 0: a drain cannot evict the ready
-//	                primary; it waits while the operator, seeing the
+//	NAME-primary    minAvailable 1: a drain cannot evict the ready
+//	                primary (during a switchover, with its standby
+//	                ready, one of the two); it waits while the operator, seeing the
 //	                node cordoned, moves the primary by a switchover
 //	                (switchover.go); the old Pod is then deleted by the
-//	                operator and the drain goes on.
+//	                operator and the drain goes on. Not maxUnavailable:
+//	                the disruption controller computes that from the
+//	                Pods' controller's scale subresource, which a
+//	                RocksDB does not have (on kind it failed with
+//	                CalculateExpectedPodCountFailed); an integer
+//	                minAvailable needs only the Pods.
 //	NAME-secondary  maxUnavailable 1 with two or more replicas, so a drain
 //	                never takes them all at once; none with fewer (one
 //	                secondary would block every drain for nothing: reads
@@ -57,7 +63,7 @@ func primaryPDB(db *shalev1.RocksDB) *policyv1.PodDisruptionBudget {
 	return &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: db.Name + "-primary", Namespace: db.Namespace, Labels: budgetLabels(db, shalev1.RolePrimary)},
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MaxUnavailable:             ptr.To(intstr.FromInt32(0)),
+			MinAvailable:               ptr.To(intstr.FromInt32(1)),
 			Selector:                   &metav1.LabelSelector{MatchLabels: map[string]string{shalev1.LabelRocksDB: db.Name, shalev1.LabelRole: shalev1.RolePrimary}},
 			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
 		},

@@ -95,7 +95,10 @@ func testDisruptions(h *harness) {
 		t.Errorf("primary requests %v: want the defaults (not BestEffort)", r)
 	}
 
-	p := h.waitBudget(ns, "orders-primary", "maxUnavailable 0", maxUnavailable(0))
+	p := h.waitBudget(ns, "orders-primary", "minAvailable 1", func(p *policyv1.PodDisruptionBudget) (bool, string) {
+		m := p.Spec.MinAvailable
+		return m != nil && m.IntVal == 1 && p.Spec.MaxUnavailable == nil, fmt.Sprintf("minAvailable %v maxUnavailable %v, want minAvailable 1 only", m, p.Spec.MaxUnavailable)
+	})
 	if !metav1.IsControlledBy(p, db) {
 		t.Errorf("orders-primary owners %v: not controlled by the RocksDB (it would outlive it)", p.OwnerReferences)
 	}

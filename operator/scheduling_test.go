@@ -233,9 +233,11 @@ func TestPodSchedulingFields(t *testing.T) {
 func TestDisruptionBudgets(t *testing.T) {
 	db, _ := secondaryFixture()
 	p := primaryPDB(db)
-	if p.Spec.MaxUnavailable == nil || p.Spec.MaxUnavailable.IntVal != 0 || p.Spec.MinAvailable != nil ||
+	// minAvailable, not maxUnavailable: a RocksDB has no scale
+	// subresource, which the disruption controller needs for the latter.
+	if p.Spec.MinAvailable == nil || p.Spec.MinAvailable.IntVal != 1 || p.Spec.MaxUnavailable != nil ||
 		p.Spec.Selector.MatchLabels[shalev1.LabelRole] != shalev1.RolePrimary || p.Spec.Selector.MatchLabels[shalev1.LabelEpoch] != "" {
-		t.Errorf("primary budget %+v: want maxUnavailable 0 over the primaries of every epoch", p.Spec)
+		t.Errorf("primary budget %+v: want minAvailable 1 over the primaries of every epoch", p.Spec)
 	}
 	for _, tc := range []struct {
 		replicas int32

@@ -213,3 +213,26 @@ func untar(t *testing.T, b []byte) map[string]string {
 		files[h.Name] = string(body)
 	}
 }
+
+func TestOfDatabase(t *testing.T) {
+	for _, tc := range []struct {
+		kind, name string
+		want       bool
+	}{
+		{"RocksDB", "orders", true},
+		{"RocksDB", "orders-archive", false},
+		{"Pod", "orders-primary-3", true},
+		{"Pod", "orders-secondary-7b5469756d-fxcpn", true},
+		{"Pod", "orders-archive-primary-1", false}, // another database's Pod
+		{"Pod", "orders-primary-", false},
+		{"Service", "orders-rw", true},
+		{"Service", "orders-archive-rw", false},
+		{"PodDisruptionBudget", "orders-primary", true},
+		{"Deployment", "orders-secondary", true},
+		{"Secret", "orders-primary-tls", false},
+	} {
+		if got := ofDatabase("orders", tc.kind, tc.name); got != tc.want {
+			t.Errorf("ofDatabase(orders, %s %s) = %v, want %v", tc.kind, tc.name, got, tc.want)
+		}
+	}
+}

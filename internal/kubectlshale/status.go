@@ -152,8 +152,11 @@ func (p *plugin) status(ctx context.Context, name string, nEvents int) error {
 	return nil
 }
 
-// events of the database and of objects named after it (its Pods,
-// Deployment, Services), oldest first.
+// events of the database and of the objects the operator makes for it,
+// oldest first. Names are matched exactly or by the operator's own
+// patterns (NAME-primary-EPOCH, NAME-secondary-...), so the events of
+// another database whose name starts with this one's (orders-archive for
+// orders) are not shown.
 func (p *plugin) events(ctx context.Context, db *shalev1.RocksDB) ([]corev1.Event, error) {
 	var list corev1.EventList
 	if err := p.c.List(ctx, &list, client.InNamespace(db.Namespace)); err != nil {
@@ -161,8 +164,7 @@ func (p *plugin) events(ctx context.Context, db *shalev1.RocksDB) ([]corev1.Even
 	}
 	var out []corev1.Event
 	for _, e := range list.Items {
-		n := e.InvolvedObject.Name
-		if n == db.Name || strings.HasPrefix(n, db.Name+"-") {
+		if ofDatabase(db.Name, e.InvolvedObject.Kind, e.InvolvedObject.Name) {
 			out = append(out, e)
 		}
 	}
@@ -223,4 +225,26 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return s[:n-1] + "…"
+}
+
+// ofDatabase says whether an object of kind and name is the database
+// itself or one the operator makes for it.
+func ofDatabase(db, kind, name string) bool {
+	switch kind {
+	case "RocksDB":
+		return name == db
+	case "Service":
+		return name == db+"-rw" || name == db+"-ro"
+	case "PodDisruptionBudget":
+		return name == db+"-primary" || name == db+"-secondary"
+	case "Deployment":
+		return name == db+"-secondary"
+	case "ReplicaSet", "Pod":
+		for _, role := range []string{"-primary-", "-secondary-", "-fence-", "-backup-"} {
+			if rest, ok := strings.CutPrefix(name, db+role); ok && rest != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
