@@ -162,6 +162,8 @@ type RestoreRecord struct {
 	Backup    string    `json:"backup"`
 	Database  string    `json:"database"`
 	StartedAt time.Time `json:"startedAt"`
+	// Target: a point-in-time restore's target (RFC 0011 step 26).
+	Target string `json:"target,omitempty"`
 }
 
 // Format is a record's stored bytes.
