@@ -94,8 +94,8 @@ type StepResult struct {
 // seen); objs is the source's listing of the version; trashed says a
 // trash marker of the version was listed before objs was.
 //
-// From next on it takes the longest fold covering the slot, else the
-// segment there, until the first valid seal (protocol.BuildLogVersion
+// From next on it takes the segment at the slot, else the longest fold
+// covering it, until the first valid seal (protocol.BuildLogVersion
 // decides which seals are void): that seal ends the version. A missing
 // slot is waited for while the version's writer may still be storing it
 // (an upload in flight, possibly behind a later slot), unless the trash
@@ -118,6 +118,14 @@ func ArchiveStep(next uint64, objs []protocol.Segment, trashed bool) StepResult 
 	}
 	for {
 		p := res.Next
+		// The segment first: a fold holds the same bytes but was stored
+		// later, and a time target is only as precise as the times of the
+		// archived objects (step 25).
+		if s, ok := data[p]; ok && (!v.Sealed || p < v.SealSeq) {
+			res.Copy = append(res.Copy, s)
+			res.Next = p + 1
+			continue
+		}
 		var best *protocol.Segment
 		for i := range folds {
 			f := folds[i]
@@ -128,11 +136,6 @@ func ArchiveStep(next uint64, objs []protocol.Segment, trashed bool) StepResult 
 		if best != nil && (!v.Sealed || best.Last < v.SealSeq) {
 			res.Copy = append(res.Copy, *best)
 			res.Next = best.Last + 1
-			continue
-		}
-		if s, ok := data[p]; ok && (!v.Sealed || p < v.SealSeq) {
-			res.Copy = append(res.Copy, s)
-			res.Next = p + 1
 			continue
 		}
 		if v.Sealed && p == v.SealSeq {
@@ -253,17 +256,24 @@ type ArchivedWAL struct {
 	Data   []byte
 	Ends   []int       // end offset of each object's bytes in Data
 	Stored []time.Time // its source store time
+	// Folds marks the objects that are folds whose segments the archive
+	// lacks: their writes were stored between the object before and the
+	// fold, no more precisely.
+	Folds []bool
+}
+
+// object is the index of the object holding byte end-1.
+func (w ArchivedWAL) object(end int) int {
+	for i, e := range w.Ends {
+		if end <= e {
+			return i
+		}
+	}
+	return len(w.Ends) - 1
 }
 
 // storedAt is when the object holding byte end-1 was stored.
-func (w ArchivedWAL) storedAt(end int) time.Time {
-	for i, e := range w.Ends {
-		if end <= e {
-			return w.Stored[i]
-		}
-	}
-	return w.Stored[len(w.Stored)-1]
-}
+func (w ArchivedWAL) storedAt(end int) time.Time { return w.Stored[w.object(end)] }
 
 // Cut is where a restore cuts one WAL: its first Len bytes are replayed.
 type Cut struct {
@@ -317,6 +327,11 @@ func PlanReplay(wals []ArchivedWAL, s uint64, t Target) (ReplayPlan, error) {
 				continue
 			}
 			if t.Sequence > 0 && b.Last() > t.Sequence || t.Sequence == 0 && w.storedAt(b.End).After(t.Time) {
+				if i := w.object(b.End); t.Sequence == 0 && i < len(w.Folds) && w.Folds[i] && (i == 0 || !w.Stored[i-1].After(t.Time)) {
+					// Stored somewhere between the object before and the
+					// fold: which side of the target is unknown.
+					return plan, fmt.Errorf("the archive holds the writes of %s stored between %s and %s only as one fold (the archive was behind): choose a target outside that span, or a --target-sequence", w.Name, timeOr(w.Stored, i-1), w.Stored[i].UTC().Format(time.RFC3339Nano))
+				}
 				taking = false
 				continue
 			}
@@ -329,6 +344,13 @@ func PlanReplay(wals []ArchivedWAL, s uint64, t Target) (ReplayPlan, error) {
 		}
 	}
 	return plan, nil
+}
+
+func timeOr(ts []time.Time, i int) string {
+	if i < 0 {
+		return "the log's start"
+	}
+	return ts[i].UTC().Format(time.RFC3339Nano)
 }
 
 func cmpU(a, b uint64) int {

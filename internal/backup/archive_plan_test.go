@@ -34,6 +34,7 @@ func TestArchiveStep(t *testing.T) {
 		{"caught up", 4, []protocol.Segment{seg(1), seg(2), seg(3)}, false, want{nil, 4, false, false}},
 		{"a fold where the segments were deleted", 2, []protocol.Segment{seg(1), fold(2, 5), seg(6)}, false, want{[]protocol.Segment{fold(2, 5), seg(6)}, 7, false, false}},
 		{"a fold covering slots partly archived", 4, []protocol.Segment{seg(1), fold(2, 5)}, false, want{[]protocol.Segment{fold(2, 5)}, 6, false, false}},
+		{"segments rather than a fold (their own store times)", 2, []protocol.Segment{seg(1), seg(2), seg(3), fold(2, 3), seg(4)}, false, want{[]protocol.Segment{seg(2), seg(3), seg(4)}, 5, false, false}},
 		{"sealed: copy up to the seal and the seal", 2, []protocol.Segment{seg(1), seg(2), seal(3), seg(4)}, false, want{[]protocol.Segment{seg(2), seal(3)}, 4, true, false}},
 		{"a void seal (a fold covers it) ends nothing", 1, []protocol.Segment{seg(1), fold(2, 3), seal(3), seg(4)}, false, want{[]protocol.Segment{seg(1), fold(2, 3), seg(4)}, 5, false, false}},
 		{"a missing slot with a later one: an upload in flight, wait", 2, []protocol.Segment{seg(1), seg(3)}, false, want{nil, 2, false, false}},
@@ -266,6 +267,21 @@ func TestPlanReplay(t *testing.T) {
 	ooo.Stored[1] = sec(20)
 	if p, err := PlanReplay([]ArchivedWAL{w10, ooo}, 3, Target{Time: sec(10)}); err != nil || p.Last != 4 {
 		t.Fatalf("out of order: %+v, %v", p, err)
+	}
+	// A fold whose segments the archive lacks: a time inside its span is
+	// refused (its writes were stored somewhere in it), outside is fine.
+	folded := mk("000012.log", 12, [2]uint64{4, 1}, [2]uint64{5, 2}, [2]uint64{7, 1})
+	folded.Ends = []int{folded.Ends[0], folded.Ends[2]}
+	folded.Stored = []time.Time{sec(4), sec(9)}
+	folded.Folds = []bool{false, true}
+	if _, err := PlanReplay([]ArchivedWAL{w10, folded}, 3, Target{Time: sec(6)}); err == nil || !strings.Contains(err.Error(), "only as one fold") {
+		t.Fatalf("a time inside a fold's span: %v", err)
+	}
+	if p, err := PlanReplay([]ArchivedWAL{w10, folded}, 3, Target{Time: sec(9)}); err != nil || p.Last != 7 {
+		t.Fatalf("a time after a fold: %+v, %v", p, err)
+	}
+	if p, err := PlanReplay([]ArchivedWAL{w10, folded}, 3, Target{Sequence: 6}); err != nil || p.Last != 6 {
+		t.Fatalf("a sequence inside a fold: %+v, %v", p, err)
 	}
 	// A hole (WAL 12 missing) refuses a target past it, naming it.
 	_, err := PlanReplay([]ArchivedWAL{w10, w15}, 3, Target{Sequence: 8})

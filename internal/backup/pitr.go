@@ -129,7 +129,7 @@ func readArchive(ctx context.Context, s objstore.Store) (*archiveView, error) {
 // valid seal (protocol.BuildLogVersion), the highest admitted epoch's of
 // each name (protocol.ChooseLogVersion); with the archived key of each
 // object of the log, in order.
-func (v *archiveView) walVersions() map[string][]string {
+func (v *archiveView) walVersions() map[string][]walObject {
 	byRef := map[layout.VersionRef][]protocol.Segment{}
 	for key, o := range v.stored {
 		name, e, first, last, ok := layout.ParseSegmentKey(key)
@@ -154,21 +154,41 @@ func (v *archiveView) walVersions() map[string][]string {
 		}
 		versions[ref.Name] = append(versions[ref.Name], lv)
 	}
-	out := map[string][]string{}
+	out := map[string][]walObject{}
 	for name, vs := range versions {
 		lv, ok := protocol.ChooseLogVersion(vs)
 		if !ok {
 			continue
 		}
 		for _, s := range lv.Segments {
-			k := layout.SegmentKey(name, lv.Epoch, s.Seq)
-			if s.Fold() {
-				k = layout.FoldKey(name, lv.Epoch, s.Seq, s.Last)
+			if !s.Fold() {
+				out[name] = append(out[name], walObject{key: layout.SegmentKey(name, lv.Epoch, s.Seq)})
+				continue
 			}
-			out[name] = append(out[name], k)
+			// The fold's segments when the archive has them all (the
+			// same bytes, with their own store times), else the fold.
+			var segs []walObject
+			for q := s.Seq; q <= s.Last; q++ {
+				k := layout.SegmentKey(name, lv.Epoch, q)
+				if o, ok := v.stored[k]; !ok || o.Size == 0 {
+					segs = nil
+					break
+				}
+				segs = append(segs, walObject{key: k})
+			}
+			if segs == nil {
+				segs = []walObject{{key: layout.FoldKey(name, lv.Epoch, s.Seq, s.Last), fold: true}}
+			}
+			out[name] = append(out[name], segs...)
 		}
 	}
 	return out
+}
+
+// walObject is one archived object of a WAL a restore reads.
+type walObject struct {
+	key  string
+	fold bool // a fold whose segments the archive lacks
 }
 
 // RestoreToPoint restores the database of loc, as it was at target, into
@@ -225,7 +245,8 @@ func RestoreToPoint(ctx context.Context, loc Location, t Target, dst objstore.St
 			return fmt.Errorf("archived WAL %s: %w", name, err)
 		}
 		w := ArchivedWAL{Name: name, Number: num}
-		for _, k := range logs[name] {
+		for _, o := range logs[name] {
+			k := o.key
 			r, _, err := loc.Store.Get(ctx, ArchivedKey(k), 0, -1)
 			if err != nil {
 				return fmt.Errorf("read %s: %w", ArchivedKey(k), err)
@@ -238,6 +259,7 @@ func RestoreToPoint(ctx context.Context, loc Location, t Target, dst objstore.St
 			w.Data = append(w.Data, data...)
 			w.Ends = append(w.Ends, len(w.Data))
 			w.Stored = append(w.Stored, av.stored[k].StoredAt)
+			w.Folds = append(w.Folds, o.fold)
 		}
 		mu.Lock()
 		wals = append(wals, w)
