@@ -50,6 +50,7 @@ type Archiver struct {
 	done_    map[layout.VersionRef]bool   // versions whole in the archive
 	gapped   map[layout.VersionRef]bool   // versions with a recorded gap
 	pass     uint64
+	written  int // index objects in the archive (at open), or written since the last merge
 	gaps     int
 	objects  int64
 	lastErr  error
@@ -123,6 +124,7 @@ func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.written = len(idx)
 	segs := map[layout.VersionRef][]protocol.Segment{}
 	for _, ix := range idx {
 		if ix.Epoch == cfg.Epoch {
@@ -161,8 +163,18 @@ func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
 	return a, nil
 }
 
-// Start runs passes until Stop: after every wake-up and at least every
-// Interval.
+// minPassGap spaces passes a wake-up starts: under a steady write load
+// the owner wakes the archiver at every sync, and each pass costs a few
+// listings and, when it copied something, an index object.
+const minPassGap = 100 * time.Millisecond
+
+// compactAfter is how many index objects the archive may hold before an
+// archiver merges them into one (a restore and an archiver's start read
+// them all).
+const compactAfter = 512
+
+// Start runs passes until Stop: after every wake-up (at most every
+// minPassGap) and at least every Interval.
 func (a *Archiver) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stop = cancel
@@ -171,8 +183,14 @@ func (a *Archiver) Start() {
 		t := time.NewTicker(a.cfg.Interval)
 		defer t.Stop()
 		for {
+			began := time.Now()
 			if err := a.Pass(ctx); err != nil && ctx.Err() == nil {
 				a.cfg.Logger.Warn("archive pass", "err", err)
+			}
+			if a.indexesWritten() >= compactAfter {
+				if err := a.CompactIndexes(ctx); err != nil && ctx.Err() == nil {
+					a.cfg.Logger.Warn("merge the archive's index objects", "err", err)
+				}
 			}
 			select {
 			case <-ctx.Done():
@@ -180,8 +198,82 @@ func (a *Archiver) Start() {
 			case <-a.wake:
 			case <-t.C:
 			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(began.Add(minPassGap))):
+			}
 		}
 	}()
+}
+
+func (a *Archiver) indexesWritten() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.written
+}
+
+// CompactIndexes merges every index object of the archive into one, under
+// this archiver's epoch, and then deletes the ones it merged. An entry is
+// in a merged object before its own is deleted, so a crash (or another
+// archiver merging at the same time) leaves entries named twice at worst,
+// which readers take once.
+func (a *Archiver) CompactIndexes(ctx context.Context) error {
+	var keys []string
+	if err := a.dst.List(ctx, ArchiveIndexPrefix, func(o objstore.ObjectInfo) error {
+		keys = append(keys, o.Key)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("list %s: %w", ArchiveIndexPrefix, err)
+	}
+	if len(keys) < 2 {
+		return nil
+	}
+	idx, err := readIndexKeys(ctx, a.dst, keys)
+	if err != nil {
+		return err
+	}
+	merged := ArchiveIndex{Epoch: a.cfg.Epoch}
+	seen := map[string]int{}
+	done := map[layout.VersionRef]bool{}
+	for _, ix := range idx {
+		if ix.ListedAt.After(merged.ListedAt) {
+			merged.ListedAt = ix.ListedAt
+		}
+		for _, o := range ix.Objects {
+			if i, ok := seen[o.Key]; ok {
+				if o.StoredAt.Before(merged.Objects[i].StoredAt) {
+					merged.Objects[i] = o
+				}
+				continue
+			}
+			seen[o.Key] = len(merged.Objects)
+			merged.Objects = append(merged.Objects, o)
+		}
+		for _, r := range ix.Completed {
+			if !done[r] {
+				done[r] = true
+				merged.Completed = append(merged.Completed, r)
+			}
+		}
+	}
+	slices.SortFunc(merged.Objects, func(x, y IndexEntry) int { return strings.Compare(x.Key, y.Key) })
+	a.mu.Lock()
+	a.pass++
+	merged.Pass = a.pass
+	a.mu.Unlock()
+	b := Format(merged)
+	key := ArchiveIndexKey(merged.Epoch, merged.Pass)
+	if _, err := a.dst.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		return fmt.Errorf("write the merged archive index: %w", err)
+	}
+	if err := a.dst.DeleteMany(ctx, keys); err != nil {
+		return fmt.Errorf("delete merged archive indexes: %w", err)
+	}
+	a.mu.Lock()
+	a.written = 0
+	a.mu.Unlock()
+	return nil
 }
 
 // Wake asks for a pass soon (the owner stored something).
@@ -398,6 +490,7 @@ func (a *Archiver) Pass(ctx context.Context) (err error) {
 			return fmt.Errorf("write the archive index: %w", err)
 		}
 		a.mu.Lock()
+		a.written++
 		for _, e := range entries {
 			a.archived[e.Key] = true
 		}
@@ -497,7 +590,15 @@ func readIndexes(ctx context.Context, s objstore.Store) ([]ArchiveIndex, error) 
 	}); err != nil {
 		return nil, fmt.Errorf("list %s: %w", ArchiveIndexPrefix, err)
 	}
+	return readIndexKeys(ctx, s, keys)
+}
+
+func readIndexKeys(ctx context.Context, s objstore.Store, keys []string) ([]ArchiveIndex, error) {
 	out := make([]ArchiveIndex, len(keys))
+	at := make(map[string]int, len(keys))
+	for i, k := range keys {
+		at[k] = i
+	}
 	err := parallel(ctx, 16, keys, func(ctx context.Context, key string) error {
 		b, err := get(ctx, s, key)
 		if err != nil {
@@ -507,7 +608,7 @@ func readIndexes(ctx context.Context, s objstore.Store) ([]ArchiveIndex, error) 
 		if err != nil {
 			return err
 		}
-		out[slices.Index(keys, key)] = ix
+		out[at[key]] = ix
 		return nil
 	})
 	return out, err

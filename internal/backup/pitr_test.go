@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -400,6 +401,28 @@ func TestArchiverResumes(t *testing.T) {
 		t.Fatalf("%d gaps", st.Gaps)
 	}
 	t.Logf("%d objects archived by the first archiver, %d in all (one copied by the killed archiver, unindexed: %s)", len(first), len(got), unindexed)
+
+	// Merging the index objects keeps every entry once, and an archiver
+	// opened on the merged index has nothing to copy.
+	if err := a2.CompactIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(keysUnder(t, bak, backup.ArchiveIndexPrefix)); n != 1 {
+		t.Fatalf("%d index objects after the merge", n)
+	}
+	if merged := archivedKeys(t, bak); !maps.Equal(merged, got) {
+		t.Fatalf("the merge changed the entries: %v, want %v", merged, got)
+	}
+	a3, err := backup.OpenArchiver(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a3.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := a3.Status(); st.Objects != 0 {
+		t.Fatalf("an archiver opened on the merged index copied %d objects again", st.Objects)
+	}
 }
 
 // A log version deleted before the archive had it is a gap: recorded in
@@ -514,7 +537,8 @@ func TestArchiveLagUnderLoad(t *testing.T) {
 	}
 	minio(t)
 	const db = "s3://src/orders"
-	loc := location(t, open(t, "s3://bak/shale/orders"))
+	bak := open(t, "s3://bak/shale/orders")
+	loc := location(t, bak)
 	p := startArchivingEvery(t, db, loc, 0)
 	const writers, rate, dur = 64, 1000, 30 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
@@ -549,6 +573,7 @@ func TestArchiveLagUnderLoad(t *testing.T) {
 	lags := p.srv.Archiver().Lags()
 	slices.Sort(lags)
 	q := func(f float64) time.Duration { return lags[int(f*float64(len(lags)-1))] }
-	t.Logf("%d synced writes in %v (%.0f/s); %d objects archived; lag p50 %v, p99 %v, max %v",
-		done.Load(), elapsed.Round(time.Millisecond), float64(done.Load())/elapsed.Seconds(), len(lags), q(0.5).Round(time.Millisecond), q(0.99).Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
+	t.Logf("%d synced writes in %v (%.0f/s); %d objects archived (%d index objects); lag p50 %v, p99 %v, max %v",
+		done.Load(), elapsed.Round(time.Millisecond), float64(done.Load())/elapsed.Seconds(), len(lags), len(keysUnder(t, bak, backup.ArchiveIndexPrefix)),
+		q(0.5).Round(time.Millisecond), q(0.99).Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
 }
