@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -223,6 +224,89 @@ func waitFile(t *testing.T, path string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s never appeared", path)
+		}
+	}
+}
+
+// A primary with --archive-to killed with SIGKILL under writes, its
+// archiver with it; the next primary (the next epoch, a new process)
+// archives from where the archive ends: a restore to the last write holds
+// every write either acknowledged.
+func TestArchiveAcrossKill(t *testing.T) {
+	dir := t.TempDir()
+	db := "file://" + filepath.Join(dir, "orders")
+	to := "file://" + filepath.Join(dir, "backups")
+	p := startPrimary(t, db, filepath.Join(dir, "cache1"), "--archive-to", to)
+	kv := kvv1.NewKVClient(dial(t, p.addr))
+	ctx := context.Background()
+	waitFile(t, filepath.Join(dir, "backups", "orders", "archive", "started.json"))
+	if code, out, errOut := shale("backup", "create", "--db", db, "--to", to, "--addr", p.addr, "--id", "b1"); code != 0 {
+		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	acked := map[string]bool{}
+	writes := func(kv kvv1.KVClient, prefix string, n int, stop func(int)) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range n {
+					key := fmt.Sprintf("%s-%d-%04d", prefix, w, i)
+					if _, err := kv.Put(ctx, &kvv1.PutRequest{Key: []byte(key), Value: []byte("v"), Sync: true}); err != nil {
+						return // the primary was killed
+					}
+					mu.Lock()
+					acked[key] = true
+					mu.Unlock()
+				}
+			}()
+		}
+		if stop != nil {
+			for {
+				mu.Lock()
+				got := len(acked)
+				mu.Unlock()
+				if got >= 300 {
+					stop(got)
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		wg.Wait()
+	}
+	writes(kv, "a", 1000, func(int) { p.kill9(t) })
+	first := len(acked)
+	q := startPrimary(t, db, filepath.Join(dir, "cache2"), "--archive-to", to)
+	qkv := kvv1.NewKVClient(dial(t, q.addr))
+	writes(qkv, "b", 20, nil)
+	r, err := qkv.Put(ctx, &kvv1.PutRequest{Key: []byte("last"), Value: []byte("v"), Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked["last"] = true
+	into := "file://" + filepath.Join(dir, "restored")
+	var code int
+	var out, errOut string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		code, out, errOut = shale("backup", "restore", "--to", to, "--database", "orders", "--target-sequence", fmt.Sprint(r.Sequence), "--into", into)
+		if code == 0 || !strings.Contains(errOut, "outside the window") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the archive never reached sequence %d: %d %q %q", r.Sequence, code, out, errOut)
+		}
+	}
+	if code != 0 {
+		t.Fatalf("restore: %d %q %q", code, out, errOut)
+	}
+	t.Logf("%d writes acknowledged before the kill, %d in all; %s", first, len(acked), out)
+	rp := startPrimary(t, into, filepath.Join(dir, "cache-restored"))
+	rkv := kvv1.NewKVClient(dial(t, rp.addr))
+	for key := range acked {
+		if _, err := rkv.Get(ctx, &kvv1.GetRequest{Key: []byte(key)}); err != nil {
+			t.Fatalf("acknowledged %s: %v", key, err)
 		}
 	}
 }

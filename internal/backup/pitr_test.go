@@ -577,3 +577,36 @@ func TestArchiveLagUnderLoad(t *testing.T) {
 		done.Load(), elapsed.Round(time.Millisecond), float64(done.Load())/elapsed.Seconds(), len(lags), len(keysUnder(t, bak, backup.ArchiveIndexPrefix)),
 		q(0.5).Round(time.Millisecond), q(0.99).Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
 }
+
+// The new owner's archiver archives the old owner's logs up to the seals
+// its takeover wrote: the old owner's archiver stopped (killed) before
+// copying its last writes, and a restore to the new owner's last write
+// still holds them.
+func TestArchiveContinuesAfterFailover(t *testing.T) {
+	minio(t)
+	const db = "s3://src/orders"
+	src, bak := open(t, db), open(t, "s3://bak/shale/orders")
+	loc := location(t, bak)
+	p1 := startPrimary(t, db)
+	ctx := context.Background()
+	a1, err := backup.OpenArchiver(ctx, backup.ArchiveConfig{Source: src, To: loc, Epoch: p1.srv.Epoch()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a1.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkpoint(t, p1.kv, "c1")
+	m := create(t, src, loc, "b1", "c1")
+	var h history
+	h.fill(t, p1.kv, "old", 40) // a1 never copies these: it was killed
+	p2 := startArchiving(t, db, loc)
+	h.fill(t, p2.kv, "new", 40)
+	last := h.writes[len(h.writes)-1]
+	waitArchivedPast(t, bak, last.acked)
+	got, rep := restoreAndRead(t, loc, backup.Target{Sequence: last.seq}, "s3://src/r1")
+	sameState(t, "restored to the new owner's last write", got, h.want(nil, func(ack) bool { return true }))
+	if rep.Base != m.ID {
+		t.Fatalf("base %s", rep.Base)
+	}
+}
