@@ -45,7 +45,7 @@ type Archiver struct {
 	done chan struct{}
 
 	mu       sync.Mutex
-	archived map[string]bool              // keys an index names
+	archived map[string]bool              // keys an index names, but log objects (next says)
 	next     map[layout.VersionRef]uint64 // first slot the archive lacks
 	done_    map[layout.VersionRef]bool   // versions whole in the archive
 	gapped   map[layout.VersionRef]bool   // versions with a recorded gap
@@ -131,8 +131,10 @@ func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
 			a.pass = max(a.pass, ix.Pass)
 		}
 		for _, o := range ix.Objects {
-			a.archived[o.Key] = true
-			if name, e, first, last, ok := layout.ParseSegmentKey(o.Key); ok {
+			name, e, first, last, ok := layout.ParseSegmentKey(o.Key)
+			if !ok {
+				a.archived[o.Key] = true
+			} else {
 				ref := layout.VersionRef{Name: name, Epoch: e}
 				s := protocol.Segment{Seq: first, Size: o.Size}
 				if last > first {
@@ -379,6 +381,7 @@ func (a *Archiver) Pass(ctx context.Context) (err error) {
 	var completed []layout.VersionRef
 	var gaps []Gap
 	nexts := map[layout.VersionRef]uint64{} // applied once the copies are indexed
+	copiesOf := map[layout.VersionRef][]string{}
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		versions := map[uint64][]objstore.ObjectInfo{}
 		err := a.src.List(ctx, layout.LogPrefix(name), func(o objstore.ObjectInfo) error {
@@ -425,11 +428,9 @@ func (a *Archiver) Pass(ctx context.Context) (err error) {
 				if s.Fold() {
 					key = layout.FoldKey(name, e, s.Seq, s.Last)
 				}
-				if a.isArchived(key) {
-					continue
-				}
 				o := byKey[key]
 				jobs = append(jobs, copyJob{info: o, seal: s.Size == 0 && !s.Fold()})
+				copiesOf[ref] = append(copiesOf[ref], key)
 			}
 			nexts[ref] = r.Next
 			if r.Done {
@@ -492,7 +493,11 @@ func (a *Archiver) Pass(ctx context.Context) (err error) {
 		a.mu.Lock()
 		a.written++
 		for _, e := range entries {
-			a.archived[e.Key] = true
+			// Log objects are tracked by the next slot per version
+			// (a.next), not by key: a long-lived primary stores millions.
+			if _, _, _, _, isLog := layout.ParseSegmentKey(e.Key); !isLog {
+				a.archived[e.Key] = true
+			}
 		}
 		for _, ref := range completed {
 			a.done_[ref] = true
@@ -500,11 +505,23 @@ func (a *Archiver) Pass(ctx context.Context) (err error) {
 		a.objects += int64(len(entries))
 		a.mu.Unlock()
 	}
-	if copyErr == nil {
-		a.mu.Lock()
-		maps.Copy(a.next, nexts)
-		a.mu.Unlock()
+	// A version goes on from its new next slot once every copy of it in
+	// this pass is indexed (after a failed copy, the others stay done).
+	indexed := map[string]bool{}
+	for _, e := range entries {
+		indexed[e.Key] = true
 	}
+	a.mu.Lock()
+	for ref, n := range nexts {
+		ok := true
+		for _, k := range copiesOf[ref] {
+			ok = ok && indexed[k]
+		}
+		if ok {
+			a.next[ref] = n
+		}
+	}
+	a.mu.Unlock()
 	for _, g := range gaps {
 		b := Format(g)
 		if _, err := a.dst.Put(ctx, GapKey(g), bytes.NewReader(b), int64(len(b)), objstore.PutOptions{}); err != nil {

@@ -610,3 +610,69 @@ func TestArchiveContinuesAfterFailover(t *testing.T) {
 		t.Fatalf("base %s", rep.Base)
 	}
 }
+
+// outage is a backup store whose PUTs of archived log objects fail after
+// the first `after`, until up (the index and status still go through: the
+// pass records what it copied).
+type outage struct {
+	objstore.Store
+	after int32
+	puts  atomic.Int32
+	up    atomic.Bool
+}
+
+func (o *outage) Put(ctx context.Context, key string, r io.Reader, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	_, _, _, _, isLog := layout.ParseSegmentKey(strings.TrimPrefix(key, backup.ArchivePrefix))
+	if isLog && !o.up.Load() && o.puts.Add(1) > o.after {
+		return objstore.ObjectInfo{}, errDown
+	}
+	return o.Store.Put(ctx, key, r, size, opts)
+}
+
+// The backup store down in the middle of a pass: the pass fails; once it
+// is back, the next pass archives every log object, and a restore to the
+// last write holds every write.
+func TestArchiveAfterOutage(t *testing.T) {
+	minio(t)
+	const db = "s3://src/orders"
+	src, bak := open(t, db), open(t, "s3://bak/shale/orders")
+	loc := location(t, bak)
+	p := startPrimary(t, db)
+	ctx := context.Background()
+	down := &outage{Store: bak, after: 1 << 30}
+	a, err := backup.OpenArchiver(ctx, backup.ArchiveConfig{Source: src, To: backup.Location{Store: down, Database: "orders"}, Epoch: p.srv.Epoch()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkpoint(t, p.kv, "c1")
+	create(t, src, loc, "b1", "c1")
+	var h history
+	h.fill(t, p.kv, "w", 60)
+	down.puts.Store(0)
+	down.after = 20
+	if err := a.Pass(ctx); !errors.Is(err, errDown) {
+		t.Fatalf("a pass with the store down after 20 puts: %v", err)
+	}
+	if n := len(archivedKeys(t, bak)); n == 0 {
+		t.Fatal("the failed pass indexed nothing it copied")
+	}
+	down.up.Store(true)
+	if err := a.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := archivedKeys(t, bak)
+	for _, k := range logKeys(t, src) {
+		if got[k] == 0 {
+			t.Errorf("%s is not archived", k)
+		}
+	}
+	if st := a.Status(); st.Gaps != 0 {
+		t.Fatalf("%d gaps", st.Gaps)
+	}
+	last := h.writes[len(h.writes)-1]
+	state, _ := restoreAndRead(t, loc, backup.Target{Sequence: last.seq}, "s3://src/r1")
+	sameState(t, "restored after the outage", state, h.want(nil, func(ack) bool { return true }))
+}
