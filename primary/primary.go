@@ -19,6 +19,7 @@ import (
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/compactor"
 	"github.com/shale-rocks/shale/internal/auth"
+	"github.com/shale-rocks/shale/internal/backup"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/iometrics"
 	"github.com/shale-rocks/shale/internal/kvserver"
@@ -67,6 +68,11 @@ type Config struct {
 	// its cache, answers SERVING once warm (every KV call UNAVAILABLE),
 	// waits for the current owner's release and only then takes over.
 	Standby *StandbyConfig
+	// Archive, when set, runs the continuous archive of the database's
+	// logs into a backup location (`--archive-to`; RFC 0011 steps 18-23),
+	// from the store, after the open. Source, Epoch, Logger and
+	// Registerer are set by Start. The primary never waits for it.
+	Archive *backup.ArchiveConfig
 }
 
 // StandbyConfig configures a standby (RFC 0012).
@@ -126,6 +132,11 @@ type Server struct {
 	stepMu    sync.Mutex
 	step      *stepDown     // the step-down under way or done (stepdown.go)
 	stepped   chan struct{} // closed once a step-down released the database
+	// archiver, once opened (it is opened in the background, retrying
+	// while the backup store is unreachable).
+	archiver    atomic.Pointer[backup.Archiver]
+	archiveStop context.CancelFunc
+	archiveDone chan struct{}
 }
 
 // Start opens the database and starts serving. On error nothing is left
@@ -149,6 +160,9 @@ func startCtx(runCtx context.Context, cfg Config) (_ *Server, err error) {
 	sc.OnDurable = func() {
 		s.wrote.Store(int64(time.Since(s.born)))
 		s.durable.Notify()
+		if a := s.archiver.Load(); a != nil {
+			a.Wake()
+		}
 	}
 	if sc.Owner == "" {
 		host, _ := os.Hostname()
@@ -285,6 +299,11 @@ func startCtx(runCtx context.Context, cfg Config) (_ *Server, err error) {
 	if !cfg.NoReadinessCheck {
 		s.startReadiness()
 	}
+	if cfg.Archive != nil {
+		ac := *cfg.Archive
+		ac.Source, ac.Epoch, ac.Logger, ac.Registerer = sc.Store, s.fs.Epoch(), cfg.Logger, reg
+		s.startArchive(ac)
+	}
 	cfg.Logger.Info("primary serving", "db", n.URL, "epoch", s.fs.Epoch(), "cache", sc.CacheDir, "listen", s.ep.Addr(), "metrics", s.MetricsAddr(),
 		"transport", kvserver.TransportName(n.Secured), "compaction", s.compactionMode())
 	return s, nil
@@ -340,6 +359,7 @@ func (s *Server) Done() <-chan error { return s.ep.Done() }
 // period), and closes the database.
 func (s *Server) Stop(grace time.Duration) {
 	s.stopReadiness()
+	s.stopArchive()
 	s.durable.Close()
 	stopped := make(chan struct{})
 	go func() {
@@ -382,6 +402,46 @@ func (s *Server) closeDB() {
 		s.fs.Stop()
 	})
 }
+
+// startArchive opens the archiver in the background, retrying while the
+// backup store cannot be reached, then runs it until Stop or a fence.
+func (s *Server) startArchive(ac backup.ArchiveConfig) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.archiveStop, s.archiveDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.archiveDone)
+		for wait := time.Second; ; wait = min(2*wait, time.Minute) {
+			a, err := backup.OpenArchiver(ctx, ac)
+			if err == nil {
+				s.archiver.Store(a)
+				a.Start()
+				s.cfg.Logger.Info("archiving the logs", "to", ac.To.Store.URL())
+				select {
+				case <-ctx.Done():
+				case <-s.fs.Fenced():
+				}
+				a.Stop()
+				return
+			}
+			s.cfg.Logger.Error("the archive cannot start; retrying (point-in-time restores lag meanwhile)", "to", ac.To.Store.URL(), "err", err, "retry_in", wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+	}()
+}
+
+func (s *Server) stopArchive() {
+	if s.archiveStop != nil {
+		s.archiveStop()
+		<-s.archiveDone
+	}
+}
+
+// Archiver is the running archiver (nil until it opened, or without one).
+func (s *Server) Archiver() *backup.Archiver { return s.archiver.Load() }
 
 // FenceDrain is how long a fenced primary keeps answering, with
 // FAILED_PRECONDITION naming the new epoch, before it exits: clients learn

@@ -26,6 +26,18 @@ type backupFlags struct {
 	to, endpoint, credentials string
 	database                  string
 	timeout                   time.Duration
+	archive                   bool // shale primary's --archive-* flags
+}
+
+// flag is the name of one of the location's flags as the command has it.
+func (bf *backupFlags) flag(name string) string {
+	if !bf.archive {
+		return "--" + name
+	}
+	if name == "database" {
+		return "--archive-database"
+	}
+	return "--archive-" + name
 }
 
 func newBackupCmd() *cobra.Command {
@@ -66,7 +78,7 @@ by --database (default: the last element of --db's path).`,
 // command has one (the default database id is its last element).
 func (bf *backupFlags) location(db string) (backup.Location, error) {
 	if bf.to == "" {
-		return backup.Location{}, usageErrorf("--to is required: the backup store's URL (s3://BUCKET/PREFIX or file:///ABS/PATH)")
+		return backup.Location{}, usageErrorf("%s is required: the backup store's URL (s3://BUCKET/PREFIX or file:///ABS/PATH)", bf.flag("to"))
 	}
 	id := bf.database
 	if id == "" && db != "" {
@@ -78,14 +90,14 @@ func (bf *backupFlags) location(db string) (backup.Location, error) {
 		}
 	}
 	if id == "" {
-		return backup.Location{}, usageErrorf("--database is required: the database's id in the backup store (create's default: the last element of --db's path)")
+		return backup.Location{}, usageErrorf("%s is required: the database's id in the backup store (create's default: the last element of --db's path)", bf.flag("database"))
 	}
 	if err := objstore.ValidateKey(id); err != nil || strings.Contains(id, "/") {
-		return backup.Location{}, usageErrorf("--database %q: want one path element, such as orders", id)
+		return backup.Location{}, usageErrorf("%s %q: want one path element, such as orders", bf.flag("database"), id)
 	}
 	u, err := objstore.ParseURL(bf.to)
 	if err != nil {
-		return backup.Location{}, usageErrorf("--to: %v", err)
+		return backup.Location{}, usageErrorf("%s: %v", bf.flag("to"), err)
 	}
 	loc := strings.TrimSuffix(u.String(), "/") + "/" + id
 	var s objstore.Store
@@ -93,7 +105,7 @@ func (bf *backupFlags) location(db string) (backup.Location, error) {
 	case bf.endpoint == "" && bf.credentials == "":
 		s, err = objstore.Open(loc)
 	case u.Scheme != "s3":
-		return backup.Location{}, usageErrorf("--to-endpoint and --to-credentials-dir apply to an s3:// backup store, not %s", bf.to)
+		return backup.Location{}, usageErrorf("%s and %s apply to an s3:// backup store, not %s", bf.flag("to-endpoint"), bf.flag("to-credentials-dir"), bf.to)
 	default:
 		cfg := objstore.S3ConfigFromEnv()
 		if bf.endpoint != "" {
@@ -101,7 +113,7 @@ func (bf *backupFlags) location(db string) (backup.Location, error) {
 		}
 		if bf.credentials != "" {
 			if st, serr := os.Stat(bf.credentials); serr != nil || !st.IsDir() {
-				return backup.Location{}, usageErrorf("--to-credentials-dir %s: not a directory (want one holding the files accessKeyID and secretAccessKey)", bf.credentials)
+				return backup.Location{}, usageErrorf("%s %s: not a directory (want one holding the files accessKeyID and secretAccessKey)", bf.flag("to-credentials-dir"), bf.credentials)
 			}
 			cfg.CredentialsDir = bf.credentials
 			cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken = "", "", ""
@@ -109,7 +121,7 @@ func (bf *backupFlags) location(db string) (backup.Location, error) {
 		s, err = objstore.OpenS3(loc, cfg)
 	}
 	if err != nil {
-		return backup.Location{}, fmt.Errorf("--to: %w", err)
+		return backup.Location{}, fmt.Errorf("%s: %w", bf.flag("to"), err)
 	}
 	// Other credentials: a server-side copy would read one side with the
 	// other's, so copies stream.
@@ -332,19 +344,48 @@ the copy read-only and counts its keys with checksums verified.`,
 }
 
 func newBackupRestoreCmd(bf *backupFlags) *cobra.Command {
-	var into string
+	var into, targetTime string
+	var targetSeq uint64
 	c := &cobra.Command{
-		Use:   "restore ID --into URL",
-		Short: "Write a backup into a new, empty database directory",
+		Use:   "restore (ID | --target-time T | --target-sequence N) --into URL",
+		Short: "Write a backup, or the database at a point in time, into a new, empty database directory",
 		Long: `Restore copies backup ID into --into, which must be empty (or hold an
 interrupted restore of the same backup: rerun to finish it): every table,
 the MANIFEST and CURRENT, last. Then start a primary there:
-shale primary --db URL. Do not start one before the restore ends.`,
-		Example: `  shale backup restore --to s3://backups/shale --database orders b20260101-020000 --into s3://data/orders-restored`,
-		Args:    exactArgs("ID"),
+shale primary --db URL. Do not start one before the restore ends.
+
+With --target-time or --target-sequence (and no ID) it restores the database
+as it was at that point, from the archive a primary writes with
+--archive-to: the newest base backup at or before the target and the
+archived WAL up to it. The result holds every write acknowledged before the
+target and none after (a time is compared with the store's clock; a
+sequence is exact, as returned by a Write), never a write refused as
+fenced. A target outside the recoverable window is refused, naming the
+window (docs/backups.md, "Point-in-time restore").`,
+		Example: `  shale backup restore --to s3://backups/shale --database orders b20260101-020000 --into s3://data/orders-restored
+  shale backup restore --to s3://backups/shale --database orders --target-time 2026-01-01T10:42:00Z --into s3://data/orders-before-bug`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if into == "" {
 				return usageErrorf("--into is required: the new database's URL (an empty location)")
+			}
+			var t backup.Target
+			if targetTime != "" {
+				tt, err := time.Parse(time.RFC3339Nano, targetTime)
+				if err != nil {
+					return usageErrorf("--target-time %q: want an RFC 3339 time such as 2026-01-01T10:42:00Z", targetTime)
+				}
+				t.Time = tt
+			}
+			t.Sequence = targetSeq
+			pit := targetTime != "" || targetSeq > 0
+			switch {
+			case targetTime != "" && targetSeq > 0:
+				return usageErrorf("--target-time and --target-sequence exclude each other")
+			case pit && len(args) > 0:
+				return usageErrorf("a point-in-time restore picks its base backup: give --target-time or --target-sequence, not an ID")
+			case !pit && len(args) == 0:
+				return usageErrorf("restore needs a backup ID, or --target-time or --target-sequence")
 			}
 			loc, err := bf.location("")
 			if err != nil {
@@ -356,6 +397,15 @@ shale primary --db URL. Do not start one before the restore ends.`,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), bf.timeout)
 			defer cancel()
+			if pit {
+				rep, err := backup.RestoreToPoint(ctx, loc, t, target)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "restored %s to %s into %s: backup %s (sequence %d), %d tables, %s, then %d archived WALs (%s) up to sequence %d; start it with: shale primary --db %s\n",
+					loc.Database, t, target.URL(), rep.Base, rep.Sequence, rep.Tables, byteCount(uint64(rep.Bytes)), rep.WALs, byteCount(uint64(rep.WALBytes)), rep.Last, target.URL())
+				return nil
+			}
 			rep, err := backup.Restore(ctx, loc, args[0], target)
 			if err != nil {
 				if errors.Is(err, backup.ErrNotFound) {
@@ -368,7 +418,9 @@ shale primary --db URL. Do not start one before the restore ends.`,
 		},
 	}
 	c.Flags().StringVar(&into, "into", "", "the new database's `URL` (required; empty)")
-	noFileCompletion(c, "into")
+	c.Flags().StringVar(&targetTime, "target-time", "", "restore the database as it was at this `time` (RFC 3339), from the archive")
+	c.Flags().Var(uintValue{&targetSeq}, "target-sequence", "restore the database as it was at this sequence `number`, from the archive")
+	noFileCompletion(c, "into", "target-time", "target-sequence")
 	return c
 }
 

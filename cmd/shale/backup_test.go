@@ -4,10 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/objstore"
@@ -122,5 +128,185 @@ func TestBackupCLI(t *testing.T) {
 	}
 	if code, out, errOut := shale("backup", "delete", "--to", to, "--database", "orders", "b3"); code != 1 || !strings.Contains(errOut, "no backup b3") {
 		t.Fatalf("delete of a deleted backup: %d %q %q", code, out, errOut)
+	}
+}
+
+// `shale primary --archive-to` and `shale backup restore --target-sequence`:
+// a primary process archives its logs; a restore to the sequence of one
+// write holds it and every write before, and none after. Bad input names
+// the flags.
+func TestPointInTimeCLI(t *testing.T) {
+	dir := t.TempDir()
+	db := "file://" + filepath.Join(dir, "orders")
+	to := "file://" + filepath.Join(dir, "backups")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"primary", "--db", db, "--archive-database", "x"}, "need --archive-to"},
+		{[]string{"backup", "restore", "--to", to, "--database", "orders", "--target-sequence", "5", "--target-time", "2026-01-01T00:00:00Z", "--into", db}, "exclude each other"},
+		{[]string{"backup", "restore", "--to", to, "--database", "orders", "b1", "--target-sequence", "5", "--into", db}, "not an ID"},
+		{[]string{"backup", "restore", "--to", to, "--database", "orders", "--target-time", "yesterday", "--into", db}, "RFC 3339"},
+		{[]string{"backup", "restore", "--to", to, "--database", "orders", "--into", db}, "needs a backup ID"},
+	} {
+		if code, out, errOut := shale(tc.args...); code != 2 || !strings.Contains(out+errOut, tc.want) {
+			t.Fatalf("%v: %d %q %q, want 2 and %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+
+	p := startPrimary(t, db, filepath.Join(dir, "cache"), "--archive-to", to)
+	kv := kvv1.NewKVClient(dial(t, p.addr))
+	ctx := context.Background()
+	put := func(key string) uint64 {
+		r, err := kv.Put(ctx, &kvv1.PutRequest{Key: []byte(key), Value: []byte("v-" + key), Sync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Sequence
+	}
+	for i := range 20 {
+		put(fmt.Sprintf("a%03d", i))
+	}
+	// The base backup must start after the archive did.
+	waitFile(t, filepath.Join(dir, "backups", "orders", "archive", "started.json"))
+	if code, out, errOut := shale("backup", "create", "--db", db, "--to", to, "--addr", p.addr, "--id", "b1"); code != 0 {
+		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	var target uint64
+	for i := range 20 {
+		target = put(fmt.Sprintf("b%03d", i))
+	}
+	last := target
+	for i := range 20 {
+		last = put(fmt.Sprintf("c%03d", i))
+	}
+	// Wait until the archive holds the last write: a restore to it
+	// succeeds once it does (before, it is refused as outside the window).
+	into := "file://" + filepath.Join(dir, "restored")
+	var code int
+	var out, errOut string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		code, out, errOut = shale("backup", "restore", "--to", to, "--database", "orders", "--target-sequence", fmt.Sprint(last+1000), "--into", "file://"+filepath.Join(dir, "probe"))
+		if code == 1 && strings.Contains(errOut, fmt.Sprintf("to sequence %d", last)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the archive never reached sequence %d: %d %q %q", last, code, out, errOut)
+		}
+	}
+	t.Logf("refused: %s", errOut)
+	code, out, errOut = shale("backup", "restore", "--to", to, "--database", "orders", "--target-sequence", fmt.Sprint(target), "--into", into)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("up to sequence %d", target)) {
+		t.Fatalf("restore: %d %q %q", code, out, errOut)
+	}
+	t.Log(out)
+	r := startPrimary(t, into, filepath.Join(dir, "cache-restored"))
+	rkv := kvv1.NewKVClient(dial(t, r.addr))
+	for _, prefix := range []string{"a", "b", "c"} {
+		for i := range 20 {
+			key := fmt.Sprintf("%s%03d", prefix, i)
+			_, err := rkv.Get(ctx, &kvv1.GetRequest{Key: []byte(key)})
+			if err != nil && status.Code(err) != codes.NotFound {
+				t.Fatal(err)
+			}
+			if found, want := err == nil, prefix != "c"; found != want {
+				t.Fatalf("restored to sequence %d: %s found=%v, want %v", target, key, found, want)
+			}
+		}
+	}
+}
+
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never appeared", path)
+		}
+	}
+}
+
+// A primary with --archive-to killed with SIGKILL under writes, its
+// archiver with it; the next primary (the next epoch, a new process)
+// archives from where the archive ends: a restore to the last write holds
+// every write either acknowledged.
+func TestArchiveAcrossKill(t *testing.T) {
+	dir := t.TempDir()
+	db := "file://" + filepath.Join(dir, "orders")
+	to := "file://" + filepath.Join(dir, "backups")
+	p := startPrimary(t, db, filepath.Join(dir, "cache1"), "--archive-to", to)
+	kv := kvv1.NewKVClient(dial(t, p.addr))
+	ctx := context.Background()
+	waitFile(t, filepath.Join(dir, "backups", "orders", "archive", "started.json"))
+	if code, out, errOut := shale("backup", "create", "--db", db, "--to", to, "--addr", p.addr, "--id", "b1"); code != 0 {
+		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	acked := map[string]bool{}
+	writes := func(kv kvv1.KVClient, prefix string, n int, stop func(int)) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range n {
+					key := fmt.Sprintf("%s-%d-%04d", prefix, w, i)
+					if _, err := kv.Put(ctx, &kvv1.PutRequest{Key: []byte(key), Value: []byte("v"), Sync: true}); err != nil {
+						return // the primary was killed
+					}
+					mu.Lock()
+					acked[key] = true
+					mu.Unlock()
+				}
+			}()
+		}
+		if stop != nil {
+			for {
+				mu.Lock()
+				got := len(acked)
+				mu.Unlock()
+				if got >= 300 {
+					stop(got)
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		wg.Wait()
+	}
+	writes(kv, "a", 1000, func(int) { p.kill9(t) })
+	first := len(acked)
+	q := startPrimary(t, db, filepath.Join(dir, "cache2"), "--archive-to", to)
+	qkv := kvv1.NewKVClient(dial(t, q.addr))
+	writes(qkv, "b", 20, nil)
+	r, err := qkv.Put(ctx, &kvv1.PutRequest{Key: []byte("last"), Value: []byte("v"), Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked["last"] = true
+	into := "file://" + filepath.Join(dir, "restored")
+	var code int
+	var out, errOut string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		code, out, errOut = shale("backup", "restore", "--to", to, "--database", "orders", "--target-sequence", fmt.Sprint(r.Sequence), "--into", into)
+		if code == 0 || !strings.Contains(errOut, "outside the window") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the archive never reached sequence %d: %d %q %q", r.Sequence, code, out, errOut)
+		}
+	}
+	if code != 0 {
+		t.Fatalf("restore: %d %q %q", code, out, errOut)
+	}
+	t.Logf("%d writes acknowledged before the kill, %d in all; %s", first, len(acked), out)
+	rp := startPrimary(t, into, filepath.Join(dir, "cache-restored"))
+	rkv := kvv1.NewKVClient(dial(t, rp.addr))
+	for key := range acked {
+		if _, err := rkv.Get(ctx, &kvv1.GetRequest{Key: []byte(key)}); err != nil {
+			t.Fatalf("acknowledged %s: %v", key, err)
+		}
 	}
 }

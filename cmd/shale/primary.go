@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shale-rocks/shale/internal/backup"
 	"github.com/shale-rocks/shale/internal/engine"
 	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/primary"
@@ -23,6 +24,8 @@ func newPrimaryCmd() *cobra.Command {
 	var clone primary.CloneConfig
 	var standby bool
 	var standbyPoll time.Duration
+	archive := backupFlags{archive: true} // --archive-to and its endpoint, credentials and database id
+	var archiveRate uint64
 	c := &cobra.Command{
 		Use:   "primary --db URL",
 		Short: "Serve a database read-write over gRPC",
@@ -79,6 +82,15 @@ unless --insecure. See docs/security.md.`,
 				}
 				cfg.Standby = &primary.StandbyConfig{Poll: standbyPoll}
 			}
+			if archive.to != "" {
+				loc, err := archive.location(cfg.DB)
+				if err != nil {
+					return err
+				}
+				cfg.Archive = &backup.ArchiveConfig{To: loc, Rate: int64(archiveRate)}
+			} else if archive.endpoint != "" || archive.credentials != "" || archive.database != "" {
+				return usageErrorf("primary: --archive-to-endpoint, --archive-to-credentials-dir and --archive-database need --archive-to")
+			}
 			cfg.Logger = newLogger(c.ErrOrStderr())
 			serverGC()
 			ctx, stop := signalContext()
@@ -96,6 +108,11 @@ unless --insecure. See docs/security.md.`,
 	c.Flags().StringVar(&clone.Endpoint, "clone-endpoint", "", "S3 endpoint `URL` of the --clone-from database when it is another server than $AWS_ENDPOINT_URL")
 	c.Flags().StringVar(&clone.CredentialsDir, "clone-credentials-dir", "", "`directory` with the files accessKeyID and secretAccessKey (a mounted Secret) to read the --clone-from database with, when its store takes other credentials than --db's")
 	noFileCompletion(c, "clone-endpoint")
+	c.Flags().StringVar(&archive.to, "archive-to", "", "archive the database's logs continuously into this backup store `URL` (s3://BUCKET/PREFIX or file:///ABS/PATH; as shale backup create --to) for point-in-time restores (docs/backups.md)")
+	c.Flags().StringVar(&archive.endpoint, "archive-to-endpoint", "", "S3 endpoint `URL` of the --archive-to store when it is another server than $AWS_ENDPOINT_URL")
+	c.Flags().StringVar(&archive.credentials, "archive-to-credentials-dir", "", "`directory` with the --archive-to store's accessKeyID and secretAccessKey files (default: the database's credentials)")
+	c.Flags().StringVar(&archive.database, "archive-database", "", "the database's `id` in the --archive-to store (default: the last element of --db's path, as shale backup create)")
+	c.Flags().Var(newSize(&archiveRate, 64<<20), "archive-rate", "bound on the archive's copy rate, in bytes per second")
 	primaryFlags(c, &cfg)
 	serverSecurityFlags(c, &cfg.Security, true)
 	compactionFlags(c, &cfg.CompactionMode, &cfg.Compaction, "local")

@@ -671,6 +671,13 @@ type RestoreReport struct {
 // primary then opens (RFC 0011 step 15): every table as its epoch-0
 // version, the frozen MANIFEST as the epoch-0 log, CURRENT last.
 func Restore(ctx context.Context, loc Location, id string, target objstore.Store) (RestoreReport, error) {
+	return restore(ctx, loc, id, target, "", nil)
+}
+
+// restore is Restore; pointInTime names a point-in-time restore's target
+// (its record says so, so a rerun with another target is refused), and
+// before, when set, writes its logs before CURRENT.
+func restore(ctx context.Context, loc Location, id string, target objstore.Store, pointInTime string, before func(context.Context, Manifest) error) (RestoreReport, error) {
 	var rep RestoreReport
 	if err := ValidID(id); err != nil {
 		return rep, err
@@ -696,7 +703,7 @@ func Restore(ctx context.Context, loc Location, id string, target objstore.Store
 	}); err != nil {
 		return rep, fmt.Errorf("list %s: %w", target.URL(), err)
 	}
-	rr := RestoreRecord{Backup: id, Database: m.Database, StartedAt: time.Now().UTC()}
+	rr := RestoreRecord{Backup: id, Database: m.Database, StartedAt: time.Now().UTC(), Target: pointInTime}
 	if len(top) > 0 {
 		got, err := get(ctx, target, RestoreKey)
 		if errors.Is(err, objstore.ErrNotFound) {
@@ -709,8 +716,8 @@ func Restore(ctx context.Context, loc Location, id string, target objstore.Store
 		if err != nil {
 			return rep, err
 		}
-		if have.Backup != id || have.Database != m.Database {
-			return rep, fmt.Errorf("%s holds a restore of backup %s of %s, not of %s of %s", target.URL(), have.Backup, have.Database, id, m.Database)
+		if have.Backup != id || have.Database != m.Database || have.Target != pointInTime {
+			return rep, fmt.Errorf("%s holds a restore of backup %s of %s%s, not of %s of %s%s", target.URL(), have.Backup, have.Database, toTarget(have.Target), id, m.Database, toTarget(pointInTime))
 		}
 		if _, err := target.Stat(ctx, layout.CurrentKey); err == nil {
 			return rep, fmt.Errorf("%s is restored already (CURRENT is written): start a primary on it", target.URL())
@@ -755,12 +762,25 @@ func Restore(ctx context.Context, loc Location, id string, target objstore.Store
 		return rep, fmt.Errorf("restore backup %s into %s: %w (rerun the restore; do not start a primary there before it ends)", id, target.URL(), err)
 	}
 
+	if before != nil {
+		if err := before(ctx, m); err != nil {
+			return rep, fmt.Errorf("restore into %s: %w (rerun the restore; do not start a primary there before it ends)", target.URL(), err)
+		}
+	}
+
 	// (d) CURRENT, last: the directory is a database from here on.
 	cur := layout.CurrentObject([]byte(m.Current), 0, nonce())
 	if _, err := target.Put(ctx, layout.CurrentKey, bytes.NewReader(cur), int64(len(cur)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
 		return rep, fmt.Errorf("write CURRENT in %s: %w", target.URL(), err)
 	}
 	return rep, nil
+}
+
+func toTarget(t string) string {
+	if t == "" {
+		return ""
+	}
+	return " to " + t
 }
 
 func nonce() string {

@@ -1,6 +1,7 @@
 // Package backup copies a database's checkpoints to a second object store
-// and restores them (docs/rfcs/0011-backups-and-point-in-time-restore.md,
-// steps 1-15; user guide: docs/backups.md).
+// and restores them, archives its logs continuously and restores it to a
+// point in time (docs/rfcs/0011-backups-and-point-in-time-restore.md,
+// steps 1-26; user guide: docs/backups.md).
 //
 // Everything of one database lives under <backup location>/<database id>/:
 //
@@ -9,6 +10,8 @@
 //	pending/<id>.json        a running or interrupted backup (create-only, first)
 //	backups/<id>.json        a published backup's manifest (create-only, last)
 //	deleting/<id>.json       a delete in progress
+//	archive/<source key>     the continuous archive of the logs (archive.go)
+//	archive/index/<E>/<pass> what each archiver pass copied, with store times
 //
 // This file holds the keys, the records and the pure decisions (what to
 // copy, what a delete may remove, whose backup location this is); the
@@ -162,6 +165,8 @@ type RestoreRecord struct {
 	Backup    string    `json:"backup"`
 	Database  string    `json:"database"`
 	StartedAt time.Time `json:"startedAt"`
+	// Target: a point-in-time restore's target (RFC 0011 step 26).
+	Target string `json:"target,omitempty"`
 }
 
 // Format is a record's stored bytes.
