@@ -75,6 +75,12 @@ const (
 	ReasonSwitchoverCompleted = "SwitchoverCompleted"
 	ReasonSwitchoverAbandoned = "SwitchoverAbandoned"
 	ReasonNoFailover          = "NoFailover"
+	// Hibernation and fencing by hand (RFC 0014): Ready's reason while
+	// held, and status.hold's reasons.
+	ReasonFenced           = "Fenced"
+	ReasonHibernated       = "Hibernated"
+	ReasonFenceRequested   = "FenceRequested"
+	ReasonHibernationAsked = "HibernationRequested"
 	ReasonDeleting            = "Deleting"
 
 	ReasonNoSecondaries       = "NoSecondaries"
