@@ -81,7 +81,7 @@ const (
 	ReasonHibernated       = "Hibernated"
 	ReasonFenceRequested   = "FenceRequested"
 	ReasonHibernationAsked = "HibernationRequested"
-	ReasonDeleting            = "Deleting"
+	ReasonDeleting         = "Deleting"
 
 	ReasonNoSecondaries       = "NoSecondaries"
 	ReasonSecondariesReady    = "SecondariesReady"
