@@ -3,14 +3,22 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/signer"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,13 +29,14 @@ import (
 
 // stepHibernate: hibernation and fencing by hand (RFC 0014) of the main
 // database, through the plugin. Hibernated: no Pod of it runs, phase
-// Hibernated, and for 30 s nothing in its directory changes (MinIO's
-// request counters are per bucket, shared with the operator's checks and
-// other databases, so reads are not counted here: only writes, as the
-// objects' names and ETags). Resumed: Ready at a later epoch, every key of
-// the suite's ledger read back. Fenced: no primary, the fence's epoch
-// claimed and released in the store, writes refused, the secondaries still
-// serving every acknowledged key. Unfenced: Ready, every key.
+// Hibernated, and for 30 s MinIO serves no request in its directory
+// (MinIO's own request trace, through its admin API with the demo MinIO's
+// root keys: any request on an object of the directory, or listing a
+// prefix in it) and nothing there changes (names and ETags). Resumed:
+// Ready at a later epoch, every key of the suite's ledger read back.
+// Fenced: no primary, the fence's epoch released in the store, the
+// secondaries still serving every acknowledged key. Unfenced: Ready, every
+// key, no failover counted.
 func stepHibernate(t *testing.T, s *suite) {
 	addr := s.rwAddr(t)
 	db := s.waitReady(t, s.db, 1, 3*time.Minute)
@@ -52,6 +61,7 @@ func stepHibernate(t *testing.T, s *suite) {
 		t.Errorf("hibernated at epoch %d without its release in the store", db.Status.Hold.Epoch)
 	}
 	before := objectVersions(t, mc, dir)
+	trace := s.traceMinIO(t, dir)
 	start := time.Now()
 	eventually(t, time.Minute, "30 s of hibernation with no Pod", func() (bool, string) {
 		var pods corev1.PodList
@@ -63,10 +73,14 @@ func stepHibernate(t *testing.T, s *suite) {
 		}
 		return time.Since(start) >= 30*time.Second, fmt.Sprintf("%s so far", time.Since(start).Round(time.Second))
 	})
+	mine, others := trace.stop()
+	if len(mine) > 0 {
+		t.Errorf("MinIO served %d requests in the hibernated database's directory in 30 s: %v", len(mine), first(mine, 10))
+	}
 	if after := objectVersions(t, mc, dir); after != before {
 		t.Errorf("the hibernated database's directory changed in 30 s:\nbefore: %d bytes of listing\nafter: %d bytes", len(before), len(after))
 	}
-	t.Logf("hibernated at epoch %d (from %d): no Pod and no object written for 30 s", db.Status.Hold.Epoch, epoch)
+	t.Logf("hibernated at epoch %d (from %d): no Pod and no request in its directory for 30 s (%d requests elsewhere in the store: other databases, the operator's checks)", db.Status.Hold.Epoch, epoch, others)
 
 	// Resume.
 	plugin(t, s, "resume", s.db, "--wait", "5m")
@@ -144,4 +158,96 @@ func objectVersions(t *testing.T, mc *minio.Client, prefix string) string {
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
+}
+
+// minioTrace follows MinIO's request trace and collects the requests in
+// one directory of the hot bucket.
+type minioTrace struct {
+	mu     sync.Mutex
+	mine   []string
+	others int
+	cancel func()
+	done   chan struct{}
+}
+
+// traceMinIO subscribes to the demo MinIO's trace of S3 requests (its
+// admin API, GET /minio/admin/v3/trace, signed with the root keys the
+// chart gives it: the shale-objectstore Secret's) and collects, until
+// stop, the requests on an object under dir or listing a prefix under it.
+func (s *suite) traceMinIO(t *testing.T, dir string) *minioTrace {
+	t.Helper()
+	var sec corev1.Secret
+	if err := s.kube.Get(ctx(t, time.Minute), client.ObjectKey{Namespace: s.cfg.namespace, Name: "shale-objectstore"}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.serviceProxy(t, "minio", 9000)
+	c, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(c, http.MethodGet, "http://"+addr+"/minio/admin/v3/trace?s3=true", nil)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
+	req = signer.SignV4(*req, string(sec.Data["AWS_ACCESS_KEY_ID"]), string(sec.Data["AWS_SECRET_ACCESS_KEY"]), "", "us-east-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("MinIO's trace: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		cancel()
+		t.Fatalf("MinIO's trace: %s: %s", resp.Status, b)
+	}
+	m := &minioTrace{cancel: cancel, done: make(chan struct{})}
+	inDir := "/" + hotBucket + "/" + dir
+	go func() {
+		defer close(m.done)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			var e struct {
+				FuncName string `json:"funcname"`
+				Path     string `json:"path"`
+				HTTP     *struct {
+					Request struct {
+						RawQuery string `json:"rawquery"`
+					} `json:"request"`
+				} `json:"http"`
+			}
+			if json.Unmarshal(sc.Bytes(), &e) != nil || e.FuncName == "" {
+				continue // keep-alive blanks
+			}
+			prefix := ""
+			if e.HTTP != nil {
+				if q, err := url.ParseQuery(e.HTTP.Request.RawQuery); err == nil {
+					prefix = q.Get("prefix")
+				}
+			}
+			m.mu.Lock()
+			if strings.HasPrefix(e.Path, inDir) || (e.Path == "/"+hotBucket+"/" && prefix != "" && strings.HasPrefix(prefix, dir)) {
+				m.mine = append(m.mine, e.FuncName+" "+e.Path+" "+prefix)
+			} else {
+				m.others++
+			}
+			m.mu.Unlock()
+		}
+	}()
+	return m
+}
+
+// emptySHA256 is the SHA-256 of an empty body, which MinIO's admin API
+// wants in X-Amz-Content-Sha256.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// stop ends the trace and returns the requests in the directory and how
+// many others it saw.
+func (m *minioTrace) stop() ([]string, int) {
+	m.cancel()
+	<-m.done
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mine, m.others
 }
