@@ -27,6 +27,7 @@ var steps = []step{
 	{name: "unstartable-primary", labels: []string{"backoff", "operator"}, run: stepUnstartablePrimary},
 	{name: "namespace-deletion", labels: []string{"gc", "namespace-deletion"}, run: stepNamespaceDeletion},
 	{name: "plugin", labels: []string{"plugin", "operator"}, run: stepPlugin},
+	{name: "hibernate", labels: []string{"hibernate", "fencing", "plugin"}, run: stepHibernate},
 	// Last: the dashboard's series exist once the steps above produced them.
 	{name: "metrics", labels: []string{"metrics", "chart"}, run: stepMetrics},
 }

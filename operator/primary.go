@@ -43,6 +43,12 @@ import (
 // reconcilePrimary drives the primary of a database towards running and
 // reports PrimaryAvailable (and Failover when it fails over).
 func (r *rocksDBReconciler) reconcilePrimary(ctx context.Context, db *shalev1.RocksDB, store *shalev1.ObjectStore, rep *report) (ctrl.Result, error) {
+	// A fence or a hibernation by hand first (hold.go): while one is
+	// wanted or in place, no primary is created, switched over or failed
+	// over.
+	if res, done, err := r.reconcileHold(ctx, db, store, rep); done || err != nil {
+		return res, err
+	}
 	epoch := db.Status.Epoch
 	switch {
 	case epoch == 0:

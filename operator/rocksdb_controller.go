@@ -431,6 +431,9 @@ func (r *rocksDBReconciler) writeStatus(ctx context.Context, db *shalev1.RocksDB
 			st.Tiers = rep.tiers
 		}
 		st.Phase = phaseOf(st)
+		if st.Hold != nil {
+			st.Phase = holdPhase(cur)
+		}
 		st.ObservedGeneration = generation
 		return nil
 	})

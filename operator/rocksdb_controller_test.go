@@ -40,6 +40,7 @@ func TestOperator(t *testing.T) {
 	t.Run("NetworkPolicies", func(t *testing.T) { testNetworkPolicies(h.with(t)) })
 	t.Run("Disruptions", func(t *testing.T) { testDisruptions(h.with(t)) })
 	t.Run("Switchover", func(t *testing.T) { testSwitchover(h.with(t)) })
+	t.Run("Hold", func(t *testing.T) { testHold(h.with(t)) })
 }
 
 const samplesNS = "samples"

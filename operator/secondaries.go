@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -47,6 +48,11 @@ func (r *rocksDBReconciler) reconcileSecondaries(ctx context.Context, db *shalev
 		msg := fmt.Sprintf("Deployment %s exists and is not owned by this RocksDB; delete it or rename the RocksDB", cur.Name)
 		rep.setSecondaries(0, metav1.ConditionFalse, shalev1.ReasonSecondariesConflict, msg)
 		return &refusal{eventDeploymentConflict, msg}
+	}
+	if want > 0 && db.Status.Hold != nil && hibernationWanted(db) {
+		// Hibernated (hold.go): no secondary runs (their reader leases and
+		// refreshes are store requests); the Deployment stays, at 0.
+		return r.hibernateSecondaries(ctx, db, cur, rep)
 	}
 
 	if want == 0 {
@@ -250,4 +256,20 @@ func observeSecondaries(want int32, dep *appsv1.Deployment) (int32, metav1.Condi
 		return ready, metav1.ConditionFalse, shalev1.ReasonSecondariesNotReady, fmt.Sprintf("%d of %d secondaries ready", ready, want)
 	}
 	return ready, metav1.ConditionTrue, shalev1.ReasonSecondariesReady, fmt.Sprintf("%d of %d secondaries ready", ready, want)
+}
+
+// hibernateSecondaries scales the secondaries' Deployment (if any) to 0
+// while the database hibernates; the normal path scales it back.
+func (r *rocksDBReconciler) hibernateSecondaries(ctx context.Context, db *shalev1.RocksDB, cur *appsv1.Deployment, rep *report) error {
+	if cur != nil && cur.DeletionTimestamp == nil && (cur.Spec.Replicas == nil || *cur.Spec.Replicas != 0) {
+		patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		cur.Spec.Replicas = ptr.To[int32](0)
+		if err := r.Patch(ctx, cur, patch); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventSecondariesScaled, "scaled the secondaries (Deployment %s) to 0: the database hibernates", cur.Name)
+	}
+	rep.setSecondaries(0, metav1.ConditionFalse, shalev1.ReasonHibernated, "no secondaries while the database hibernates")
+	rep.secondaryStatus = &[]shalev1.SecondaryStatus{}
+	return nil
 }

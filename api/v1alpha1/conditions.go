@@ -75,7 +75,13 @@ const (
 	ReasonSwitchoverCompleted = "SwitchoverCompleted"
 	ReasonSwitchoverAbandoned = "SwitchoverAbandoned"
 	ReasonNoFailover          = "NoFailover"
-	ReasonDeleting            = "Deleting"
+	// Hibernation and fencing by hand (RFC 0014): Ready's reason while
+	// held, and status.hold's reasons.
+	ReasonFenced           = "Fenced"
+	ReasonHibernated       = "Hibernated"
+	ReasonFenceRequested   = "FenceRequested"
+	ReasonHibernationAsked = "HibernationRequested"
+	ReasonDeleting         = "Deleting"
 
 	ReasonNoSecondaries       = "NoSecondaries"
 	ReasonSecondariesReady    = "SecondariesReady"

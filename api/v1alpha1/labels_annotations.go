@@ -36,6 +36,9 @@ const (
 	// RoleSecondary is LabelRole's value on secondary Pods (and the
 	// component label of the secondaries' Deployment).
 	RoleSecondary = "secondary"
+	// RoleFence is LabelRole's value on fence Pods (`shale fence`, RFC
+	// 0014): no Service selects them, no budget counts them.
+	RoleFence = "fence"
 	// ComponentScheduler and ComponentWorker are LabelAppComponent's
 	// values on a CompactorPool's objects.
 	ComponentScheduler = "compactor-scheduler"
@@ -66,6 +69,17 @@ const (
 	// (docs/rfcs/0012-switchover.md). Set it to a value it has not had
 	// before (a date will do); each value is acted on once.
 	AnnotationSwitchover = "shale.rocks/switchover"
+	// AnnotationFenced, on a RocksDB, "true": fence the database by hand
+	// (docs/rfcs/0014-hibernation-and-fencing.md): the primary Pod is
+	// deleted, a fence Pod claims the next epoch in the store (so no
+	// earlier primary can write) and no primary runs until the annotation
+	// is removed (or set to anything else). Secondaries keep serving reads.
+	AnnotationFenced = "shale.rocks/fenced"
+	// AnnotationHibernation, on a RocksDB, "on": the primary steps down
+	// cleanly (or is fenced if it cannot), no Pod of the database runs and
+	// nothing of it talks to the store, until the annotation is removed
+	// (or set to anything else).
+	AnnotationHibernation = "shale.rocks/hibernation"
 	// AnnotationRenewedFor, on a certificate Secret, is the value of
 	// AnnotationRenewCertificates its certificate was issued under (so a
 	// request is acted on once per Secret, and a Secret made later does

@@ -584,6 +584,12 @@ const (
 	// primary serves, then the primary steps down and the standby takes
 	// over (docs/rfcs/0012-switchover.md).
 	PhaseSwitchingOver RocksDBPhase = "SwitchingOver"
+	// PhaseFenced: fenced by hand (shale.rocks/fenced): no primary runs
+	// and no earlier one can write; secondaries serve reads.
+	PhaseFenced RocksDBPhase = "Fenced"
+	// PhaseHibernated: hibernated (shale.rocks/hibernation): no Pod of
+	// the database runs.
+	PhaseHibernated RocksDBPhase = "Hibernated"
 	// PhaseDeleting: the RocksDB is being deleted (its reclaim policy is
 	// being applied).
 	PhaseDeleting RocksDBPhase = "Deleting"
@@ -601,6 +607,42 @@ const (
 	// released the database.
 	SwitchoverHandingOver SwitchoverPhase = "HandingOver"
 )
+
+// HoldPhase is the step a hold (a fence or a hibernation) is at.
+type HoldPhase string
+
+const (
+	// HoldSteppingDown: a hibernation asked the primary to step down
+	// (StepDown) and waits for its release.
+	HoldSteppingDown HoldPhase = "SteppingDown"
+	// HoldFencing: the primary Pod is deleted and the fence Pod
+	// (NAME-fence-EPOCH) claims Epoch in the store.
+	HoldFencing HoldPhase = "Fencing"
+	// HoldHeld: the database is released at Epoch and nothing runs as
+	// its primary until the hold is lifted.
+	HoldHeld HoldPhase = "Held"
+)
+
+// HoldStatus is a database fenced or hibernated by hand
+// (docs/rfcs/0014-hibernation-and-fencing.md).
+type HoldStatus struct {
+	// Phase: SteppingDown, Fencing or Held.
+	// +kubebuilder:validation:Enum=SteppingDown;Fencing;Held
+	Phase HoldPhase `json:"phase"`
+	// Reason: FenceRequested or HibernationRequested (what started it).
+	Reason string `json:"reason"`
+	// FromEpoch is the epoch of the primary it stopped (0: none ran).
+	// +optional
+	FromEpoch int64 `json:"fromEpoch,omitempty"`
+	// Epoch is the epoch the database is held at: the stepped-down
+	// primary's, or the fence's.
+	Epoch int64 `json:"epoch"`
+	// StartedAt is when the current phase began.
+	StartedAt metav1.Time `json:"startedAt"`
+	// Message says how it got there (a hibernation that had to fence).
+	// +optional
+	Message string `json:"message,omitempty"`
+}
 
 // SwitchoverStatus is a switchover under way.
 type SwitchoverStatus struct {
@@ -632,7 +674,7 @@ type RocksDBStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Phase summarises the state: Pending, Starting, Ready, Degraded,
-	// FailingOver, SwitchingOver or Deleting.
+	// FailingOver, SwitchingOver, Fenced, Hibernated or Deleting.
 	// +optional
 	Phase RocksDBPhase `json:"phase,omitempty"`
 
@@ -687,6 +729,12 @@ type RocksDBStatus struct {
 	// the next epoch. Nil when none runs.
 	// +optional
 	Switchover *SwitchoverStatus `json:"switchover,omitempty"`
+
+	// Hold is the database's fence or hibernation by hand
+	// (docs/rfcs/0014-hibernation-and-fencing.md): while set, the operator
+	// starts no primary. Nil when the database runs normally.
+	// +optional
+	Hold *HoldStatus `json:"hold,omitempty"`
 
 	// LastSwitchoverRequest is the last value of the shale.rocks/switchover
 	// annotation acted on: a new value asks for a switchover.

@@ -89,6 +89,7 @@ func NewCommand(connect func() (Target, error)) *cobra.Command {
 		return &plugin{c: c, cs: cs, ns: t.Namespace, out: cmd.OutOrStdout(), now: time.Now}, nil
 	}
 	root.AddCommand(statusCommand(open), reportCommand(open), logsCommand(open), switchoverCommand(open))
+	root.AddCommand(holdCommands(open)...)
 	return root
 }
 

@@ -157,6 +157,60 @@ func TestPlugin(t *testing.T) {
 		t.Errorf("switchover --wait 1s with no operator: %v", err)
 	}
 
+	// Fence, unfence, hibernate, resume: the annotations the operator acts
+	// on, set and removed; --wait follows status.hold; refusals name why.
+	if _, err := run("unfence", db.Name); err == nil || !strings.Contains(err.Error(), "is not fenced (it has no shale.rocks/fenced annotation)") {
+		t.Errorf("unfence of a database not fenced: %v", err)
+	}
+	if _, err := run("resume", db.Name); err == nil || !strings.Contains(err.Error(), "is not hibernated") {
+		t.Errorf("resume of a database not hibernated: %v", err)
+	}
+	if _, err := run("fence"); err == nil {
+		t.Errorf("fence without a name: no error")
+	}
+	out, err = run("fence", db.Name, "--wait", "0")
+	must(err)
+	must(c.Get(ctx, client.ObjectKeyFromObject(db), &annotated))
+	if annotated.Annotations[shalev1.AnnotationFenced] != "true" || !strings.Contains(out, "shale.rocks/fenced=true") {
+		t.Errorf("fence: annotations %v, output %q", annotated.Annotations, out)
+	}
+	if _, err := run("fence", db.Name, "--wait", "1s"); err == nil || !strings.Contains(err.Error(), "fence of "+db.Name+" did not finish within 1s") {
+		t.Errorf("fence --wait 1s with no operator: %v", err)
+	}
+	// The operator's part, played: held at epoch 5.
+	must(c.Get(ctx, client.ObjectKeyFromObject(db), db))
+	db.Status.Phase, db.Status.Epoch = shalev1.PhaseFenced, 5
+	db.Status.Hold = &shalev1.HoldStatus{Phase: shalev1.HoldHeld, Reason: shalev1.ReasonFenceRequested, FromEpoch: 4, Epoch: 5, StartedAt: metav1.Now()}
+	must(c.Status().Update(ctx, db))
+	out, err = run("fence", db.Name, "--wait", "10s")
+	must(err)
+	if !strings.Contains(out, "already has shale.rocks/fenced=true") || !strings.Contains(out, db.Name+" is fenced at epoch 5") {
+		t.Errorf("fence of a fenced database: %q", out)
+	}
+	out, err = run("status", db.Name)
+	must(err)
+	if !strings.Contains(out, "Held") || !strings.Contains(out, "kubectl shale unfence|resume "+db.Name) {
+		t.Errorf("status of a fenced database lacks the hold:\n%s", out)
+	}
+	out, err = run("hibernate", db.Name, "--wait", "0")
+	must(err)
+	if !strings.Contains(out, "shale.rocks/hibernation=on") {
+		t.Errorf("hibernate: %q", out)
+	}
+	out, err = run("unfence", db.Name, "--wait", "10s")
+	must(err)
+	must(c.Get(ctx, client.ObjectKeyFromObject(db), &annotated))
+	if _, ok := annotated.Annotations[shalev1.AnnotationFenced]; ok || annotated.Annotations[shalev1.AnnotationHibernation] != "on" || !strings.Contains(out, "stays fenced (the other annotation holds it)") {
+		t.Errorf("unfence of a hibernated database: annotations %v, output %q", annotated.Annotations, out)
+	}
+	if _, err := run("resume", db.Name, "--wait", "1s"); err == nil || !strings.Contains(err.Error(), "resume of "+db.Name+" did not finish within 1s") {
+		t.Errorf("resume --wait 1s with no operator: %v", err)
+	}
+	must(c.Get(ctx, client.ObjectKeyFromObject(db), &annotated))
+	if _, ok := annotated.Annotations[shalev1.AnnotationHibernation]; ok {
+		t.Errorf("resume left the annotation: %v", annotated.Annotations)
+	}
+
 	out, err = run("report", db.Name, "-o", "-", "--operator-namespace", "")
 	must(err)
 	files := untar(t, []byte(out))

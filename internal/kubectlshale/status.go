@@ -51,6 +51,9 @@ func (p *plugin) status(ctx context.Context, name string, nEvents int) error {
 	if db.DeletionTimestamp != nil {
 		fmt.Fprintf(w, "\tbeing deleted (reclaim policy %s)\n", db.EffectiveReclaimPolicy())
 	}
+	if h := db.Status.Hold; h != nil {
+		fmt.Fprintf(w, "Hold\t%s\t%s at epoch %d, since %s ago; lift it with kubectl shale unfence|resume %s\n", h.Phase, h.Reason, h.Epoch, duration.HumanDuration(p.now().Sub(h.StartedAt.Time)), db.Name)
+	}
 	if s := db.Status.Switchover; s != nil {
 		fmt.Fprintf(w, "Switchover\t%s\tepoch %d to %d (%s), started %s ago\n", s.Phase, s.FromEpoch, s.ToEpoch, s.Reason, duration.HumanDuration(p.now().Sub(s.StartedAt.Time)))
 	}
