@@ -16,6 +16,7 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/backup"
+	"github.com/shale-rocks/shale/internal/backup/jobreport"
 	"github.com/shale-rocks/shale/internal/objstore"
 )
 
@@ -26,6 +27,9 @@ type backupFlags struct {
 	to, endpoint, credentials string
 	database                  string
 	timeout                   time.Duration
+	// report: a file the outcome is written to as JSON (the operator's
+	// Jobs: /dev/termination-log).
+	report string
 }
 
 func newBackupCmd() *cobra.Command {
@@ -57,6 +61,7 @@ by --database (default: the last element of --db's path).`,
 	pf.StringVar(&bf.credentials, "to-credentials-dir", "", "`directory` with the backup store's accessKeyID and secretAccessKey files (default: the same credentials as the database)")
 	pf.StringVar(&bf.database, "database", "", "the database's `id` in the backup store (default for create: the last element of --db's path)")
 	pf.Var(newDuration(&bf.timeout, time.Hour), "timeout", "give up after this long")
+	pf.StringVar(&bf.report, "report", "", "also write the outcome as JSON to this `file` (the operator's Jobs: /dev/termination-log)")
 	noFileCompletion(c, "to", "to-endpoint", "database", "timeout")
 	c.AddCommand(newBackupCreateCmd(bf), newBackupListCmd(bf), newBackupDeleteCmd(bf), newBackupVerifyCmd(bf), newBackupRestoreCmd(bf), newBackupPruneCmd(bf))
 	return c
@@ -186,6 +191,10 @@ listed; rerun it with the same --id to resume, or delete it.`,
 			if err != nil {
 				return err
 			}
+			if err := jobreport.Write(bf.report, jobreport.Report{Command: "create", ID: m.ID, Bytes: m.Bytes, Objects: int64(len(m.Objects)),
+				CopiedBytes: m.CopiedBytes, CopiedObjects: int64(m.CopiedObjects), Sequence: m.Checkpoint.Sequence, Time: m.Checkpoint.CreatedAt, Completed: m.CompletedAt}); err != nil {
+				return err
+			}
 			fmt.Fprintf(c.OutOrStdout(), "backup %s published: checkpoint %s, sequence %d, %d objects, %s; copied %d objects, %s (%s through this process)\n",
 				m.ID, m.Checkpoint.Name, m.Checkpoint.Sequence, len(m.Objects), byteCount(uint64(m.Bytes)), m.CopiedObjects, byteCount(uint64(m.CopiedBytes)), byteCount(uint64(m.Streamed)))
 			return nil
@@ -292,6 +301,9 @@ interrupted is finished by running it again.`,
 			if err != nil {
 				return err
 			}
+			if err := jobreport.Write(bf.report, jobreport.Report{Command: "delete", ID: args[0], Bytes: rep.Bytes, Objects: int64(rep.Objects)}); err != nil {
+				return err
+			}
 			fmt.Fprintf(c.OutOrStdout(), "backup %s deleted: %d objects (%s) removed, %d kept for other backups\n", args[0], rep.Objects, byteCount(uint64(rep.Bytes)), rep.KeptObjectsFor)
 			if rep.PinLeft != "" {
 				fmt.Fprintf(c.ErrOrStderr(), "warning: could not delete the backup's pin %s; delete it by hand, or the database keeps the tables it names\n", rep.PinLeft)
@@ -323,6 +335,9 @@ the copy read-only and counts its keys with checksums verified.`,
 			if err != nil {
 				return err
 			}
+			if err := jobreport.Write(bf.report, jobreport.Report{Command: "verify", ID: args[0], Bytes: rep.Bytes, Objects: int64(rep.Objects), Keys: int64(rep.Keys), Sequence: rep.Sequence}); err != nil {
+				return err
+			}
 			fmt.Fprintf(c.OutOrStdout(), "backup %s verified: %d objects (%s), %d tables, %d keys, sequence %d\n", args[0], rep.Objects, byteCount(uint64(rep.Bytes)), rep.Tables, rep.Keys, rep.Sequence)
 			return nil
 		},
@@ -333,6 +348,7 @@ the copy read-only and counts its keys with checksums verified.`,
 
 func newBackupRestoreCmd(bf *backupFlags) *cobra.Command {
 	var into string
+	var resume bool
 	c := &cobra.Command{
 		Use:   "restore ID --into URL",
 		Short: "Write a backup into a new, empty database directory",
@@ -357,10 +373,17 @@ shale primary --db URL. Do not start one before the restore ends.`,
 			ctx, cancel := context.WithTimeout(context.Background(), bf.timeout)
 			defer cancel()
 			rep, err := backup.Restore(ctx, loc, args[0], target)
+			if resume && errors.Is(err, backup.ErrRestored) {
+				fmt.Fprintf(c.OutOrStdout(), "backup %s is restored in %s already\n", args[0], target.URL())
+				return jobreport.Write(bf.report, jobreport.Report{Command: "restore", ID: args[0]})
+			}
 			if err != nil {
 				if errors.Is(err, backup.ErrNotFound) {
 					return fmt.Errorf("%w (an interrupted backup cannot be restored: rerun its create)", err)
 				}
+				return err
+			}
+			if err := jobreport.Write(bf.report, jobreport.Report{Command: "restore", ID: args[0], Bytes: rep.Bytes, Objects: int64(rep.Tables), Sequence: rep.Sequence}); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.OutOrStdout(), "backup %s restored into %s: %d tables, %s, sequence %d; start it with: shale primary --db %s\n", args[0], target.URL(), rep.Tables, byteCount(uint64(rep.Bytes)), rep.Sequence, target.URL())
@@ -368,6 +391,7 @@ shale primary --db URL. Do not start one before the restore ends.`,
 		},
 	}
 	c.Flags().StringVar(&into, "into", "", "the new database's `URL` (required; empty)")
+	c.Flags().BoolVar(&resume, "resume", false, "succeed without writing when --into holds this backup's finished restore (a restarted init container); anything else there is still refused")
 	noFileCompletion(c, "into")
 	return c
 }
@@ -388,7 +412,7 @@ Then it sweeps objects no backup names that are older than --sweep-grace
 (left by a delete that was interrupted and never rerun).`,
 		Example: `  shale backup prune --to s3://backups/shale --database orders --keep-last 7 --keep-within 720h`,
 		Args:    exactArgs(),
-		RunE: func(c *cobra.Command, _ []string) error {
+		RunE: func(c *cobra.Command, _ []string) (err error) {
 			if keepLast == 0 && keepWithin == 0 {
 				return usageErrorf("give --keep-last N and/or --keep-within DURATION: the backups to keep")
 			}
@@ -403,6 +427,13 @@ Then it sweeps objects no backup names that are older than --sweep-grace
 				return err
 			}
 			ids := backup.Expired(ms, time.Now(), backup.Policy{KeepLast: int(keepLast), KeepWithin: keepWithin})
+			if !dryRun {
+				defer func() {
+					if err == nil {
+						err = jobreport.Write(bf.report, jobreport.Report{Command: "prune", Deleted: ids})
+					}
+				}()
+			}
 			for _, id := range ids {
 				if dryRun {
 					fmt.Fprintf(c.OutOrStdout(), "would delete backup %s\n", id)
