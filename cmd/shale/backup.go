@@ -281,7 +281,8 @@ func printBackups(w io.Writer, ms []backup.Manifest, ps []backup.Pending) {
 }
 
 func newBackupDeleteCmd(bf *backupFlags) *cobra.Command {
-	return &cobra.Command{
+	var missingOK bool
+	c := &cobra.Command{
 		Use:   "delete ID",
 		Short: "Delete a backup (published or interrupted) and the objects only it holds",
 		Long: `Delete unpublishes backup ID and removes the objects no other backup (or
@@ -298,6 +299,10 @@ interrupted is finished by running it again.`,
 			ctx, cancel := context.WithTimeout(context.Background(), bf.timeout)
 			defer cancel()
 			rep, err := backup.Delete(ctx, loc, args[0], nil)
+			if missingOK && errors.Is(err, backup.ErrNotFound) {
+				fmt.Fprintf(c.OutOrStdout(), "no backup %s: nothing to delete\n", args[0])
+				return jobreport.Write(bf.report, jobreport.Report{Command: "delete", ID: args[0]})
+			}
 			if err != nil {
 				return err
 			}
@@ -311,6 +316,8 @@ interrupted is finished by running it again.`,
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&missingOK, "missing-ok", false, "succeed when there is no backup ID, published or interrupted (the operator's discard of a failed backup that wrote nothing)")
+	return c
 }
 
 func newBackupVerifyCmd(bf *backupFlags) *cobra.Command {

@@ -141,4 +141,7 @@ func TestBackupCLI(t *testing.T) {
 	if code, out, errOut := shale("backup", "delete", "--to", to, "--database", "orders", "b3"); code != 1 || !strings.Contains(errOut, "no backup b3") {
 		t.Fatalf("delete of a deleted backup: %d %q %q", code, out, errOut)
 	}
+	if code, out, errOut := shale("backup", "delete", "--to", to, "--database", "orders", "b3", "--missing-ok"); code != 0 || !strings.Contains(out, "nothing to delete") {
+		t.Fatalf("delete --missing-ok of a deleted backup: %d %q %q", code, out, errOut)
+	}
 }
