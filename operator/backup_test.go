@@ -153,7 +153,9 @@ func TestBackupAccess(t *testing.T) {
 	secret := func(n string) func(*shalev1.ObjectStore) {
 		return func(o *shalev1.ObjectStore) { o.Spec.Credentials = &shalev1.SecretReference{Name: n} }
 	}
-	sa := func(n string) func(*shalev1.ObjectStore) { return func(o *shalev1.ObjectStore) { o.Spec.ServiceAccountName = n } }
+	sa := func(n string) func(*shalev1.ObjectStore) {
+		return func(o *shalev1.ObjectStore) { o.Spec.ServiceAccountName = n }
+	}
 	src := os("db", "http://minio:9000", secret("k1"))
 	for _, tc := range []struct {
 		name    string
