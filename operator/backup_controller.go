@@ -722,9 +722,16 @@ func backupSummary(bs []shalev1.Backup) (*shalev1.LastBackup, *metav1.Time) {
 // summarise writes a database's lastBackup and firstRecoverabilityPoint
 // and the backup metrics.
 func (r *backupReconciler) summarise(ctx context.Context, ns, name string) error {
-	var bs shalev1.BackupList
-	if err := r.List(ctx, &bs, client.InNamespace(ns), client.MatchingFields{indexBackupDatabase: name}); err != nil {
+	// From the API server: the cache may not have the status just written.
+	var all shalev1.BackupList
+	if err := r.apiReader.List(ctx, &all, client.InNamespace(ns)); err != nil {
 		return err
+	}
+	var bs shalev1.BackupList
+	for _, b := range all.Items {
+		if b.Spec.Database == name {
+			bs.Items = append(bs.Items, b)
+		}
 	}
 	last, first := backupSummary(bs.Items)
 	if last != nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
@@ -126,6 +129,18 @@ func (h *harness) runBackupJob(ns, name string) (jobArgs, error) {
 		var v backup.VerifyReport
 		v, err = backup.Verify(ctx, loc, a.pos[0], h.t.TempDir())
 		rep = jobreport.Report{Command: "verify", ID: a.pos[0], Keys: int64(v.Keys), Sequence: v.Sequence}
+	case "prune":
+		keep, _ := strconv.Atoi(a.flags["--keep-last"])
+		var ms []backup.Manifest
+		if ms, err = backup.List(ctx, loc); err != nil {
+			break
+		}
+		rep = jobreport.Report{Command: "prune", Deleted: backup.Expired(ms, time.Now(), backup.Policy{KeepLast: keep})}
+		for _, id := range rep.Deleted {
+			if _, err = backup.Delete(ctx, loc, id, nil); err != nil {
+				break
+			}
+		}
 	case "delete":
 		_, err = backup.Delete(ctx, loc, a.pos[0], nil)
 		if a.flags["--missing-ok"] != "" && errors.Is(err, backup.ErrNotFound) {
@@ -486,4 +501,59 @@ func TestBackupResource(t *testing.T) {
 	}
 	checkEveryKey(t, "the restored database", rp.kv, n)
 	h.waitEvent(ns, "restored", eventBootstrapRestoring)
+
+	// A ScheduledBackup every hour, keeping 1, whose last run was two
+	// hours ago: one Backup now (the missed runs are one), named after
+	// its time; once it completed, the prune Job leaves it alone in the
+	// store; status and the interval metric.
+	sb := &shalev1.ScheduledBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hourly"},
+		Spec: shalev1.ScheduledBackupSpec{Schedule: "0 * * * *", Database: "orders", BackupStore: "vault", Retention: &shalev1.BackupRetention{KeepLast: ptr.To[int32](1)}}}
+	h.create(sb)
+	twoHours := metav1.NewTime(time.Now().Add(-2 * time.Hour).Truncate(time.Second))
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := h.c.Get(h.ctx, client.ObjectKeyFromObject(sb), sb); err != nil {
+			return err
+		}
+		sb.Status.LastScheduleTime = &twoHours
+		return h.c.Status().Update(h.ctx, sb)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The operator names the Backup after the schedule time it is for:
+	// the latest full hour.
+	var name string
+	eventually(t, "the scheduled Backup", func() (bool, string) {
+		cur := &shalev1.ScheduledBackup{}
+		err := h.c.Get(h.ctx, client.ObjectKeyFromObject(sb), cur)
+		name = cur.Status.LastBackup
+		return err == nil && name != "", fmt.Sprint(err, jsonString(cur.Status))
+	})
+	due, err := time.Parse("200601021504", strings.TrimPrefix(name, "hourly-"))
+	if err != nil || due.Minute() != 0 || time.Since(due) > time.Hour+time.Minute {
+		t.Fatalf("Backup %s: want hourly-<the latest full hour> (%v)", name, err)
+	}
+	if _, err := h.runBackupJob(ns, name+"-backup"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitBackup(ns, name, "Completed", func(b *shalev1.Backup) bool { return b.Status.Phase == shalev1.BackupCompleted })
+	pa, err := h.runBackupJob(ns, name+"-prune")
+	if err != nil || pa.flags["--keep-last"] != "1" || pa.flags["--database"] != dbID {
+		t.Fatalf("prune Job %+v: %v", pa, err)
+	}
+	h.waitEvent(ns, "hourly", eventSchedulePruned)
+	if listed, err = backup.List(h.ctx, loc); err != nil || len(listed) != 1 || listed[0].ID != name {
+		t.Errorf("backups in the store after the prune: %v %v, want %s alone", listed, err, name)
+	}
+	eventually(t, "ScheduledBackup status", func() (bool, string) {
+		cur := &shalev1.ScheduledBackup{}
+		if err := h.c.Get(h.ctx, client.ObjectKeyFromObject(sb), cur); err != nil {
+			return false, err.Error()
+		}
+		st := cur.Status
+		return st.LastBackup == name && st.LastScheduleTime.Time.Equal(due) && st.LastSuccessfulTime != nil && st.LastPruned == name &&
+			st.NextScheduleTime != nil && st.NextScheduleTime.Time.Equal(due.Add(time.Hour)), jsonString(st)
+	})
+	if got := testutil.ToFloat64(backupScheduleInterval.WithLabelValues(ns, "orders", "hourly")); got != 3600 {
+		t.Errorf("shale_backup_schedule_interval_seconds %v, want 3600", got)
+	}
 }

@@ -333,6 +333,16 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 	if err := br.setup(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("Backup controller: %w", err)
 	}
+	sbr := &scheduledBackupReconciler{
+		Client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		recorder:  mgr.GetEventRecorderFor("shale-operator"),
+		now:       time.Now,
+		image:     opts.ShaleImage,
+	}
+	if err := sbr.setup(mgr); err != nil {
+		return nil, fmt.Errorf("ScheduledBackup controller: %w", err)
+	}
 	cpr := &compactorPoolReconciler{
 		Client:    mgr.GetClient(),
 		apiReader: mgr.GetAPIReader(),
