@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -275,6 +276,34 @@ type backupReconciler struct {
 	kv        checkpointKV
 	dbs       *rocksDBReconciler
 	image     string
+
+	// newest is the completion time of the newest Completed Backup seen
+	// per database, so that the gauges are right after a restart (every
+	// Backup is reconciled then).
+	mu     sync.Mutex
+	newest map[types.NamespacedName]time.Time
+}
+
+// noteCompleted sets the database's backup gauges from b if it is the
+// newest Completed Backup seen.
+func (r *backupReconciler) noteCompleted(b *shalev1.Backup) {
+	if b.Status.Phase != shalev1.BackupCompleted || b.Status.Completed == nil {
+		return
+	}
+	k := types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Database}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.newest == nil {
+		r.newest = map[types.NamespacedName]time.Time{}
+	}
+	if t, ok := r.newest[k]; ok && !b.Status.Completed.After(t) {
+		return
+	}
+	r.newest[k] = b.Status.Completed.Time
+	backupLastSuccess.WithLabelValues(k.Namespace, k.Name).Set(float64(b.Status.Completed.Unix()))
+	backupLastBytes.WithLabelValues(k.Namespace, k.Name).Set(float64(b.Status.Bytes))
+	backupLastCopied.WithLabelValues(k.Namespace, k.Name).Set(float64(b.Status.BytesCopied))
+	backupLastObjects.WithLabelValues(k.Namespace, k.Name).Set(float64(b.Status.Objects))
 }
 
 // indexBackupDatabase indexes Backups by their database.
@@ -387,6 +416,7 @@ func (r *backupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if b.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(b, shalev1.FinalizerBackup) {
 		return ctrl.Result{}, nil
 	}
+	r.noteCompleted(b)
 	if b.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(b, shalev1.FinalizerBackup) {
 		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(b, shalev1.FinalizerBackup)
@@ -734,15 +764,8 @@ func (r *backupReconciler) summarise(ctx context.Context, ns, name string) error
 		}
 	}
 	last, first := backupSummary(bs.Items)
-	if last != nil {
-		for _, b := range bs.Items {
-			if b.Name == last.Name {
-				backupLastSuccess.WithLabelValues(ns, name).Set(float64(last.Completed.Unix()))
-				backupLastBytes.WithLabelValues(ns, name).Set(float64(b.Status.Bytes))
-				backupLastCopied.WithLabelValues(ns, name).Set(float64(b.Status.BytesCopied))
-				backupLastObjects.WithLabelValues(ns, name).Set(float64(b.Status.Objects))
-			}
-		}
+	for i := range bs.Items {
+		r.noteCompleted(&bs.Items[i])
 	}
 	db := &shalev1.RocksDB{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, db); err != nil {
