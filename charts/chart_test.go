@@ -121,7 +121,7 @@ func kinds(objs []*unstructured.Unstructured) map[string]int {
 func TestRenderedObjects(t *testing.T) {
 	def := render(t, "shale", "shale-system")
 	k := kinds(def)
-	for kind, n := range map[string]int{"Deployment": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Service": 1, "CustomResourceDefinition": 4, "NetworkPolicy": 1} {
+	for kind, n := range map[string]int{"Deployment": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Service": 1, "CustomResourceDefinition": 6, "NetworkPolicy": 1} {
 		if k[kind] != n {
 			t.Errorf("default values: %d %s, want %d (all: %v)", k[kind], kind, n, k)
 		}

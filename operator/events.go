@@ -42,6 +42,7 @@ const (
 	eventBootstrapAdopted       = "BootstrapAdopted"
 	// Clones (clone.go).
 	eventBootstrapCloning           = "BootstrapCloning"
+	eventBootstrapRestoring         = "BootstrapRestoring"
 	eventBootstrapWaiting           = "BootstrapWaiting"
 	eventBootstrapCheckpointDeleted = "BootstrapCheckpointDeleted"
 	eventCloneCopied                = "CloneCopied"

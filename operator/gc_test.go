@@ -105,7 +105,8 @@ func TestParseDirName(t *testing.T) {
 		}
 	}
 	for in, want := range map[string]bool{
-		"default/": true, "kube-system/": true, ".shale-operator/": false, "default": false, "Default/": false, "a_b/": false,
+		"default/": true, "kube-system/": true, ".shale-operator/": false, "_backups/": false, // backups live there (backup_job.go)
+		"default": false, "Default/": false, "a_b/": false,
 	} {
 		if _, ok := isNamespaceDir(in); ok != want {
 			t.Errorf("isNamespaceDir(%q) = %v, want %v", in, ok, want)

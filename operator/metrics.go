@@ -42,3 +42,41 @@ var (
 func init() {
 	metrics.Registry.MustRegister(failoversTotal, switchoversTotal, failoverDuration, gcOrphansFound, gcDirsDeleted, gcBytesReclaimed, gcPasses)
 }
+
+// Backups (backup_controller.go, scheduledbackup_controller.go): the
+// newest Completed Backup of each database, failures by reason, and each
+// ScheduledBackup's interval, for the alert ShaleBackupMissing.
+var (
+	backupLastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shale_backup_last_success_timestamp_seconds",
+		Help: "When the newest Completed Backup of the database was published (Unix seconds).",
+	}, []string{"namespace", "rocksdb"})
+	backupLastBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shale_backup_last_size_bytes",
+		Help: "Bytes the newest Completed Backup of the database names (what a restore copies).",
+	}, []string{"namespace", "rocksdb"})
+	backupLastCopied = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shale_backup_last_copied_bytes",
+		Help: "Bytes the newest Completed Backup of the database copied (the rest was in the backup store already).",
+	}, []string{"namespace", "rocksdb"})
+	backupLastObjects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shale_backup_last_objects",
+		Help: "Objects the newest Completed Backup of the database names.",
+	}, []string{"namespace", "rocksdb"})
+	backupFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shale_backup_failures_total",
+		Help: "Backups that failed, by reason (CheckpointRefused, JobFailed, InvalidStore, DatabaseDeleted).",
+	}, []string{"namespace", "rocksdb", "reason"})
+	backupScheduleInterval = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shale_backup_schedule_interval_seconds",
+		Help: "The interval between the next two runs of a ScheduledBackup that is not suspended.",
+	}, []string{"namespace", "rocksdb", "scheduledbackup"})
+	backupScheduleCreated = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shale_backup_schedule_created_timestamp_seconds",
+		Help: "When a ScheduledBackup that is not suspended was created (Unix seconds): ShaleBackupMissing counts from it until a first success.",
+	}, []string{"namespace", "rocksdb", "scheduledbackup"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(backupLastSuccess, backupLastBytes, backupLastCopied, backupLastObjects, backupFailures, backupScheduleInterval, backupScheduleCreated)
+}

@@ -288,6 +288,9 @@ func (r *rocksDBReconciler) createPrimary(ctx context.Context, db *shalev1.Rocks
 		log.FromContext(ctx).Error(err, "updating the owner record")
 	}
 	pod := primaryPod(db, store, epoch, r.opts.ShaleImage)
+	if err := r.withRestore(ctx, db, store, pod); err != nil {
+		return err
+	}
 	if err := controllerutil.SetControllerReference(db, pod, r.Scheme()); err != nil {
 		return err
 	}

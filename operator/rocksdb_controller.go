@@ -290,6 +290,15 @@ func (r *rocksDBReconciler) reconcileWorkloads(ctx context.Context, db *shalev1.
 				return res, err
 			}
 		}
+	} else if store != nil && db.Status.StoragePath == "" && recovers(db) {
+		// A restore (recovery.go): its directory is set once the backup
+		// was found in the backup store; until then startFirstPrimary
+		// waits.
+		if store.IsReachable() {
+			if err := r.recover(ctx, db, store, rep); err != nil {
+				return ctrl.Result{RequeueAfter: bootstrapRecheck}, err
+			}
+		}
 	} else if store != nil && db.Status.StoragePath == "" {
 		path := db.StoragePathUnder(store.Spec.Hot.Prefix)
 		if err := patchStatus(ctx, r.Client, r.apiReader, db, func(cur *shalev1.RocksDB) error {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -200,6 +201,7 @@ func CacheOptions(watchNamespaces []string, operatorNamespace string) cache.Opti
 		&networkingv1.NetworkPolicy{}:   {Label: ours},
 		&corev1.Secret{}:                secrets,
 		&policyv1.PodDisruptionBudget{}: {Label: ours},
+		&batchv1.Job{}:                  {Label: ours},
 		// Nodes are counted for the secondaries' spreading (scheduling.go),
 		// which needs their labels and taints only: the status (images,
 		// conditions) would make the cache grow with the cluster.
@@ -319,6 +321,28 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 	}
 	if err := ckr.setup(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("Checkpoint controller: %w", err)
+	}
+	br := &backupReconciler{
+		Client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		recorder:  mgr.GetEventRecorderFor("shale-operator"),
+		now:       time.Now,
+		kv:        grpcCheckpointKV{},
+		dbs:       dbr,
+		image:     opts.ShaleImage,
+	}
+	if err := br.setup(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("Backup controller: %w", err)
+	}
+	sbr := &scheduledBackupReconciler{
+		Client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		recorder:  mgr.GetEventRecorderFor("shale-operator"),
+		now:       time.Now,
+		image:     opts.ShaleImage,
+	}
+	if err := sbr.setup(mgr); err != nil {
+		return nil, fmt.Errorf("ScheduledBackup controller: %w", err)
 	}
 	cpr := &compactorPoolReconciler{
 		Client:    mgr.GetClient(),

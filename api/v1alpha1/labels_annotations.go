@@ -109,4 +109,11 @@ const (
 	// FinalizerCheckpoint holds a Checkpoint until it is deleted in its
 	// database (or the database is gone).
 	FinalizerCheckpoint = "shale.rocks/checkpoint"
+	// FinalizerBackup holds a Backup until its Job ended and, with
+	// deletePolicy Delete, the backup was deleted from the store.
+	FinalizerBackup = "shale.rocks/backup"
+	// LabelBackup names the Backup a Job is for; LabelScheduledBackup the
+	// ScheduledBackup a Backup or prune Job is for.
+	LabelBackup          = "shale.rocks/backup"
+	LabelScheduledBackup = "shale.rocks/scheduledbackup"
 )

@@ -106,7 +106,7 @@ type RocksDBSpec struct {
 
 // BootstrapSpec is where a new database's data comes from. One source.
 //
-// +kubebuilder:validation:XValidation:rule="(has(self.fromExistingPath) ? 1 : 0) + (has(self.fromCheckpoint) ? 1 : 0) + (has(self.cloneFrom) ? 1 : 0) == 1",message="bootstrap needs exactly one source: fromExistingPath, fromCheckpoint or cloneFrom (or leave bootstrap out for an empty database)"
+// +kubebuilder:validation:XValidation:rule="(has(self.fromExistingPath) ? 1 : 0) + (has(self.fromCheckpoint) ? 1 : 0) + (has(self.cloneFrom) ? 1 : 0) + (has(self.recovery) ? 1 : 0) == 1",message="bootstrap needs exactly one source: fromExistingPath, fromCheckpoint, cloneFrom or recovery (or leave bootstrap out for an empty database)"
 type BootstrapSpec struct {
 	// FromExistingPath adopts the directory a deleted RocksDB with
 	// reclaimPolicy Retain left in this RocksDB's ObjectStore: the new
@@ -135,6 +135,14 @@ type BootstrapSpec struct {
 	// tables). The parent must be Ready.
 	// +optional
 	CloneFrom *CloneSource `json:"cloneFrom,omitempty"`
+
+	// Recovery restores a backup (a Backup's, or any `shale backup
+	// create`'s) from a backup store into this database's own directory
+	// before its first primary starts (docs/backups.md, "On Kubernetes").
+	// targetTime and targetSequence are reserved for point-in-time
+	// restore, not built yet.
+	// +optional
+	Recovery *RecoverySource `json:"recovery,omitempty"`
 }
 
 // CheckpointSource names a Checkpoint of a RocksDB.
@@ -707,6 +715,22 @@ type RocksDBStatus struct {
 	// or cloneFrom), set once the operator checked the source.
 	// +optional
 	Clone *CloneStatus `json:"clone,omitempty"`
+
+	// Recovery is the backup a spec.bootstrap.recovery database restores,
+	// set once the operator checked it.
+	// +optional
+	Recovery *RecoveryStatus `json:"recovery,omitempty"`
+
+	// LastBackup is the newest Completed Backup of this database.
+	// +optional
+	LastBackup *LastBackup `json:"lastBackup,omitempty"`
+
+	// FirstRecoverabilityPoint is the checkpoint time of the oldest
+	// Completed Backup of this database that is kept (its resource exists
+	// and the backup was not deleted): the earliest state it can be
+	// restored to.
+	// +optional
+	FirstRecoverabilityPoint *metav1.Time `json:"firstRecoverabilityPoint,omitempty"`
 
 	// LastFailoverTime is when the last failover was decided.
 	// +optional

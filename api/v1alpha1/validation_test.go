@@ -523,6 +523,11 @@ func TestBootstrapImmutable(t *testing.T) {
 	wantInvalid(t, "cloneFrom to fromCheckpoint", update(clone, func(db *shalev1.RocksDB) {
 		db.Spec.Bootstrap = &shalev1.BootstrapSpec{FromCheckpoint: &shalev1.CheckpointSource{Database: "orders", Name: "c1"}}
 	}), "bootstrap is immutable")
+	recovered := newDB("recovered", &shalev1.BootstrapSpec{Recovery: &shalev1.RecoverySource{BackupStore: "backups", Database: "orders-1", Backup: "latest"}})
+	if err := c.Create(ctx, recovered); err != nil {
+		t.Fatalf("a RocksDB with bootstrap.recovery refused: %v", err)
+	}
+	wantInvalid(t, "recovery backup changed", update(recovered, func(db *shalev1.RocksDB) { db.Spec.Bootstrap.Recovery.Backup = "b1" }), "bootstrap is immutable")
 	wantInvalid(t, "fromCheckpoint name changed", update(fromCk, func(db *shalev1.RocksDB) { db.Spec.Bootstrap.FromCheckpoint.Name = "c2" }), "bootstrap is immutable")
 	// The rest of the spec still changes.
 	if err := update(adopter, func(db *shalev1.RocksDB) { db.Spec.ReclaimPolicy = shalev1.ReclaimDelete }); err != nil {
@@ -541,6 +546,9 @@ func TestBootstrapImmutable(t *testing.T) {
 			FromCheckpoint: &shalev1.CheckpointSource{Database: "orders", Name: "c1"}}, "bootstrap needs exactly one source"},
 		{"clone-no-database", &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{}}, "spec.bootstrap.cloneFrom.database"},
 		{"checkpoint-no-name", &shalev1.BootstrapSpec{FromCheckpoint: &shalev1.CheckpointSource{Database: "orders"}}, "spec.bootstrap.fromCheckpoint.name"},
+		{"recovery-and-clone", &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders"},
+			Recovery: &shalev1.RecoverySource{BackupStore: "backups", Database: "orders-1", Backup: "latest"}}, "bootstrap needs exactly one source"},
+		{"recovery-no-backup", &shalev1.BootstrapSpec{Recovery: &shalev1.RecoverySource{BackupStore: "backups", Database: "orders-1"}}, "spec.bootstrap.recovery.backup"},
 		{"empty-path", from(""), "spec.bootstrap.fromExistingPath.path"},
 		{"leading-slash", from("/" + retained), "fromExistingPath.path must be the deleted RocksDB's status.storagePath"},
 		{"url", from("s3://shale/" + retained), "fromExistingPath.path must be"},
@@ -548,4 +556,38 @@ func TestBootstrapImmutable(t *testing.T) {
 	} {
 		wantInvalid(t, tc.name, c.Create(ctx, newDB("bad-"+tc.name, tc.b)), tc.msg)
 	}
+}
+
+// Backups and ScheduledBackups: names that are backup ids, an immutable
+// Backup, a retention that says something, the samples accepted.
+func TestBackupValidation(t *testing.T) {
+	env, ctx := start(t)
+	c := env.Client
+	for _, o := range env.Objects(t, samplesDir+"shale_v1alpha1_backup.yaml", samplesDir+"shale_v1alpha1_scheduledbackup.yaml") {
+		o.SetNamespace("default")
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("sample %s refused: %v", o.GetName(), err)
+		}
+	}
+	b := func(name string) *shalev1.Backup {
+		return &shalev1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: shalev1.BackupSpec{Database: "orders", BackupStore: "backups"}}
+	}
+	wantInvalid(t, "long Backup name", c.Create(ctx, b(strings.Repeat("a", 57))), "a Backup name must be at most 56")
+	wantInvalid(t, "Backup without store", c.Create(ctx, &shalev1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}, Spec: shalev1.BackupSpec{Database: "orders"}}), "spec.backupStore")
+	ok := b("nightly-1")
+	if err := c.Create(ctx, ok); err != nil {
+		t.Fatal(err)
+	}
+	if ok.Spec.DeletePolicy != shalev1.BackupRetain {
+		t.Errorf("deletePolicy defaults to %q, want Retain", ok.Spec.DeletePolicy)
+	}
+	ok.Spec.Verify = true
+	wantInvalid(t, "Backup spec changed", c.Update(ctx, ok), "a Backup's spec is immutable")
+	sb := func(name string, r *shalev1.BackupRetention) *shalev1.ScheduledBackup {
+		return &shalev1.ScheduledBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: shalev1.ScheduledBackupSpec{Schedule: "0 2 * * *", Database: "orders", BackupStore: "backups", Retention: r}}
+	}
+	wantInvalid(t, "empty retention", c.Create(ctx, sb("empty", &shalev1.BackupRetention{})), "retention needs keepLast and/or keepWithin")
+	wantInvalid(t, "short keepWithin", c.Create(ctx, sb("short", &shalev1.BackupRetention{KeepWithin: &metav1.Duration{Duration: time.Second}})), "keepWithin must be a duration of at least 1m")
+	wantInvalid(t, "long ScheduledBackup name", c.Create(ctx, sb(strings.Repeat("a", 41), nil)), "at most 40")
 }

@@ -16,6 +16,7 @@ import (
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/backup"
+	"github.com/shale-rocks/shale/internal/backup/jobreport"
 	"github.com/shale-rocks/shale/internal/objstore"
 )
 
@@ -27,6 +28,9 @@ type backupFlags struct {
 	database                  string
 	timeout                   time.Duration
 	archive                   bool // shale primary's --archive-* flags
+	// report: a file the outcome is written to as JSON (the operator's
+	// Jobs: /dev/termination-log).
+	report string
 }
 
 // flag is the name of one of the location's flags as the command has it.
@@ -69,6 +73,7 @@ by --database (default: the last element of --db's path).`,
 	pf.StringVar(&bf.credentials, "to-credentials-dir", "", "`directory` with the backup store's accessKeyID and secretAccessKey files (default: the same credentials as the database)")
 	pf.StringVar(&bf.database, "database", "", "the database's `id` in the backup store (default for create: the last element of --db's path)")
 	pf.Var(newDuration(&bf.timeout, time.Hour), "timeout", "give up after this long")
+	pf.StringVar(&bf.report, "report", "", "also write the outcome as JSON to this `file` (the operator's Jobs: /dev/termination-log)")
 	noFileCompletion(c, "to", "to-endpoint", "database", "timeout")
 	c.AddCommand(newBackupCreateCmd(bf), newBackupListCmd(bf), newBackupDeleteCmd(bf), newBackupVerifyCmd(bf), newBackupRestoreCmd(bf), newBackupPruneCmd(bf))
 	return c
@@ -198,6 +203,10 @@ listed; rerun it with the same --id to resume, or delete it.`,
 			if err != nil {
 				return err
 			}
+			if err := jobreport.Write(bf.report, jobreport.Report{Command: "create", ID: m.ID, Bytes: m.Bytes, Objects: int64(len(m.Objects)),
+				CopiedBytes: m.CopiedBytes, CopiedObjects: int64(m.CopiedObjects), Sequence: m.Checkpoint.Sequence, Time: m.Checkpoint.CreatedAt, Completed: m.CompletedAt}); err != nil {
+				return err
+			}
 			fmt.Fprintf(c.OutOrStdout(), "backup %s published: checkpoint %s, sequence %d, %d objects, %s; copied %d objects, %s (%s through this process)\n",
 				m.ID, m.Checkpoint.Name, m.Checkpoint.Sequence, len(m.Objects), byteCount(uint64(m.Bytes)), m.CopiedObjects, byteCount(uint64(m.CopiedBytes)), byteCount(uint64(m.Streamed)))
 			return nil
@@ -284,7 +293,8 @@ func printBackups(w io.Writer, ms []backup.Manifest, ps []backup.Pending) {
 }
 
 func newBackupDeleteCmd(bf *backupFlags) *cobra.Command {
-	return &cobra.Command{
+	var missingOK bool
+	c := &cobra.Command{
 		Use:   "delete ID",
 		Short: "Delete a backup (published or interrupted) and the objects only it holds",
 		Long: `Delete unpublishes backup ID and removes the objects no other backup (or
@@ -301,7 +311,14 @@ interrupted is finished by running it again.`,
 			ctx, cancel := context.WithTimeout(context.Background(), bf.timeout)
 			defer cancel()
 			rep, err := backup.Delete(ctx, loc, args[0], nil)
+			if missingOK && errors.Is(err, backup.ErrNotFound) {
+				fmt.Fprintf(c.OutOrStdout(), "no backup %s: nothing to delete\n", args[0])
+				return jobreport.Write(bf.report, jobreport.Report{Command: "delete", ID: args[0]})
+			}
 			if err != nil {
+				return err
+			}
+			if err := jobreport.Write(bf.report, jobreport.Report{Command: "delete", ID: args[0], Bytes: rep.Bytes, Objects: int64(rep.Objects)}); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.OutOrStdout(), "backup %s deleted: %d objects (%s) removed, %d kept for other backups\n", args[0], rep.Objects, byteCount(uint64(rep.Bytes)), rep.KeptObjectsFor)
@@ -311,6 +328,8 @@ interrupted is finished by running it again.`,
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&missingOK, "missing-ok", false, "succeed when there is no backup ID, published or interrupted (the operator's discard of a failed backup that wrote nothing)")
+	return c
 }
 
 func newBackupVerifyCmd(bf *backupFlags) *cobra.Command {
@@ -335,6 +354,9 @@ the copy read-only and counts its keys with checksums verified.`,
 			if err != nil {
 				return err
 			}
+			if err := jobreport.Write(bf.report, jobreport.Report{Command: "verify", ID: args[0], Bytes: rep.Bytes, Objects: int64(rep.Objects), Keys: int64(rep.Keys), Sequence: rep.Sequence}); err != nil {
+				return err
+			}
 			fmt.Fprintf(c.OutOrStdout(), "backup %s verified: %d objects (%s), %d tables, %d keys, sequence %d\n", args[0], rep.Objects, byteCount(uint64(rep.Bytes)), rep.Tables, rep.Keys, rep.Sequence)
 			return nil
 		},
@@ -346,6 +368,7 @@ the copy read-only and counts its keys with checksums verified.`,
 func newBackupRestoreCmd(bf *backupFlags) *cobra.Command {
 	var into, targetTime string
 	var targetSeq uint64
+	var resume bool
 	c := &cobra.Command{
 		Use:   "restore (ID | --target-time T | --target-sequence N) --into URL",
 		Short: "Write a backup, or the database at a point in time, into a new, empty database directory",
@@ -407,10 +430,17 @@ window (docs/backups.md, "Point-in-time restore").`,
 				return nil
 			}
 			rep, err := backup.Restore(ctx, loc, args[0], target)
+			if resume && errors.Is(err, backup.ErrRestored) {
+				fmt.Fprintf(c.OutOrStdout(), "backup %s is restored in %s already\n", args[0], target.URL())
+				return jobreport.Write(bf.report, jobreport.Report{Command: "restore", ID: args[0]})
+			}
 			if err != nil {
 				if errors.Is(err, backup.ErrNotFound) {
 					return fmt.Errorf("%w (an interrupted backup cannot be restored: rerun its create)", err)
 				}
+				return err
+			}
+			if err := jobreport.Write(bf.report, jobreport.Report{Command: "restore", ID: args[0], Bytes: rep.Bytes, Objects: int64(rep.Tables), Sequence: rep.Sequence}); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.OutOrStdout(), "backup %s restored into %s: %d tables, %s, sequence %d; start it with: shale primary --db %s\n", args[0], target.URL(), rep.Tables, byteCount(uint64(rep.Bytes)), rep.Sequence, target.URL())
@@ -420,6 +450,7 @@ window (docs/backups.md, "Point-in-time restore").`,
 	c.Flags().StringVar(&into, "into", "", "the new database's `URL` (required; empty)")
 	c.Flags().StringVar(&targetTime, "target-time", "", "restore the database as it was at this `time` (RFC 3339), from the archive")
 	c.Flags().Var(uintValue{&targetSeq}, "target-sequence", "restore the database as it was at this sequence `number`, from the archive")
+	c.Flags().BoolVar(&resume, "resume", false, "succeed without writing when --into holds this backup's finished restore (a restarted init container); anything else there is still refused")
 	noFileCompletion(c, "into", "target-time", "target-sequence")
 	return c
 }
@@ -440,7 +471,7 @@ Then it sweeps objects no backup names that are older than --sweep-grace
 (left by a delete that was interrupted and never rerun).`,
 		Example: `  shale backup prune --to s3://backups/shale --database orders --keep-last 7 --keep-within 720h`,
 		Args:    exactArgs(),
-		RunE: func(c *cobra.Command, _ []string) error {
+		RunE: func(c *cobra.Command, _ []string) (err error) {
 			if keepLast == 0 && keepWithin == 0 {
 				return usageErrorf("give --keep-last N and/or --keep-within DURATION: the backups to keep")
 			}
@@ -455,6 +486,13 @@ Then it sweeps objects no backup names that are older than --sweep-grace
 				return err
 			}
 			ids := backup.Expired(ms, time.Now(), backup.Policy{KeepLast: int(keepLast), KeepWithin: keepWithin})
+			if !dryRun {
+				defer func() {
+					if err == nil {
+						err = jobreport.Write(bf.report, jobreport.Report{Command: "prune", Deleted: ids})
+					}
+				}()
+			}
 			for _, id := range ids {
 				if dryRun {
 					fmt.Fprintf(c.OutOrStdout(), "would delete backup %s\n", id)

@@ -57,9 +57,13 @@ func TestBackupCLI(t *testing.T) {
 		}
 	}
 
-	code, out, errOut := shale("backup", "create", "--db", db, "--to", to, "--addr", p.addr, "--id", "b1")
+	createReport := filepath.Join(dir, "create-report")
+	code, out, errOut := shale("backup", "create", "--db", db, "--to", to, "--addr", p.addr, "--id", "b1", "--report", createReport)
 	if code != 0 || !strings.Contains(out, "backup b1 published") {
 		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	if b, err := os.ReadFile(createReport); err != nil || !regexp.MustCompile(`^\{"command":"create","id":"b1","bytes":[1-9][0-9]*,"objects":[1-9][0-9]*,.*"sequence":[1-9][0-9]*,"time":"[^"]+","completed":"[^"]+"\}$`).Match(b) {
+		t.Fatalf("create report: %q %v", b, err)
 	}
 	if r, err := kv.ListCheckpoints(ctx, &kvv1.ListCheckpointsRequest{}); err != nil || len(r.Checkpoints) != 0 {
 		t.Fatalf("the checkpoint the backup created is left: %v %v", r, err)
@@ -80,9 +84,22 @@ func TestBackupCLI(t *testing.T) {
 		t.Fatalf("verify: %d %q %q", code, out, errOut)
 	}
 	restored := "file://" + filepath.Join(dir, "restored")
-	code, out, errOut = shale("backup", "restore", "--to", to, "--database", "orders", "b1", "--into", restored)
+	report := filepath.Join(dir, "termination-log")
+	code, out, errOut = shale("backup", "restore", "--to", to, "--database", "orders", "b1", "--into", restored, "--report", report)
 	if code != 0 || !strings.Contains(out, "restored into") {
 		t.Fatalf("restore: %d %q %q", code, out, errOut)
+	}
+	// Run again (an init container restarted after the restore): refused,
+	// but --resume finds the same backup's finished restore and succeeds;
+	// another backup is refused even so.
+	if code, out, errOut := shale("backup", "restore", "--to", to, "--database", "orders", "b1", "--into", restored); code != 1 || !strings.Contains(errOut, "restored already") {
+		t.Fatalf("restore again: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := shale("backup", "restore", "--to", to, "--database", "orders", "b1", "--into", restored, "--resume", "--report", report); code != 0 || !strings.Contains(out, "restored in "+restored+" already") {
+		t.Fatalf("restore --resume: %d %q %q", code, out, errOut)
+	}
+	if b, err := os.ReadFile(report); err != nil || !strings.Contains(string(b), `"command":"restore","id":"b1"`) {
+		t.Fatalf("restore report: %q %v", b, err)
 	}
 	r := startPrimary(t, restored, filepath.Join(dir, "cache-restored"))
 	rkv := kvv1.NewKVClient(dial(t, r.addr))
@@ -128,6 +145,9 @@ func TestBackupCLI(t *testing.T) {
 	}
 	if code, out, errOut := shale("backup", "delete", "--to", to, "--database", "orders", "b3"); code != 1 || !strings.Contains(errOut, "no backup b3") {
 		t.Fatalf("delete of a deleted backup: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := shale("backup", "delete", "--to", to, "--database", "orders", "b3", "--missing-ok"); code != 0 || !strings.Contains(out, "nothing to delete") {
+		t.Fatalf("delete --missing-ok of a deleted backup: %d %q %q", code, out, errOut)
 	}
 }
 

@@ -24,6 +24,10 @@ import (
 // ErrNotFound: no backup with that id (published or pending).
 var ErrNotFound = errors.New("backup not found")
 
+// ErrRestored: the target holds this backup's finished restore (CURRENT
+// written); a restarted restore step may treat it as done.
+var ErrRestored = errors.New("restored already")
+
 // Location is one database's backup location: Store is opened at
 // <backup store URL>/<database id>.
 type Location struct {
@@ -720,7 +724,7 @@ func restore(ctx context.Context, loc Location, id string, target objstore.Store
 			return rep, fmt.Errorf("%s holds a restore of backup %s of %s%s, not of %s of %s%s", target.URL(), have.Backup, have.Database, toTarget(have.Target), id, m.Database, toTarget(pointInTime))
 		}
 		if _, err := target.Stat(ctx, layout.CurrentKey); err == nil {
-			return rep, fmt.Errorf("%s is restored already (CURRENT is written): start a primary on it", target.URL())
+			return rep, fmt.Errorf("%s is %w (CURRENT is written): start a primary on it", target.URL(), ErrRestored)
 		}
 	} else if _, err := target.Put(ctx, RestoreKey, bytes.NewReader(Format(rr)), -1, objstore.PutOptions{IfNoneMatch: true}); err != nil {
 		return rep, fmt.Errorf("write %s in %s: %w", RestoreKey, target.URL(), err)
