@@ -1,8 +1,10 @@
 package kvserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,3 +88,17 @@ func (fakeStream) Context() context.Context     { return context.Background() }
 func (fakeStream) SetHeader(metadata.MD) error  { return nil }
 func (fakeStream) SendHeader(metadata.MD) error { return nil }
 func (fakeStream) SetTrailer(metadata.MD)       {}
+
+// showKey renders keys in error messages as fmt's %q did, shortened past
+// 40 bytes.
+func TestShowKey(t *testing.T) {
+	long := bytes.Repeat([]byte("k\x00é"), 20)
+	for _, k := range [][]byte{nil, []byte("user:42"), []byte("a\"b\\c\n"), {0xff, 0xfe, 0}, []byte("日本"), long[:40]} {
+		if got, want := showKey(k), fmt.Sprintf("%q", k); got != want {
+			t.Errorf("showKey(%v) = %s, want %s", k, got, want)
+		}
+	}
+	if got, want := showKey(long), fmt.Sprintf("%q... (%d bytes)", long[:40], len(long)); got != want {
+		t.Errorf("showKey of %d bytes = %s, want %s", len(long), got, want)
+	}
+}
