@@ -95,7 +95,7 @@ func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Lim
 		grpc.UnaryInterceptor(calls.unary),
 		grpc.StreamInterceptor(calls.stream),
 	)
-	kvv1.RegisterKVServer(e.grpc, svc)
+	registerKV(e.grpc, svc, calls)
 	e.health = health.NewServer()
 	healthpb.RegisterHealthServer(e.grpc, e.health)
 	if serveReflection(sec != nil, e.lis.Addr()) {
