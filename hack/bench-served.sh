@@ -29,6 +29,7 @@
 #       machine's load does not move: warmed with IWARM (5000) Puts, then
 #       counted over INUM (5000) Puts and INUM Gets from `shale bench`
 #       (16 threads), the whole server process, user space only.
+#       CALLGRIND_OUT=<dir> keeps the profiles there (callgrind_annotate).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 NUM=${NUM:-200000}
@@ -90,6 +91,10 @@ instructions() {
     for _ in $(seq 600); do grep -qs '^totals:' "$out"/cg.* && break; sleep 0.1; done
     local total
     total=$(cat "$out"/cg.* | awk '/^totals:/ {s += $2} END {print s+0}')
+    if [ -n "${CALLGRIND_OUT:-}" ]; then
+      mkdir -p "$CALLGRIND_OUT"
+      for f in "$out"/cg.*; do cp "$f" "$CALLGRIND_OUT/$b-$bench.${f##*/}"; done
+    fi
     per+=("$((total / n))")
   done
   kill "$vpid"

@@ -2,7 +2,11 @@ package auth
 
 import (
 	"context"
+	"crypto/x509"
+	"runtime"
 	"strings"
+	"sync"
+	"weak"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +26,15 @@ type Guard struct {
 	Access *AccessFile
 	// Authorize decides; nil means KV rules (KVRole and RequireKV).
 	Authorize func(self, id Identity, method string) error
+
+	// certIDs caches the identity read from each connection's verified
+	// client certificate (weak.Pointer[x509.Certificate] → Identity): the
+	// certificate is the same object on every call of a connection and
+	// cannot change under it, so it is read once per connection, not
+	// once per call. An entry goes when its certificate is collected
+	// (its connection gone). What the identity may do is still decided
+	// on every call, from the access file as it is then.
+	certIDs sync.Map
 }
 
 type ctxKey struct{}
@@ -42,7 +55,7 @@ func WithIdentity(ctx context.Context, id Identity) context.Context {
 func (g *Guard) Identify(ctx context.Context) (Identity, error) {
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.VerifiedChains[0]) > 0 {
-			id, err := FromCertificate(ti.State.VerifiedChains[0][0])
+			id, err := g.certIdentity(ti.State.VerifiedChains[0][0])
 			if err != nil {
 				return Identity{}, status.Errorf(codes.Unauthenticated, "client certificate: %v", err)
 			}
@@ -61,6 +74,24 @@ func (g *Guard) Identify(ctx context.Context) (Identity, error) {
 		return Identity{}, status.Error(codes.Unauthenticated, "bearer token not recognised (revoked, or for another database)")
 	}
 	return Identity{}, status.Error(codes.Unauthenticated, "no client certificate and no bearer token: connect with --tls-cert/--tls-key or --token-file (or a client config with them)")
+}
+
+// certIdentity is FromCertificate(c), read once per certificate object
+// (see certIDs). A certificate naming no valid identity is not cached:
+// its connection is refused on every call anyway.
+func (g *Guard) certIdentity(c *x509.Certificate) (Identity, error) {
+	k := weak.Make(c)
+	if id, ok := g.certIDs.Load(k); ok {
+		return id.(Identity), nil
+	}
+	id, err := FromCertificate(c)
+	if err != nil {
+		return Identity{}, err
+	}
+	if _, loaded := g.certIDs.LoadOrStore(k, id); !loaded {
+		runtime.AddCleanup(c, func(k weak.Pointer[x509.Certificate]) { g.certIDs.Delete(k) }, k)
+	}
+	return id, nil
 }
 
 func (g *Guard) check(ctx context.Context, method string) (context.Context, error) {

@@ -298,6 +298,13 @@ func Open(dir string, o Options) (_ *DB, err error) {
 		// Constant, not doubling from 8 KiB: each step is a round trip.
 		rocksshim.SetScanReadahead(d.bbto, r, r, 0)
 	}
+	// A whole-key Bloom filter on each memtable: a Get of a key the
+	// memtable does not hold (a miss, or a key already flushed to a table)
+	// skips the memtable's skip list, whose walk is a chain of cache misses
+	// (a fifth of a served Get's CPU in `perf`). 2% of write_buffer_size:
+	// 1.3 MiB per 64 MiB memtable, 8 bits per key at a million keys.
+	d.opts.SetMemTablePrefixBloomSizeRatio(memtableBloomRatio)
+	d.opts.SetMemtableWholeKeyFiltering(true)
 	d.opts.SetUnorderedWrite(o.Tuning.UnorderedWrite)
 	d.opts.SetEnablePipelinedWrite(o.Tuning.PipelinedWrite)
 	d.opts.SetBlockBasedTableFactory(d.bbto)
@@ -875,6 +882,10 @@ func (d *DB) LatestSequence() uint64 {
 	defer d.leave()
 	return d.db.GetLatestSequenceNumber()
 }
+
+// memtableBloomRatio is the memtable Bloom filter's size as a fraction of
+// write_buffer_size (RocksDB's memtable_prefix_bloom_size_ratio).
+const memtableBloomRatio = 0.02
 
 // maxOpenFiles bounds the table readers RocksDB keeps open (and the file
 // descriptors of cached tables); far above what a primary's working set

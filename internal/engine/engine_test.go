@@ -241,6 +241,38 @@ func TestTunedDatabase(t *testing.T) {
 	}
 }
 
+// Every memtable has a whole-key Bloom filter (so a Get of a key the
+// memtable does not hold skips its skip list), and reads through it find
+// what is there and nothing else.
+func TestMemtableBloomFilter(t *testing.T) {
+	dir := t.TempDir()
+	d := open(t, dir)
+	for i := 0; i < 1000; i += 2 {
+		if err := d.Put([]byte(fmt.Sprintf("k%04d", i)), []byte(fmt.Sprint(i)), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 1000; i++ {
+		v, ok, err := d.Get([]byte(fmt.Sprintf("k%04d", i)))
+		if err != nil || ok != (i%2 == 0) || (ok && string(v) != fmt.Sprint(i)) {
+			t.Fatalf("get k%04d from the memtable: %q %v %v", i, v, ok, err)
+		}
+	}
+	opts, err := filepath.Glob(filepath.Join(dir, "OPTIONS-*"))
+	if err != nil || len(opts) == 0 {
+		t.Fatalf("no OPTIONS file in %s: %v", dir, err)
+	}
+	b, err := os.ReadFile(opts[len(opts)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"memtable_whole_key_filtering=true", "memtable_prefix_bloom_size_ratio=0.020000"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", opts[len(opts)-1], want)
+		}
+	}
+}
+
 // Concurrent non-durable puts, deletes and batches (merged into shared
 // RocksDB writes) all land, each batch whole, and a mix with durable and
 // oversized writes keeps working.

@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -76,14 +75,14 @@ func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Lim
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	grpcMetrics := newRPCMetrics()
 	reg.MustRegister(grpcMetrics)
-	onPanic := recovery.WithRecoveryHandler(func(p any) error {
+	onPanic := func(p any) error {
 		logger.Error("panic in request handler", "panic", p)
 		return status.Errorf(codes.Internal, "internal error: %v", p)
-	})
-	// The guard comes after metrics and recovery: refused calls are
-	// counted (grpc_server_handled_total{grpc_code="PermissionDenied"}).
-	unary := append([]grpc.UnaryServerInterceptor{grpcMetrics.unary, recovery.UnaryServerInterceptor(onPanic)}, sec.UnaryInterceptors()...)
-	stream := append([]grpc.StreamServerInterceptor{grpcMetrics.stream, recovery.StreamServerInterceptor(onPanic)}, sec.StreamInterceptors()...)
+	}
+	calls := &interceptor{metrics: grpcMetrics, onPanic: onPanic}
+	if sec != nil {
+		calls.unaryGuard, calls.streamGuard = sec.Guard.Unary(), sec.Guard.Stream()
+	}
 	e.grpc = grpc.NewServer(
 		sec.ServerOption(),
 		grpc.MaxRecvMsgSize(limits.MaxMessageBytes()),
@@ -93,10 +92,10 @@ func (e *Endpoint) Serve(svc kvv1.KVServer, reg *prometheus.Registry, limits Lim
 		// copies were a tenth of a Get's server CPU. Requests beyond the
 		// pool still get a goroutine of their own.
 		grpc.NumStreamWorkers(uint32(streamWorkers())),
-		grpc.ChainUnaryInterceptor(unary...),
-		grpc.ChainStreamInterceptor(stream...),
+		grpc.UnaryInterceptor(calls.unary),
+		grpc.StreamInterceptor(calls.stream),
 	)
-	kvv1.RegisterKVServer(e.grpc, svc)
+	registerKV(e.grpc, svc, calls)
 	e.health = health.NewServer()
 	healthpb.RegisterHealthServer(e.grpc, e.health)
 	if serveReflection(sec != nil, e.lis.Addr()) {

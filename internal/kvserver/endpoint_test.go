@@ -425,3 +425,38 @@ func TestSecureRefusals(t *testing.T) {
 		}
 	}
 }
+
+// The hot unary methods, served by handlers of their own, are counted
+// under their names like every other method, and answer as the service
+// does (a missing key is NOT_FOUND, counted so).
+func TestHotMethodsCounted(t *testing.T) {
+	s := serve(t, "127.0.0.1:0", nil)
+	kv := kvv1.NewKVClient(connect(t, s.ep.Addr(), auth.ClientConfig{}))
+	ctx := context.Background()
+	if _, err := kv.Put(ctx, &kvv1.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := kv.Get(ctx, &kvv1.GetRequest{Key: []byte("k")}); err != nil || string(r.Value) != "v" {
+		t.Fatalf("get: %v %v", r, err)
+	}
+	if _, err := kv.Get(ctx, &kvv1.GetRequest{Key: []byte("missing")}); status.Code(err) != codes.NotFound || status.Convert(err).Message() != `key "missing" not found` {
+		t.Fatalf("get of a missing key: %v", err)
+	}
+	if _, err := kv.Write(ctx, &kvv1.WriteRequest{Mutations: []*kvv1.Mutation{{Op: &kvv1.Mutation_Put_{Put: &kvv1.Mutation_Put{Key: []byte("w"), Value: []byte("x")}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := kv.MultiGet(ctx, &kvv1.MultiGetRequest{Keys: [][]byte{[]byte("k"), []byte("w")}}); err != nil || len(r.Results) != 2 || !r.Results[1].Found {
+		t.Fatalf("multiget: %v %v", r, err)
+	}
+	if _, err := kv.Delete(ctx, &kvv1.DeleteRequest{Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		method, code string
+		n            float64
+	}{{"Put", "OK", 1}, {"Get", "OK", 1}, {"Get", "NotFound", 1}, {"Write", "OK", 1}, {"MultiGet", "OK", 1}, {"Delete", "OK", 1}} {
+		if n := handled(t, s.reg, c.method, c.code); n != c.n {
+			t.Errorf("grpc_server_handled_total{grpc_method=%s,grpc_code=%s} = %v, want %v", c.method, c.code, n, c.n)
+		}
+	}
+}
