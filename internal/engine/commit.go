@@ -114,7 +114,11 @@ func (c *committer) release() {
 	}
 }
 
-func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) error {
+// apply writes the group's batch; a non-nil wait (pipelined durable
+// writes, pipeline.go) is what the group still waits for before it is
+// answered: the leader hands leadership on first, so the next group's
+// write (and upload) starts while this one's upload is in flight.
+func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) (wait func() error, err error)) error {
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
 	if c.busy {
@@ -147,7 +151,7 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) e
 	for _, w := range group {
 		w.appendTo(&c.batch)
 	}
-	err := apply(&c.batch)
+	wait, err := apply(&c.batch)
 	c.groups.Add(1)
 	c.writes.Add(uint64(len(group)))
 
@@ -162,6 +166,13 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) e
 		c.busy = false
 	}
 	c.mu.Unlock()
+	if wait != nil {
+		if next != nil {
+			next.done <- commitResult{lead: true}
+			next = nil
+		}
+		err = wait()
+	}
 	for _, w := range group {
 		if w != p {
 			w.done <- commitResult{err: err}
