@@ -69,7 +69,7 @@ bench-served: deps ## server and client CPU per unary Put and Get of shale prima
 bench-remote-reads: deps ## reads of tables left in the store with caches under 5% of the data: BASE (default main) vs this tree (sync, sync with --scan-readahead, --async-io) vs all cached (NUM, ROUNDS, READ_SECONDS, CACHE, SETUPS, READAHEAD, LATENCY=10ms: through a proxy adding that per request)
 	hack/bench-remote-reads.sh
 
-bench-durable: deps ## durable (sync) writes at 16 and 64 clients on MinIO: BASE (default main) vs this tree vs db_bench fillsync; PEER_BIN (Rust) or PEER_PYTHON add SlateDB (THREADS, DURATION, ROUNDS)
+bench-durable: deps ## durable (sync) writes at 16 and 64 clients on MinIO: BASE (default main) vs this tree (depth 1, and PIPELINE=4 WAL uploads in flight) vs db_bench fillsync; PEER_BIN (Rust) or PEER_PYTHON add SlateDB (THREADS, DURATION, ROUNDS)
 	hack/bench-durable.sh
 
 bench-load: deps ## bulk loads on MinIO: in-process engine vs shale kv load vs kv load --sst (LOAD_NUM pairs, default 1M)
