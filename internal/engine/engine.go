@@ -884,12 +884,18 @@ func (d *DB) Compact(start, end []byte) error {
 	return nil
 }
 
-// LatestSequence is the sequence number of the last applied write.
+// LatestSequence is the sequence number of the last applied write; in
+// pipelined mode, of the last write reads see (the state before the oldest
+// durable write not yet durable), so that nobody is told of a sequence
+// number that could still be lost.
 func (d *DB) LatestSequence() uint64 {
 	if err := d.enter(); err != nil {
 		return 0
 	}
 	defer d.leave()
+	if seq, ok := d.pipeSequence(); ok {
+		return seq
+	}
 	return d.db.GetLatestSequenceNumber()
 }
 

@@ -204,6 +204,22 @@ func (d *DB) readOptions() (*grocksdb.ReadOptions, func()) {
 	}
 }
 
+// pipeSequence is the sequence number of the snapshot reads use while
+// durable writes are in flight (ok false: none is, or not pipelined).
+func (d *DB) pipeSequence() (uint64, bool) {
+	ps := d.pipe
+	if ps == nil {
+		return 0, false
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	d.popLocked()
+	if len(ps.queue) == 0 {
+		return 0, false
+	}
+	return ps.queue[0].snap.GetSequenceNumber(), true
+}
+
 // releasePipe releases the snapshots of writes still queued (a pipeline
 // that failed keeps them): RocksDB closes only without snapshots.
 func (d *DB) releasePipe() {
