@@ -157,8 +157,14 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) (wait fu
 
 	c.mu.Lock()
 	// The writers the next group can expect: this group's, which come
-	// back, and those that queued meanwhile.
+	// back, and those that queued meanwhile. A pipelined group (wait)
+	// answers its writers only once its upload is durable, after the next
+	// group started: that group expects only those queued already, and
+	// overlaps its upload with this one's instead of waiting for them.
 	c.last = len(group) + len(c.queue)
+	if wait != nil {
+		c.last = len(c.queue)
+	}
 	var next *pendingWrite
 	if len(c.queue) > 0 {
 		next = c.queue[0]
