@@ -47,6 +47,17 @@ type committer struct {
 	full    chan struct{} // wakes the waiting leader; buffered (1)
 	timer   *time.Timer   // the leader's; only the leader touches it
 
+	// pipelined: a durable committer over pipelined uploads (pipeline.go).
+	// Its groups are answered after the next group started, so the window
+	// works as a flush interval instead: while groups are in flight
+	// (inflight), a new leader starts no earlier than window after the
+	// previous group started (lastStart), so the uploads in flight carry
+	// more writers each and cost fewer requests; with none in flight it
+	// goes at once.
+	pipelined bool
+	inflight  int
+	lastStart time.Time
+
 	groups, writes atomic.Uint64 // for metrics: groups written, writes in them
 }
 
@@ -132,7 +143,11 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) (wait fu
 	} else {
 		c.busy = true
 	}
-	c.fill()
+	if c.pipelined {
+		c.interval()
+	} else {
+		c.fill()
+	}
 	// Take the queue, up to groupBytes (p is in it: it was queued before
 	// leadership was handed to it, and nobody took it since).
 	n, size := 0, 0
@@ -145,6 +160,9 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) (wait fu
 	rest := copy(c.queue, c.queue[n:])
 	clear(c.queue[rest:])
 	c.queue = c.queue[:rest]
+	if c.pipelined {
+		c.lastStart = time.Now()
+	}
 	c.mu.Unlock()
 
 	c.batch.Reset()
@@ -163,7 +181,7 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) (wait fu
 	// overlaps its upload with this one's instead of waiting for them.
 	c.last = len(group) + len(c.queue)
 	if wait != nil {
-		c.last = len(c.queue)
+		c.inflight++
 	}
 	var next *pendingWrite
 	if len(c.queue) > 0 {
@@ -178,6 +196,9 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) (wait fu
 			next = nil
 		}
 		err = wait()
+		c.mu.Lock()
+		c.inflight--
+		c.mu.Unlock()
 	}
 	for _, w := range group {
 		if w != p {
@@ -244,6 +265,27 @@ func (c *committer) fill() {
 	if 2*len(c.queue) < c.last {
 		c.skip = skipAfterMiss
 	}
+}
+
+// interval is fill for a pipelined committer, called the same way: while
+// groups are in flight it waits until window after the previous group's
+// start (a flush interval); else it returns at once.
+func (c *committer) interval() {
+	if c.window <= 0 || c.inflight == 0 {
+		return
+	}
+	wait := time.Until(c.lastStart.Add(c.window))
+	if wait <= 0 {
+		return
+	}
+	if c.timer == nil {
+		c.timer = time.NewTimer(wait)
+	} else {
+		c.timer.Reset(wait)
+	}
+	c.mu.Unlock()
+	<-c.timer.C
+	c.mu.Lock()
 }
 
 // skipAfterMiss is how many groups go without waiting after a failed wait.

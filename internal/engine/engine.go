@@ -238,6 +238,7 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	d.durable.window = o.Tuning.GroupCommitWindow
 	if o.Pipeline != nil && o.SecondaryDir == "" {
 		d.pipe = &pipe{p: o.Pipeline}
+		d.durable.pipelined = true
 	}
 	// Take our own lock before RocksDB runs: its open rotates the info log
 	// before it checks its LOCK, which would disturb a live owner.

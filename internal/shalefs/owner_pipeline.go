@@ -14,8 +14,9 @@ import (
 	"github.com/shale-rocks/shale/internal/shalefs/protocol"
 )
 
-// MaxWALPipelineDepth bounds Config.WALPipelineDepth: a reader tolerates
-// data this far past a hole in a live log (RFC 0013, step 11).
+// MaxWALPipelineDepth bounds Config.WALPipelineDepth (--wal-pipeline-depth):
+// more uploads in flight gain nothing once they outnumber the writers
+// waiting, and each is a hole a lost segment could hide in (RFC 0013).
 const MaxWALPipelineDepth = 16
 
 // pipeline keeps up to depth WAL segment uploads in flight and clears
