@@ -169,3 +169,12 @@ func waitForKey(t *testing.T, ch <-chan string) string {
 		return ""
 	}
 }
+
+func TestPipelineDepthOutOfRange(t *testing.T) {
+	for _, d := range []int{-1, MaxWALPipelineDepth + 1} {
+		_, err := Open(context.Background(), Config{Store: nil, CacheDir: t.TempDir(), WALPipelineDepth: d})
+		if err == nil || !strings.Contains(err.Error(), "--wal-pipeline-depth") || !strings.Contains(err.Error(), "want 1") {
+			t.Errorf("depth %d: %v; want an error naming --wal-pipeline-depth and its range", d, err)
+		}
+	}
+}
