@@ -277,7 +277,7 @@ func TestHelpVersionCompletion(t *testing.T) {
 		{[]string{"primary", "--help"}, []string{"--db URL", "--cache-size size", "(default 8GiB)", "--lease duration", "(default 5s)", "--delete-grace duration", "(default 1h)",
 			"--write-timeout duration", "(default 1m)", "--retry-for duration", "(default 5m)", "--read-timeout duration", "(default 10s)",
 			`(default "127.0.0.1:7070")`, `(default "127.0.0.1:9090")`, "(default 64KiB)", "(default 32MiB)", "(default 64MiB)", "(default 256MiB)",
-			"--epoch uint", "--wal-storage-class", "--sst-storage-class", "--cache-dir"}},
+			"--epoch uint", "--wal-storage-class", "--sst-storage-class", "--cache-dir", "--wal-pipeline-depth int"}},
 		{[]string{"dev", "--help"}, []string{"--data directory", "--cache-size size", "--lease duration"}},
 		{[]string{"admin", "fence-status", "--help"}, []string{"--db URL", "-o, --output format"}},
 		{[]string{"version"}, []string{"shale dev (RocksDB 9.11.2)\n"}},
