@@ -56,8 +56,8 @@ test: deps envtest-assets helm-lint ## install dependencies and envtest binaries
 	KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS) HELM=$(HELM) go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /internal/shalefs -e /internal/objstore)
 	go test -race $(GO_TEST_FLAGS) $(RACE_PKGS)
 
-stress: deps ## long fencing race on MinIO: STRESS_ROUNDS (1000) takeovers under concurrent synced writes (STRESS_BACKEND=file for file://); then the log-protocol model at its large bound
-	SHALE_STRESS_ROUNDS=$${STRESS_ROUNDS:-1000} go test -count=1 -timeout 120m -run "TestFencingRace/$${STRESS_BACKEND:-minio}" -v ./primary/ 2>&1 | grep --line-buffered -vE 'level=|INFO|ERROR this owner'
+stress: deps ## long fencing race on MinIO: STRESS_ROUNDS (1000) takeovers under concurrent synced writes (STRESS_BACKEND=file for file://; STRESS_PIPELINE=D: D WAL uploads in flight, RFC 0013); then the log-protocol model at its large bound
+	SHALE_STRESS_ROUNDS=$${STRESS_ROUNDS:-1000} SHALE_STRESS_PIPELINE=$${STRESS_PIPELINE:-1} go test -count=1 -timeout 120m -run "^TestFencingRace$$/$${STRESS_BACKEND:-minio}" -v ./primary/ 2>&1 | grep --line-buffered -vE 'level=|INFO|ERROR this owner'
 	SHALE_MODEL_BOUND=large go test -count=1 -timeout 60m -run 'TestLogModel$$' -v ./internal/shalefs/protocol/
 
 bench-storage: deps ## db_bench on a local dir vs Shale on file:// vs Shale on MinIO (NUM keys, default 1M; BASE=<git ref> adds that revision's engine)
@@ -69,7 +69,7 @@ bench-served: deps ## server and client CPU per unary Put and Get of shale prima
 bench-remote-reads: deps ## reads of tables left in the store with caches under 5% of the data: BASE (default main) vs this tree (sync, sync with --scan-readahead, --async-io) vs all cached (NUM, ROUNDS, READ_SECONDS, CACHE, SETUPS, READAHEAD, LATENCY=10ms: through a proxy adding that per request)
 	hack/bench-remote-reads.sh
 
-bench-durable: deps ## durable (sync) writes at 16 and 64 clients on MinIO: BASE (default main) vs this tree vs db_bench fillsync; PEER_BIN (Rust) or PEER_PYTHON add SlateDB (THREADS, DURATION, ROUNDS)
+bench-durable: deps ## durable (sync) writes at 16 and 64 clients on MinIO: BASE (default main) vs this tree (depth 1, and PIPELINE=4 WAL uploads in flight) vs db_bench fillsync; PEER_BIN (Rust) or PEER_PYTHON add SlateDB (THREADS, DURATION, ROUNDS)
 	hack/bench-durable.sh
 
 bench-load: deps ## bulk loads on MinIO: in-process engine vs shale kv load vs kv load --sst (LOAD_NUM pairs, default 1M)

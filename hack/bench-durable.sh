@@ -17,6 +17,9 @@
 # Builds alternate ROUNDS times (default 2). Server CPU per op is the
 # primary's utime+stime over the benchmark, MinIO's likewise (both from
 # /proc/<pid>/stat); extra flags for this tree's primary go in NEW_FLAGS.
+# PIPELINE=D (default 4; PIPELINE= skips it) adds setup "pipe": this tree's
+# primary with --wal-pipeline-depth D (docs/rfcs/0013-pipelined-writes.md),
+# in the same rounds as "new" (depth 1).
 #
 #   make bench-durable
 #   PEER_BIN=hack/durable-peer/target/release/durable-peer make bench-durable
@@ -28,6 +31,7 @@ DURATION=${DURATION:-10s}
 THREADS=${THREADS:-16 64}
 ROUNDS=${ROUNDS:-2}
 BASE=${BASE-main}
+PIPELINE=${PIPELINE-4}
 PEER_FLUSH=${PEER_FLUSH:-2ms}
 built_peer=$repo/hack/durable-peer/target/release/durable-peer
 [ -z "${PEER_BIN:-}" ] && [ -x "$built_peer" ] && PEER_BIN=$built_peer
@@ -59,6 +63,7 @@ if [ -n "$BASE" ]; then
   base_build "$work/base-src" "$work/base/shale" ./cmd/shale
   builds=(base new)
 fi
+[ -n "$PIPELINE" ] && builds+=(pipe)
 
 bench_minio
 minio_pid=${pids[-1]}
@@ -73,7 +78,11 @@ for round in $(seq "$ROUNDS"); do
     flags=()
     # shellcheck disable=SC2206
     [ "$b" = new ] && flags=(${NEW_FLAGS:-})
-    "$work/$b/shale" primary --db "s3://bench/$b-$round" --cache-dir "$work/cache-$b-$round" \
+    # shellcheck disable=SC2206
+    [ "$b" = pipe ] && flags=(${NEW_FLAGS:-} --wal-pipeline-depth "$PIPELINE")
+    bin=$work/$b/shale
+    [ "$b" = pipe ] && bin=$work/new/shale
+    "$bin" primary --db "s3://bench/$b-$round" --cache-dir "$work/cache-$b-$round" \
       --listen "127.0.0.1:$kv" --metrics-listen "127.0.0.1:$m" "${flags[@]}" >"$work/primary-$b-$round.log" 2>&1 &
     ppid=$!
     pids+=("$ppid")
@@ -130,10 +139,13 @@ jq -rs 'def mean(f): (map(f) | if length > 0 then add/length else null end);
   map(select(.setup != "db_bench")) | group_by(.threads)[] | . as $g |
   ($g | map(select(.setup=="new")) | mean(.opsPerSec)) as $new |
   ($g | map(select(.setup=="base")) | mean(.opsPerSec)) as $base |
+  ($g | map(select(.setup=="pipe")) | mean(.opsPerSec)) as $pipe |
   ($g | map(select(.setup=="peer-rs")) | mean(.opsPerSec)) as $rs |
   ($g | map(select(.setup=="peer-py")) | mean(.opsPerSec)) as $py |
   "threads \($g[0].threads): new \($new|floor) ops/s" +
   (if $base then ", base \($base|floor) (new/base \($new/$base*100|round/100))" else "" end) +
   (if $rs then ", SlateDB (Rust) \($rs|floor) (new/peer \($new/$rs*100|round/100))" else "" end) +
   (if $py then ", SlateDB (Python) \($py|floor) (new/peer \($new/$py*100|round/100))" else "" end) +
-  (if $dbb then ", db_bench 16 threads \($dbb|floor) (new/db_bench \($new/$dbb*100|round/100))" else "" end)' "$results"
+  (if $dbb then ", db_bench 16 threads \($dbb|floor) (new/db_bench \($new/$dbb*100|round/100))" else "" end) +
+  (if $pipe then "; pipe (depth '"${PIPELINE:-1}"') \($pipe|floor) ops/s (pipe/new \($pipe/$new*100|round/100)" +
+    (if $rs then ", pipe/peer \($pipe/$rs*100|round/100)" else "" end) + ")" else "" end)' "$results"

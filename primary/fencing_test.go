@@ -156,11 +156,14 @@ func testZombieIsFenced(t *testing.T, be storetest.Location) {
 
 // The write path alone fences: an owner that has not noticed the new epoch
 // fails its next synced write on the seal the new owner put in its WAL.
-func TestZombieFencedByStore(t *testing.T) { storetest.ForEachBackend(t, testZombieFencedByStore) }
+func TestZombieFencedByStore(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Location) { testZombieFencedByStoreDepth(t, be, 1) })
+}
 
-func testZombieFencedByStore(t *testing.T, be storetest.Location) {
+// testZombieFencedByStoreDepth runs with A's WAL pipeline depth (RFC 0013).
+func testZombieFencedByStoreDepth(t *testing.T, be storetest.Location, depth int) {
 	db := be.NewURL(t)
-	a, err := startOwnerWith(t, db, blindOwner(1))
+	a, err := startOwnerWith(t, db, pipelinedOwner(1, depth))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,15 +233,25 @@ func getRetrying(kv kvv1.KVClient, key string) (*kvv1.GetResponse, error) {
 	}
 }
 
-func TestFencingRace(t *testing.T) { storetest.ForEachBackend(t, testFencingRace) }
+// SHALE_STRESS_PIPELINE sets the old owners' WAL pipeline depth (make
+// stress STRESS_PIPELINE=D; RFC 0013); TestFencingRacePipelined runs it at 4.
+func TestFencingRace(t *testing.T) {
+	depth := 1
+	if n, err := strconv.Atoi(os.Getenv("SHALE_STRESS_PIPELINE")); err == nil && n > 0 {
+		depth = n
+	}
+	storetest.ForEachBackend(t, func(t *testing.T, be storetest.Location) { testFencingRace(t, be, depth) })
+}
 
-func testFencingRace(t *testing.T, be storetest.Location) {
+func testFencingRace(t *testing.T, be storetest.Location, depth int) {
 	rounds := 4
 	if n, err := strconv.Atoi(os.Getenv("SHALE_STRESS_ROUNDS")); err == nil && n > 0 {
 		rounds = n
 	}
 	db := be.NewURL(t)
-	cur, err := startOwnerWith(t, db, raceOwner(1))
+	first := raceOwner(1)
+	first.WALPipelineDepth = depth
+	cur, err := startOwnerWith(t, db, first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +309,7 @@ func testFencingRace(t *testing.T, be storetest.Location) {
 		}()
 		time.Sleep(time.Duration(20+round%7*15) * time.Millisecond)
 		nc := raceOwner(uint64(round + 1))
+		nc.WALPipelineDepth = depth
 		// Seals go a little late, racing the old owner's folds; every third
 		// successor also pauses before it records its takeover.
 		pause := time.Duration(0)

@@ -236,6 +236,11 @@ func startCtx(runCtx context.Context, cfg Config) (_ *Server, err error) {
 	}()
 	eo := cfg.Engine
 	eo.FileSystem = s.fs
+	if sc.WALPipelineDepth > 1 {
+		// WAL syncs return once queued: the engine holds acknowledgements
+		// and reads back to the last durable write (RFC 0013).
+		eo.Pipeline = s.fs
+	}
 	s.tiered.Store(eo.ColdAfter > 0)
 	if cfg.CompactionMode == "remote" {
 		cc := cfg.Compaction

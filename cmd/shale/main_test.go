@@ -279,7 +279,7 @@ func TestHelpVersionCompletion(t *testing.T) {
 		{[]string{"primary", "--help"}, []string{"--db URL", "--cache-size size", "(default 8GiB)", "--lease duration", "(default 5s)", "--delete-grace duration", "(default 1h)",
 			"--write-timeout duration", "(default 1m)", "--retry-for duration", "(default 5m)", "--read-timeout duration", "(default 10s)",
 			`(default "127.0.0.1:7070")`, `(default "127.0.0.1:9090")`, "(default 64KiB)", "(default 32MiB)", "(default 64MiB)", "(default 256MiB)",
-			"--epoch uint", "--wal-storage-class", "--sst-storage-class", "--cache-dir"}},
+			"--epoch uint", "--wal-storage-class", "--sst-storage-class", "--cache-dir", "--wal-pipeline-depth int"}},
 		{[]string{"dev", "--help"}, []string{"--data directory", "--cache-size size", "--lease duration"}},
 		{[]string{"admin", "fence-status", "--help"}, []string{"--db URL", "-o, --output format"}},
 		{[]string{"version"}, []string{"shale dev (RocksDB 9.11.2)\n"}},
@@ -396,15 +396,25 @@ func TestJSONBinary(t *testing.T) {
 // primary with the next epoch opens the database from the store alone (an
 // empty cache directory, as on another machine).
 func TestKill9KeepsSyncedWrites(t *testing.T) {
-	storetest.ForEachBackend(t, testKill9KeepsSyncedWrites)
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) { testKill9KeepsSyncedWrites(t, loc, 4) })
 }
 
-func testKill9KeepsSyncedWrites(t *testing.T, loc storetest.Location) {
+// The same with four WAL segment uploads in flight and 16 writers
+// (RFC 0013): uploads land out of order and the kill leaves some in
+// flight; every acknowledged write is on the next owner, which seals the
+// hole they leave.
+func TestKill9KeepsPipelinedWrites(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		testKill9KeepsSyncedWrites(t, loc, 16, "--wal-pipeline-depth", "4")
+	})
+}
+
+func testKill9KeepsSyncedWrites(t *testing.T, loc storetest.Location, writerCount int, flags ...string) {
 	dir := loc.NewURL(t)
-	p := startPrimary(t, dir, filepath.Join(t.TempDir(), "cache1"), "--epoch", "1")
+	p := startPrimary(t, dir, filepath.Join(t.TempDir(), "cache1"), append([]string{"--epoch", "1"}, flags...)...)
 	kv := kvv1.NewKVClient(dial(t, p.addr))
 
-	// Four writers put synced keys until the primary dies. The kill comes
+	// Writers put synced keys until the primary dies. The kill comes
 	// once enough writes are acknowledged, not after a fixed time: on a
 	// loaded machine the first writes can take seconds.
 	const wantAcked = 200
@@ -417,7 +427,7 @@ func testKill9KeepsSyncedWrites(t *testing.T, loc storetest.Location) {
 	ctx, stopWriters := context.WithCancel(context.Background())
 	defer stopWriters()
 	var wg sync.WaitGroup
-	for w := 0; w < 4; w++ {
+	for w := 0; w < writerCount; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()

@@ -145,6 +145,7 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	fs.Var(newDuration(&st.ReadTimeout, 10*time.Second), "read-timeout", "deadline of one foreground read from the store")
 	fs.Var(newDuration(&st.WriteTimeout, time.Minute), "write-timeout", "deadline of one upload attempt (flush, compaction, WAL); failed attempts are retried")
 	fs.Var(newDuration(&st.RetryFor, 5*time.Minute), "retry-for", "keep retrying a failed background upload this long before failing it")
+	fs.IntVar(&st.WALPipelineDepth, "wal-pipeline-depth", 1, "WAL segment uploads kept in flight (1 to 16): durable writes are still acknowledged in order and nobody reads one before it is durable; 1 is one upload at a time (docs/rfcs/0013-pipelined-writes.md)")
 	fs.Var(newSize(&cfg.Engine.BlockCacheBytes, cfg.Engine.BlockCacheBytes), "block-cache-size", "RocksDB block cache size")
 	fs.Var(newSize(&st.RangeCacheBytes, 64<<20), "range-cache-size", "memory for 64 KiB ranges of tables read from the store (tables not in --cache-size's cache), shared by all reads (0: a GET per read)")
 	coldTierFlags(c, &cfg.ColdDB, &cfg.ColdEndpoint)
@@ -154,7 +155,7 @@ func primaryFlags(c *cobra.Command, cfg *primary.Config) {
 	c.MarkFlagDirname("cache-dir")
 	noFileCompletion(c, "listen", "metrics-listen", "max-key-size", "max-value-size", "max-batch-size",
 		"cache-size", "epoch", "lease", "idle-confirm-interval", "delete-grace", "wal-storage-class", "sst-storage-class",
-		"read-timeout", "write-timeout", "retry-for", "block-cache-size", "range-cache-size")
+		"read-timeout", "write-timeout", "retry-for", "wal-pipeline-depth", "block-cache-size", "range-cache-size")
 }
 
 // tuningFlags registers the RocksDB features of engine.Tuning

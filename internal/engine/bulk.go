@@ -57,7 +57,7 @@ func (d *DB) SyncWAL() error {
 		return err
 	}
 	defer d.leave()
-	return d.db.FlushWAL(true)
+	return d.write(true, func() error { return d.db.FlushWAL(true) })
 }
 
 // SSTWriter builds an SST file for Ingest with the table format of Shale's

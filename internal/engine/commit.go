@@ -47,6 +47,17 @@ type committer struct {
 	full    chan struct{} // wakes the waiting leader; buffered (1)
 	timer   *time.Timer   // the leader's; only the leader touches it
 
+	// pipelined: a durable committer over pipelined uploads (pipeline.go).
+	// Its groups are answered after the next group started, so the window
+	// works as a flush interval instead: while groups are in flight
+	// (inflight), a new leader starts no earlier than window after the
+	// previous group started (lastStart), so the uploads in flight carry
+	// more writers each and cost fewer requests; with none in flight it
+	// goes at once.
+	pipelined bool
+	inflight  int
+	lastStart time.Time
+
 	groups, writes atomic.Uint64 // for metrics: groups written, writes in them
 }
 
@@ -114,7 +125,11 @@ func (c *committer) release() {
 	}
 }
 
-func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) error {
+// apply writes the group's batch; a non-nil wait (pipelined durable
+// writes, pipeline.go) is what the group still waits for before it is
+// answered: the leader hands leadership on first, so the next group's
+// write (and upload) starts while this one's upload is in flight.
+func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) (wait func() error, err error)) error {
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
 	if c.busy {
@@ -128,7 +143,11 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) e
 	} else {
 		c.busy = true
 	}
-	c.fill()
+	if c.pipelined {
+		c.interval()
+	} else {
+		c.fill()
+	}
 	// Take the queue, up to groupBytes (p is in it: it was queued before
 	// leadership was handed to it, and nobody took it since).
 	n, size := 0, 0
@@ -141,20 +160,29 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) e
 	rest := copy(c.queue, c.queue[n:])
 	clear(c.queue[rest:])
 	c.queue = c.queue[:rest]
+	if c.pipelined {
+		c.lastStart = time.Now()
+	}
 	c.mu.Unlock()
 
 	c.batch.Reset()
 	for _, w := range group {
 		w.appendTo(&c.batch)
 	}
-	err := apply(&c.batch)
+	wait, err := apply(&c.batch)
 	c.groups.Add(1)
 	c.writes.Add(uint64(len(group)))
 
 	c.mu.Lock()
 	// The writers the next group can expect: this group's, which come
-	// back, and those that queued meanwhile.
+	// back, and those that queued meanwhile. A pipelined group (wait)
+	// answers its writers only once its upload is durable, after the next
+	// group started: that group expects only those queued already, and
+	// overlaps its upload with this one's instead of waiting for them.
 	c.last = len(group) + len(c.queue)
+	if wait != nil {
+		c.inflight++
+	}
 	var next *pendingWrite
 	if len(c.queue) > 0 {
 		next = c.queue[0]
@@ -162,6 +190,16 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) error) e
 		c.busy = false
 	}
 	c.mu.Unlock()
+	if wait != nil {
+		if next != nil {
+			next.done <- commitResult{lead: true}
+			next = nil
+		}
+		err = wait()
+		c.mu.Lock()
+		c.inflight--
+		c.mu.Unlock()
+	}
 	for _, w := range group {
 		if w != p {
 			w.done <- commitResult{err: err}
@@ -227,6 +265,27 @@ func (c *committer) fill() {
 	if 2*len(c.queue) < c.last {
 		c.skip = skipAfterMiss
 	}
+}
+
+// interval is fill for a pipelined committer, called the same way: while
+// groups are in flight it waits until window after the previous group's
+// start (a flush interval); else it returns at once.
+func (c *committer) interval() {
+	if c.window <= 0 || c.inflight == 0 {
+		return
+	}
+	wait := time.Until(c.lastStart.Add(c.window))
+	if wait <= 0 {
+		return
+	}
+	if c.timer == nil {
+		c.timer = time.NewTimer(wait)
+	} else {
+		c.timer.Reset(wait)
+	}
+	c.mu.Unlock()
+	<-c.timer.C
+	c.mu.Lock()
 }
 
 // skipAfterMiss is how many groups go without waiting after a failed wait.

@@ -40,6 +40,11 @@ type Options struct {
 	TargetFileSizeBytes uint64
 	// BottommostCompression for the last level; newer data uses LZ4.
 	BottommostCompression grocksdb.CompressionType
+	// Pipeline, when set (with a FileSystem whose WAL syncs return once
+	// their upload is queued), holds durable writes back until their
+	// uploads are durable and reads back to the last durable write
+	// (pipeline.go, docs/rfcs/0013-pipelined-writes.md).
+	Pipeline Pipeline
 	// FileSystem, when set, puts the Shale FileSystem under RocksDB: the
 	// directory is then only a local cache of a database that lives in an
 	// object store, and may start empty.
@@ -203,6 +208,7 @@ type DB struct {
 	fs       *rocksshim.FileSystem
 	cs       *rocksshim.CompactionAttachment
 	tier     *ageOut // nil on a secondary
+	pipe     *pipe   // pipelined durable writes (pipeline.go); nil: off
 }
 
 // Open opens the database in dir, creating it (and missing parent
@@ -235,6 +241,10 @@ func Open(dir string, o Options) (_ *DB, err error) {
 	// them one writer to work with.
 	d := &DB{dir: dir, tuning: o.Tuning, merge: !o.Tuning.UnorderedWrite && !o.Tuning.PipelinedWrite}
 	d.durable.window = o.Tuning.GroupCommitWindow
+	if o.Pipeline != nil && o.SecondaryDir == "" {
+		d.pipe = &pipe{p: o.Pipeline}
+		d.durable.pipelined = true
+	}
 	// Take our own lock before RocksDB runs: its open rotates the info log
 	// before it checks its LOCK, which would disturb a live owner.
 	if d.lockFile, err = lockDir(dir); err != nil {
@@ -485,6 +495,7 @@ func (d *DB) Close() {
 		return
 	}
 	d.closed = true
+	d.releasePipe()
 	d.db.Close()
 	d.free()
 	d.lockFile.Close()
@@ -562,7 +573,7 @@ func (d *DB) Put(key, value []byte, sync bool) error {
 	}
 	defer d.leaveWrite()
 	if !grouped(d.merge, len(key)+len(value)) {
-		return d.db.Put(d.writeOptions(sync), key, value)
+		return d.write(sync, func() error { return d.db.Put(d.writeOptions(sync), key, value) })
 	}
 	// A durable write always goes through its committer: this fast path
 	// writes without sync.
@@ -570,9 +581,9 @@ func (d *DB) Put(key, value []byte, sync bool) error {
 		b := &d.commit.batch
 		b.Reset()
 		b.Put(key, value)
-		err := d.applyNoSync(b)
+		wait, err := d.applyNoSync(b)
 		d.commit.release()
-		return err
+		return finishWrite(wait, err)
 	}
 	p := pendingPool.Get().(*pendingWrite)
 	p.key, p.value = key, value
@@ -582,12 +593,20 @@ func (d *DB) Put(key, value []byte, sync bool) error {
 	return err
 }
 
-func (d *DB) applyNoSync(b *rocksshim.Batch) error {
-	return rocksshim.WriteRep(d.db, d.wNoSync, b.Data())
+func (d *DB) applyNoSync(b *rocksshim.Batch) (func() error, error) {
+	return d.applyWith(false, func() error { return rocksshim.WriteRep(d.db, d.wNoSync, b.Data()) })
 }
 
-func (d *DB) applySync(b *rocksshim.Batch) error {
-	return rocksshim.WriteRep(d.db, d.wSync, b.Data())
+func (d *DB) applySync(b *rocksshim.Batch) (func() error, error) {
+	return d.applyWith(true, func() error { return rocksshim.WriteRep(d.db, d.wSync, b.Data()) })
+}
+
+// finishWrite finishes a write applied with a wait (pipelined mode).
+func finishWrite(wait func() error, err error) error {
+	if err != nil || wait == nil {
+		return err
+	}
+	return wait()
 }
 
 // group sends p through the committer of its kind. Durable and
@@ -608,15 +627,15 @@ func (d *DB) Delete(key []byte, sync bool) error {
 	}
 	defer d.leaveWrite()
 	if !grouped(d.merge, len(key)) {
-		return d.db.Delete(d.writeOptions(sync), key)
+		return d.write(sync, func() error { return d.db.Delete(d.writeOptions(sync), key) })
 	}
 	if !sync && d.commit.alone() {
 		b := &d.commit.batch
 		b.Reset()
 		b.Delete(key)
-		err := d.applyNoSync(b)
+		wait, err := d.applyNoSync(b)
 		d.commit.release()
-		return err
+		return finishWrite(wait, err)
 	}
 	p := pendingPool.Get().(*pendingWrite)
 	p.key, p.del = key, true
@@ -652,12 +671,12 @@ func (d *DB) Write(ms []Mutation, sync bool) error {
 
 func (d *DB) writeBatch(b *rocksshim.Batch, sync bool) error {
 	if !grouped(d.merge, b.Size()) {
-		return rocksshim.WriteRep(d.db, d.writeOptions(sync), b.Data())
+		return d.write(sync, func() error { return rocksshim.WriteRep(d.db, d.writeOptions(sync), b.Data()) })
 	}
 	if !sync && d.commit.alone() {
-		err := d.applyNoSync(b) // nothing to merge with: no copy
+		wait, err := d.applyNoSync(b) // nothing to merge with: no copy
 		d.commit.release()
-		return err
+		return finishWrite(wait, err)
 	}
 	p := pendingPool.Get().(*pendingWrite)
 	p.own = b
@@ -697,7 +716,9 @@ func (d *DB) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	defer d.leave()
-	return rocksshim.Get(d.db, d.ro, key)
+	ro, done := d.readOptions()
+	defer done()
+	return rocksshim.Get(d.db, ro, key)
 }
 
 // MultiGet reads keys from one consistent view; values[i] is nil when
@@ -714,7 +735,9 @@ func (d *DB) MultiGet(keys [][]byte) (values [][]byte, found []bool, err error) 
 	if d.tuning.OptimizeMultiGetForIO && len(keys) >= 2*multiGetPartKeys && n < multiGetSplitBelow {
 		return d.parallelMultiGet(keys)
 	}
-	return rocksshim.MultiGet(d.db, d.ro, keys)
+	ro, done := d.readOptions()
+	defer done()
+	return rocksshim.MultiGet(d.db, ro, keys)
 }
 
 // A MultiGet with OptimizeMultiGetForIO is split into up to
@@ -744,11 +767,19 @@ func (d *DB) parallelMultiGet(keys [][]byte) (values [][]byte, found []bool, err
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
-	snap := d.db.NewSnapshot()
-	defer d.db.ReleaseSnapshot(snap)
-	ro := d.newReadOptions()
-	defer ro.Destroy()
-	ro.SetSnapshot(snap)
+	var ro *grocksdb.ReadOptions
+	if d.pipe != nil {
+		// The pipeline's snapshot (the last durable write's state).
+		var done func()
+		ro, done = d.readOptions()
+		defer done()
+	} else {
+		snap := d.db.NewSnapshot()
+		defer d.db.ReleaseSnapshot(snap)
+		ro = d.newReadOptions()
+		defer ro.Destroy()
+		ro.SetSnapshot(snap)
+	}
 
 	parts := min(multiGetParts, len(keys)/multiGetPartKeys)
 	values, found = make([][]byte, len(keys)), make([]bool, len(keys))
@@ -816,8 +847,16 @@ func (d *DB) Scan(o ScanOptions, fn func(key, value []byte) error) error {
 	if len(o.Prefix) > 0 {
 		lower, upper = o.Prefix, PrefixEnd(o.Prefix)
 	}
-	ro := d.newReadOptions()
-	defer ro.Destroy()
+	var ro *grocksdb.ReadOptions
+	if d.pipe != nil {
+		// Options of its own with the pipeline's snapshot.
+		var done func()
+		ro, done = d.readOptions()
+		defer done()
+	} else {
+		ro = d.newReadOptions()
+		defer ro.Destroy()
+	}
 	if len(lower) > 0 {
 		ro.SetIterateLowerBound(lower)
 	}
@@ -874,12 +913,18 @@ func (d *DB) Compact(start, end []byte) error {
 	return nil
 }
 
-// LatestSequence is the sequence number of the last applied write.
+// LatestSequence is the sequence number of the last applied write; in
+// pipelined mode, of the last write reads see (the state before the oldest
+// durable write not yet durable), so that nobody is told of a sequence
+// number that could still be lost.
 func (d *DB) LatestSequence() uint64 {
 	if err := d.enter(); err != nil {
 		return 0
 	}
 	defer d.leave()
+	if seq, ok := d.pipeSequence(); ok {
+		return seq
+	}
 	return d.db.GetLatestSequenceNumber()
 }
 

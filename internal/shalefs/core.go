@@ -74,6 +74,12 @@ type Config struct {
 	// background (default 256; negative: never). A takeover then reads a
 	// busy log in a few hundred objects, not one per synced write.
 	FoldSegments int
+	// WALPipelineDepth > 1 keeps up to that many WAL segment uploads in
+	// flight (owner_pipeline.go, docs/rfcs/0013-pipelined-writes.md): a
+	// WAL sync returns once its upload is queued, and the engine waits for
+	// its ticket (Ticket, WaitDurable) before acknowledging. 0 or 1: every
+	// sync waits for its upload (RFC 0004). At most MaxWALPipelineDepth.
+	WALPipelineDepth int
 	// ReaderID names a reader's lease (default: host, pid and a random
 	// suffix); ReaderTTL is how long the lease protects the files of the
 	// reader's view after its last renewal (default 30s).
@@ -210,6 +216,11 @@ type file struct {
 	segments []protocol.Segment
 	nextSeq  uint64
 	ownLog   bool // created by this owner: appendable
+	// a pipelined WAL (owner_pipeline.go): the next slot to queue and the
+	// bytes queued so far (0, 0: none yet); nextSeq and size stay what is
+	// stored and cleared.
+	qSeq  uint64
+	qSize int64
 
 	// own logs only: folding (fold.go)
 	foldMu   sync.Mutex  // held by a fold and by Delete waiting for it
@@ -357,6 +368,11 @@ type Owner struct {
 	// stopMu orders starting background folds against Stop.
 	stopMu  sync.Mutex
 	stopped bool
+
+	pipe *pipeline // WALPipelineDepth > 1 (owner_pipeline.go)
+	// claimDepths: epoch -> the WAL pipeline depth its claim records
+	// (sealing, owner_seal.go).
+	claimDepths sync.Map
 }
 
 // Reader is a read-only Shale FileSystem on a database another process

@@ -79,7 +79,9 @@ func (f *core) readLog(ctx context.Context, name string, st *file, activity Acti
 	if lerr != nil {
 		return nil, lerr
 	}
-	if v.Size < size || !v.Contiguous() {
+	// A live pipelined log may show uploads landed past one in flight
+	// (RFC 0013): only a hole below a seal means lost data.
+	if v.Size < size || (!v.Contiguous() && v.Sealed) {
 		return nil, fmt.Errorf("log %s (epoch %d) lost segments while being read (%d of %d bytes left): %w", name, epoch, v.Size, size, err)
 	}
 	st.mu.Lock()

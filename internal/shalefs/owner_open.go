@@ -45,7 +45,13 @@ var ErrNotShale = errors.New("the location holds objects but no Shale database")
 // RocksDB is then opened on cfg.CacheDir by the caller.
 func Open(ctx context.Context, cfg Config) (*Owner, error) {
 	cfg.defaults()
+	if cfg.WALPipelineDepth < 0 || cfg.WALPipelineDepth > MaxWALPipelineDepth {
+		return nil, fmt.Errorf("--wal-pipeline-depth %d is out of range: want 1 (one upload at a time) to %d", cfg.WALPipelineDepth, MaxWALPipelineDepth)
+	}
 	f := &Owner{core: newCore(cfg), fencedCh: make(chan struct{}), trashSeen: map[string]*trashEntry{}, ackFresh: map[uint64]time.Duration{}, readerLeases: map[string]*seenLease{}, pins: map[string]*seenPin{}, originPast: map[string]bool{}}
+	if cfg.WALPipelineDepth > 1 {
+		f.pipe = newPipeline(cfg.WALPipelineDepth)
+	}
 	pol := f.background()
 
 	// 0. Recognize the location before claiming anything in it.
@@ -79,7 +85,7 @@ func Open(ctx context.Context, cfg Config) (*Owner, error) {
 		return nil, err
 	}
 	f.epoch = epoch
-	claim := layout.EpochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce(), Lease: cfg.Lease, LeaseMargin: cfg.LeaseMargin, AckFresh: cfg.AckFresh}.Format()
+	claim := layout.EpochClaim{Epoch: epoch, TakenAt: time.Now().UTC(), Owner: cfg.Owner, Nonce: newNonce(), Lease: cfg.Lease, LeaseMargin: cfg.LeaseMargin, AckFresh: cfg.AckFresh, WALPipelineDepth: pipelineDepthRecord(cfg.WALPipelineDepth)}.Format()
 	err = pol.do(ctx, func(ctx context.Context) error {
 		_, err := f.put(ctx, layout.EpochKey(epoch), "", ActOpen, claim, objstore.PutOptions{IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {

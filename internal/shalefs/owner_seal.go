@@ -95,8 +95,20 @@ func (f *Owner) sealVersion(ctx context.Context, name string, epoch uint64) (pro
 		}
 		return true, nil
 	}
+	// The writer's pipeline depth (its claim), read only when a listing
+	// shows data the log does not reach or data after the seal.
+	var depth uint64 = 1
+	depthOf := func(v protocol.LogVersion) (uint64, error) {
+		if depth == 1 && (v.Stray || (v.Sealed && v.LastData > v.SealSeq)) {
+			return f.claimDepth(ctx, epoch)
+		}
+		return depth, nil
+	}
 	for round := 0; ; round++ {
-		from, to, gap := v.SealGap()
+		if depth, err = depthOf(v); err != nil {
+			return protocol.LogVersion{}, err
+		}
+		from, to, gap := v.SealGap(depth)
 		switch {
 		case !v.Sealed:
 			if round > 0 {
@@ -127,9 +139,10 @@ func (f *Owner) sealVersion(ctx context.Context, name string, epoch uint64) (pro
 		case gap:
 			// Empty slots below the first valid seal: a sealer (an earlier
 			// owner, or this one's fill after a void seal) stopped before
-			// taking them, and the writer may still store there. Take them
+			// taking them, or a pipelined writer's uploads in flight
+			// (RFC 0013), and the writer may still store there. Take them
 			// in order, as the fill does.
-			f.cfg.Logger.Warn("empty slots below a log's seal; sealing them", "log", name, "epoch", epoch, "from", from, "to", to)
+			f.cfg.Logger.Warn("empty slots below a log's seal; sealing them", "log", name, "epoch", epoch, "from", from, "to", to, "pipeline_depth", depth)
 			for s := from; s <= to; s++ {
 				won, err := seal(s)
 				if err != nil {
@@ -139,6 +152,10 @@ func (f *Owner) sealVersion(ctx context.Context, name string, epoch uint64) (pro
 					break
 				}
 			}
+		case v.LostData(depth):
+			// A writer with this depth never stored that far past a slot
+			// it had not cleared (RFC 0013, step 10).
+			return protocol.LogVersion{}, fmt.Errorf("log %s (epoch %d) has data %d slots past its seal at %d, more than its writer's %d uploads in flight; the store lost data, refusing to open", name, epoch, v.LastData-v.SealSeq, v.SealSeq, depth)
 		default:
 			return v, nil
 		}

@@ -72,6 +72,22 @@ func (f *Owner) syncLog(name string, size int64, activity Activity) error {
 		}
 		return fmt.Errorf("sync of %s: not a log this owner writes", name)
 	}
+	if f.pipe != nil {
+		if isWAL(name) {
+			// RFC 0013: queue the upload and return; the engine waits for
+			// the ticket before it acknowledges.
+			err := f.queueSegment(name, st, size, activity)
+			if err != nil && !definitelyNotStored(err) {
+				f.outcomeUnknown.Store(true)
+			}
+			return err
+		}
+		// A MANIFEST (or CATALOG) edit goes after every WAL upload queued
+		// before it: it may name a table holding their writes.
+		if err := f.drain(); err != nil {
+			return err
+		}
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	before := st.size
@@ -144,7 +160,7 @@ func (f *Owner) syncLocked(name string, st *file, size int64, activity Activity)
 			return fmt.Errorf("sync of %s: read local bytes %d-%d: %w", name, st.size, size, err)
 		}
 		seq := st.nextSeq
-		stored, err := f.putSegment(name, seq, data, activity)
+		stored, err := f.putSegment(name, seq, data, activity, false)
 		if err != nil {
 			return err
 		}
@@ -180,7 +196,10 @@ func (f *Owner) syncLocked(name string, st *file, size int64, activity Activity)
 // own earlier attempt, whose reply was lost or which landed after Sync gave
 // up: then the slot holds a prefix of data (the log only grows), and the
 // rest goes to the next slot.
-func (f *Owner) putSegment(name string, seq uint64, data []byte, activity Activity) (int64, error) {
+//
+// exact (a pipelined slot, whose bytes are fixed when it is queued): only
+// all of data is ours; a prefix refuses the log.
+func (f *Owner) putSegment(name string, seq uint64, data []byte, activity Activity, exact bool) (int64, error) {
 	key := layout.SegmentKey(name, f.epoch, seq)
 	stored := int64(len(data))
 	pol := policy{Attempt: f.walAttempt(len(data)), Total: f.cfg.RetryFor}
@@ -197,7 +216,7 @@ func (f *Owner) putSegment(name string, seq uint64, data []byte, activity Activi
 			return gerr // the read-back is retried; it never fences by itself
 		case len(got) == 0:
 			return f.fenceFromStore(ctx) // a seal: a newer owner ended the log here
-		case bytes.HasPrefix(data, got):
+		case bytes.HasPrefix(data, got) && (!exact || len(got) == len(data)):
 			stored = int64(len(got))
 			return nil
 		}
@@ -218,7 +237,11 @@ func (f *Owner) walAttempt(n int) time.Duration {
 func (f *Owner) closeFile(name string, size int64, activity Activity) error {
 	switch layout.KindOf(name) {
 	case layout.KindLog:
-		return f.syncLog(name, size, activity)
+		if err := f.syncLog(name, size, activity); err != nil {
+			return err
+		}
+		// A closed WAL's last bytes are stored before Close returns.
+		return f.drain()
 	case layout.KindTable, layout.KindObject:
 		if err := f.writable(); err != nil {
 			return err
@@ -327,6 +350,12 @@ func (f *Owner) Delete(name string) error {
 	}
 	if err := f.writable(); err != nil {
 		return err
+	}
+	if k == layout.KindLog {
+		// No log is trashed with uploads of it in flight (RFC 0013).
+		if err := f.drain(); err != nil {
+			return err
+		}
 	}
 	f.mu.Lock()
 	st := f.files[name]

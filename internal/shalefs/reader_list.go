@@ -219,7 +219,7 @@ func (f *Reader) readGrowth(ctx context.Context, name string, of, nf *file, acti
 		if lerr != nil {
 			return nil, lerr
 		}
-		if v.Size < nf.size || !v.Contiguous() {
+		if v.Size < nf.size || (!v.Contiguous() && v.Sealed) {
 			return nil, fmt.Errorf("log %s (epoch %d) lost segments while being read (%d of %d bytes left): %w", name, nf.epoch, v.Size, nf.size, err)
 		}
 		segs := trimSegments(v.Segments, nf.size)

@@ -47,6 +47,10 @@ type EpochClaim struct {
 	// How stale this owner's confirmation may be when it acknowledges a
 	// synced write: its logs' seals may go 3×AckFresh after their trash.
 	AckFresh time.Duration `json:"ackFreshNanos,omitempty"`
+	// How many WAL segment uploads this owner keeps in flight (omitted: 1).
+	// A sealer reads it: holes in the last slots of this owner's logs are
+	// uploads it had in flight (docs/rfcs/0013-pipelined-writes.md).
+	WALPipelineDepth int `json:"walPipelineDepth,omitempty"`
 }
 
 // Format is the claim's stored bytes.

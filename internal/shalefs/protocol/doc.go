@@ -55,6 +55,12 @@
 // A sealer is done only when the log reaches its first valid seal: empty
 // slots between the log's end and that seal are slots the writer may
 // still fill, and the sealer takes them in order (LogVersion.SealGap).
+// A writer with WAL pipeline depth D > 1 (its epoch claim) keeps D uploads
+// in flight that land in any order and clears them in slot order, so a
+// hole followed by data is its window: SealGap(D) takes the slots from the
+// log's end up to the seal in order too, and the log ends at the first one
+// won. After sealing, data D or more slots past the seal of a log with
+// segment 1 means the store lost data (LogVersion.LostData; RFC 0013).
 //
 // Of several versions of one log name, the highest epoch's with data is
 // the log: only an owner that did not see a log can create another of the

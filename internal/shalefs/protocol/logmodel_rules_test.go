@@ -50,6 +50,8 @@ const (
 	dropAdmission    = "log versions of older epochs count only if the last opened record names them"
 	dropOpenConfirm  = "Open confirms the ownership after writing the opened record"
 	dropReaderLease  = "a log is deleted only once no reader's refresh or lease can use it"
+	dropHoleFill     = "the sealer takes a pipelined writer's holes in order (SealGap with its depth)"
+	dropInOrderAck   = "a pipelined writer acknowledges a slot only after every earlier one"
 )
 
 // without returns r with one rule left out.

@@ -47,6 +47,7 @@ const (
 	mLogs  = 2  // WALs A writes: L0 (open at the start) and L1 (after a switch)
 	mSlots = 16 // slots 1..15 of each log version
 	mFolds = 4  // folds per log version
+	mDepth = 4  // uploads a pipelined A keeps in flight
 )
 
 const (
@@ -68,6 +69,10 @@ type modelConfig struct {
 	Third  bool // a third owner C takes over after B
 	Crash  bool // B may crash at any point (with Third: an incomplete takeover)
 	PerKey bool // a LIST reads one key per step, in key order, and a fold's clean-up deletes one key per step
+	// Depth > 1: A keeps up to Depth segment uploads in flight, which land
+	// in any order, and clears them in slot order (RFC 0013); its claim
+	// records Depth, which the sealers use.
+	Depth int
 }
 
 // Objects in a slot.
@@ -120,7 +125,20 @@ type mOld struct {
 	acked     uint32
 	unknown   uint32 // answered "outcome unknown"
 	fenced    uint32 // answered "fenced": definitely not applied
+	// Depth > 1: the uploads queued and not cleared, in ticket order.
+	fly  [mDepth]mFlight
+	nfly uint8
 }
+
+// mFlight is one queued segment upload of a pipelined A.
+type mFlight struct{ l, slot, st uint8 }
+
+// States of a queued upload.
+const (
+	flQueued uint8 = iota + 1 // sent, not landed yet
+	flLanded                  // stored, not cleared
+	flSealed                  // met a seal: not stored
+)
 
 // Phases of A's background fold (foldLater, foldLog).
 const (
@@ -211,6 +229,11 @@ type mState struct {
 // Steps, in the order the explorer tries them.
 const (
 	stAWrite = iota
+	stAClear
+	stALand0
+	stALand1
+	stALand2
+	stALand3
 	stASwitch
 	stALease
 	stAFold
@@ -240,6 +263,9 @@ const (
 	evHeadDeleted     = "an owner found a log without segment 1"
 	evSealsDeleted    = "B deleted a log's seals"
 	evIncompleteTaken = "C took over from an incomplete takeover"
+	evOutOfOrder      = "a pipelined upload landed before an earlier one"
+	evHoleSealed      = "the sealer sealed a hole in a pipelined writer's window"
+	evLandedPastSeal  = "a pipelined upload landed past the seal that ends the log"
 )
 
 func wbit(l, slot uint8) uint32 { return 1 << (uint(l)*mSlots + uint(slot)) }
@@ -536,6 +562,150 @@ func (x *explorer) stepAWrite(s *mState) bool {
 	return true
 }
 
+// ---- a pipelined A (Depth > 1, RFC 0013) ----
+
+// sealDepth is A's pipeline depth as its epoch claim records it.
+func (x *explorer) sealDepth() uint64 {
+	if x.rules.drop == dropHoleFill || x.cfg.Depth < 1 {
+		return 1
+	}
+	return uint64(x.cfg.Depth)
+}
+
+// stepAQueue: a WAL sync queues the next slot's upload (no request yet:
+// stepALand is the PUT) while fewer than Depth are uncleared.
+func (x *explorer) stepAQueue(s *mState) bool {
+	a := &s.a
+	if a.stopped || int(a.written) >= x.cfg.Writes || int(a.nfly) >= x.cfg.Depth {
+		return false
+	}
+	l := a.cur
+	slot := a.next[l]
+	if slot >= mSlots {
+		panic("model: raise mSlots")
+	}
+	a.written++
+	a.next[l]++
+	a.fly[a.nfly] = mFlight{l: l, slot: slot, st: flQueued}
+	a.nfly++
+	x.say("A", "queues the upload of %s@1 slot %d", logName(l), slot)
+	return true
+}
+
+// stepALand: the i-th queued upload's PUT (create-only) reaches the store,
+// in any order; also after A stopped (a request already sent).
+func (x *explorer) stepALand(s *mState, i uint8) bool {
+	a := &s.a
+	if i >= a.nfly || a.fly[i].st != flQueued {
+		return false
+	}
+	f := &a.fly[i]
+	for j := uint8(0); j < i; j++ {
+		if a.fly[j].st == flQueued {
+			x.event(evOutOfOrder)
+			break
+		}
+	}
+	switch s.st.logs[f.l].slots[f.slot] {
+	case oNone:
+		s.st.logs[f.l].slots[f.slot] = oData
+		f.st = flLanded
+		if s.ackStale {
+			x.event(evFreedSlot)
+		}
+		for slot := f.slot - 1; slot > 0; slot-- {
+			if s.st.logs[f.l].slots[slot] == oSeal {
+				x.event(evLandedPastSeal)
+				break
+			}
+		}
+		x.say("A", "stores %s@1 slot %d (create-only)", logName(f.l), f.slot)
+	case oSeal:
+		f.st = flSealed
+		x.event(evFencedBySeal)
+		x.say("A", "put of %s@1 slot %d meets a seal", logName(f.l), f.slot)
+	default:
+		panic("model: A's slot holds data")
+	}
+	if a.stopped {
+		// Nobody clears it any more: drop uploads that are done.
+		x.dropDone(s)
+	}
+	return true
+}
+
+// dropDone forgets a stopped A's uploads that can no longer land.
+func (x *explorer) dropDone(s *mState) {
+	a := &s.a
+	k := uint8(0)
+	for i := uint8(0); i < a.nfly; i++ {
+		if a.fly[i].st == flQueued {
+			a.fly[k] = a.fly[i]
+			k++
+		}
+	}
+	for i := k; i < a.nfly; i++ {
+		a.fly[i] = mFlight{}
+	}
+	a.nfly = k
+}
+
+// stepAClear completes the oldest upload (in ticket order): clears and
+// acknowledges it (after a confirmation for a log's first segment or on a
+// stale confirmation), or stops A. With dropInOrderAck any landed upload
+// is cleared, whatever came before it.
+func (x *explorer) stepAClear(s *mState) bool {
+	a := &s.a
+	if a.stopped || a.nfly == 0 {
+		return false
+	}
+	i := uint8(0)
+	if x.rules.drop == dropInOrderAck {
+		for i < a.nfly && a.fly[i].st == flQueued {
+			i++
+		}
+		if i == a.nfly {
+			return false
+		}
+	}
+	f := a.fly[i]
+	stop := func(why string) {
+		a.stopped = true
+		if a.nfly == 1 && f.st == flSealed {
+			a.fenced |= wbit(f.l, f.slot)
+		} else {
+			for j := uint8(0); j < a.nfly; j++ {
+				a.unknown |= wbit(a.fly[j].l, a.fly[j].slot)
+			}
+			x.event(evUnknown)
+		}
+		x.say("A", "%s: stops; answers %s", why, writesString(a.unknown|a.fenced&wbit(f.l, f.slot)))
+		x.dropDone(s)
+	}
+	switch f.st {
+	case flQueued:
+		return false
+	case flSealed:
+		stop(fmt.Sprintf("%s@1 slot %d met a seal", logName(f.l), f.slot))
+		return true
+	}
+	confirm := (f.slot == 1 && x.rules.drop != dropFirstConfirm) || (s.ackStale && x.rules.drop != dropStaleConfirm)
+	if confirm && s.st.owner != epochA {
+		stop(fmt.Sprintf("confirms %s@1 slot %d: reads _shale/owner = %d", logName(f.l), f.slot, s.st.owner))
+		return true
+	}
+	copy(a.fly[i:], a.fly[i+1:a.nfly])
+	a.nfly--
+	a.fly[a.nfly] = mFlight{}
+	x.clear(s, f.l, f.slot)
+	if confirm {
+		x.say("A", "reads _shale/owner = 1: acknowledges %s slot %d", logName(f.l), f.slot)
+	} else {
+		x.say("A", "acknowledges %s slot %d", logName(f.l), f.slot)
+	}
+	return true
+}
+
 func (x *explorer) stepASwitch(s *mState) bool {
 	a := &s.a
 	if !x.cfg.NewLog || a.stopped || a.pending != 0 || a.cur != 0 || int(a.written) >= x.cfg.Writes {
@@ -552,6 +722,10 @@ func (x *explorer) stepALease(s *mState) bool {
 		return false
 	}
 	a.stopped = true
+	for i := uint8(0); i < a.nfly; i++ {
+		a.unknown |= wbit(a.fly[i].l, a.fly[i].slot)
+	}
+	x.dropDone(s)
 	x.say("A", "lease loop reads _shale/owner = %d: fenced, stops", s.st.owner)
 	return true
 }
@@ -745,7 +919,7 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 			s.st.trash |= 1 << l
 			x.event(evHeadDeleted)
 			x.say(who, "  %s@1 has no segment 1: a deleted log; trashes it", name)
-		case !v.Contiguous():
+		case !v.Contiguous() || v.LostData(x.sealDepth()):
 			n.refused = true
 			x.say(who, "  %s@1 has a hole: refuses to open", name)
 			return
@@ -764,7 +938,10 @@ func (x *explorer) sealStep(s *mState, n *mNew, who string, e uint8) {
 	// decide: what the sealer does after a listing (the loop of
 	// sealVersion; first: the listing before any seal of its own).
 	decide := func(v LogVersion, first bool) {
-		from, to, gap := v.SealGap()
+		from, to, gap := v.SealGap(x.sealDepth())
+		if gap && v.Stray {
+			x.event(evHoleSealed)
+		}
 		switch {
 		case !v.Sealed && (first || x.rules.resealUntilSealed):
 			if !first {
@@ -1094,7 +1271,14 @@ func (x *explorer) stepRHint(s *mState) bool {
 func (x *explorer) step(s *mState, id int) bool {
 	switch id {
 	case stAWrite:
+		if x.cfg.Depth > 1 {
+			return x.stepAQueue(s)
+		}
 		return x.stepAWrite(s)
+	case stAClear:
+		return x.cfg.Depth > 1 && x.stepAClear(s)
+	case stALand0, stALand1, stALand2, stALand3:
+		return x.cfg.Depth > 1 && x.stepALand(s, uint8(id-stALand0))
 	case stASwitch:
 		return x.stepASwitch(s)
 	case stALease:
@@ -1367,6 +1551,13 @@ func modelBounds() []modelBound {
 				[]string{evSealsDeleted, evFreedSlot, evUnknown, evVoidReseal, evHint}},
 			{modelConfig{Name: "third owner", Pre: 1, Writes: 3, Fold: 2, NewLog: true, Reader: 1, Trash: true, Third: true, Crash: true},
 				[]string{evDeposedOpening, evIncompleteTaken, evNotAdmitted, evHeadDeleted, evUnknown, evGapFill, evSealsDeleted}},
+			// RFC 0013: uploads landing out of order.
+			{modelConfig{Name: "pipeline", Pre: 1, Writes: 5, Depth: 3, Fold: 2, Reader: 2, Hints: true},
+				[]string{evOutOfOrder, evHoleSealed, evLandedPastSeal, evFencedBySeal, evSealLost, evVoidReseal, evHint}},
+			{modelConfig{Name: "pipeline, one key per request", Pre: 1, Writes: 4, Depth: 3, Fold: 2, Reader: 1, PerKey: true},
+				[]string{evOutOfOrder, evHoleSealed, evLandedPastSeal, evVoidReseal}},
+			{modelConfig{Name: "pipeline, third owner", Pre: 1, Writes: 2, Depth: 2, Fold: 2, NewLog: true, Reader: 1, Trash: true, Third: true, Crash: true},
+				[]string{evOutOfOrder, evHoleSealed, evUnknown, evHeadDeleted, evSealsDeleted, evIncompleteTaken, evFreedSlot}},
 		}
 	}
 	return []modelBound{
@@ -1380,6 +1571,12 @@ func modelBounds() []modelBound {
 			[]string{evSealsDeleted, evFreedSlot, evUnknown}},
 		{modelConfig{Name: "third owner", Pre: 1, Writes: 3, NewLog: true, Third: true, Crash: true},
 			[]string{evDeposedOpening, evIncompleteTaken, evNotAdmitted, evGapFill}},
+		{modelConfig{Name: "pipeline", Pre: 1, Writes: 4, Depth: 3, Reader: 1, Hints: true},
+			[]string{evOutOfOrder, evHoleSealed, evLandedPastSeal, evFencedBySeal, evSealLost}},
+		{modelConfig{Name: "pipeline, one key per request", Pre: 1, Writes: 4, Depth: 3, PerKey: true},
+			[]string{evOutOfOrder, evHoleSealed, evLandedPastSeal}},
+		{modelConfig{Name: "pipeline, new log, third owner", Pre: 1, Writes: 2, Depth: 2, NewLog: true, Third: true, Crash: true},
+			[]string{evOutOfOrder, evHoleSealed, evUnknown, evHeadDeleted}},
 	}
 }
 
@@ -1477,6 +1674,11 @@ func TestLogModelNeedsEveryRule(t *testing.T) {
 		// A reader's listing outlasts the trash, the deletes and A's
 		// append into the freed slot, and serves that append.
 		{dropReaderLease, modelConfig{Pre: 1, Writes: 1, Fold: 2, Reader: 1, Trash: true, PerKey: true}, vNotDurable},
+		// A pipelined A's slot 2 is in flight and 3 landed: a sealer that
+		// treats the hole as lost data refuses to open (RFC 0013).
+		{dropHoleFill, modelConfig{Pre: 1, Writes: 2, Depth: 2}, vRefused},
+		// A acknowledges slot 3 while 2 is in flight; B seals 2.
+		{dropInOrderAck, modelConfig{Pre: 1, Writes: 2, Depth: 2}, vLostAck},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			rules := fixedRules.without(tc.rule)

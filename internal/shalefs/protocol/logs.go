@@ -22,6 +22,7 @@ type LogVersion struct {
 	Sealed   bool
 	SealSeq  uint64 // when sealed: the seq of the first seal
 	LastSeq  uint64 // highest slot present (data, fold or seal)
+	LastData uint64 // highest slot holding data (a segment, or a fold's end)
 	Size     int64  // bytes of the log
 	Anchored bool   // segment 1 exists (folding never deletes it)
 	Stray    bool   // data before the seal that the log does not reach: a hole
@@ -49,6 +50,9 @@ func BuildLogVersion(epoch uint64, objs []Segment) LogVersion {
 	var seals []uint64
 	for _, s := range objs {
 		v.LastSeq = max(v.LastSeq, s.End())
+		if s.Size > 0 {
+			v.LastData = max(v.LastData, s.End())
+		}
 		switch {
 		case s.Fold():
 			if f, ok := folds[s.Seq]; !ok || s.Last > f.Last {
@@ -111,10 +115,19 @@ func foldCovers(folds map[uint64]Segment, slot uint64) bool {
 // (it crashed, or was deposed, or won a void seal in a slot a fold had
 // freed and took it for the end). Found by the log-protocol model
 // (docs/rfcs/0001-log-protocol-model.md). No gap for a version without
-// segment 1 (deleted) or with data the log does not reach (a hole: the
-// store lost data, and the open refuses).
-func (v LogVersion) SealGap() (from, to uint64, ok bool) {
-	if !v.Sealed || !v.Anchored || v.Stray || len(v.Segments) == 0 {
+// segment 1 (deleted).
+//
+// depth is the writer's WAL pipeline depth (its epoch claim; 1 for a claim
+// that records none). At depth 1 the writer never leaves a hole, so data
+// the log does not reach means the store lost data: no gap, and the open
+// refuses. A writer with depth D > 1 keeps up to D uploads in flight that
+// land in any order, so the empty slots from the log's end up to the seal,
+// with its data among them, are its window: they are taken in order like
+// any gap, each either sealed (the log ends there, and nothing at or after
+// it was acknowledged: acknowledgement is in slot order) or found holding
+// the writer's segment (docs/rfcs/0013-pipelined-writes.md, step 9).
+func (v LogVersion) SealGap(depth uint64) (from, to uint64, ok bool) {
+	if !v.Sealed || !v.Anchored || len(v.Segments) == 0 || (v.Stray && depth <= 1) {
 		return 0, 0, false
 	}
 	end := v.Segments[len(v.Segments)-1].End()
@@ -122,6 +135,23 @@ func (v LogVersion) SealGap() (from, to uint64, ok bool) {
 		return 0, 0, false
 	}
 	return end + 1, v.SealSeq - 1, true
+}
+
+// LostData reports, for a sealed version whose writer had pipeline depth
+// depth > 1, data depth or more slots past the seal that ends its log. A
+// seal is won only in an empty slot h, which its writer therefore never
+// cleared (it clears a slot only after it landed; folds cover only
+// cleared slots), and the writer queues a slot only while fewer than depth
+// are uncleared, so it never stored one at h+depth or beyond, before or
+// after the seal: such data means the store lost the segments between.
+// Sound on a listing that is not a snapshot (RFC 0013, step 10). At depth
+// 1 data after the seal is ignored, as it always was. Only for a log that
+// has segment 1 and reaches its seal: a version the trash loop emptied
+// (segment 1 goes first) may hold a late upload of a deposed writer in a
+// slot the loop freed, after a seal won in another freed slot (the
+// log-protocol model found it); such a version has no log and is ignored.
+func (v LogVersion) LostData(depth uint64) bool {
+	return depth > 1 && v.Sealed && v.Anchored && len(v.Segments) > 0 && v.LastData >= v.SealSeq+depth
 }
 
 // Contiguous reports whether the log reaches every object before its seal;

@@ -99,9 +99,57 @@ func TestSealGap(t *testing.T) {
 		{"deleted log", segs(-1, 20, -1, 0), 0, 0},
 		{"only a seal", segs(0), 0, 0},
 	} {
-		from, to, ok := BuildLogVersion(1, tc.segs).SealGap()
+		from, to, ok := BuildLogVersion(1, tc.segs).SealGap(1)
 		if ok != (tc.from != 0) || from != tc.from || to != tc.to {
 			t.Errorf("%s: sealGap = %d, %d, %v; want %d, %d", tc.name, from, to, ok, tc.from, tc.to)
+		}
+	}
+}
+
+// TestSealGapPipelined: a writer with depth D > 1 leaves holes in its
+// window (RFC 0013); the sealer takes them in order from the log's end.
+func TestSealGapPipelined(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		segs     []Segment
+		depth    uint64
+		from, to uint64 // 0: no gap
+	}{
+		// Slot 3 in flight, 4 landed; the stride sealed 5.
+		{"hole below the stride's seal", segs(10, 20, -1, 30, 0), 4, 3, 4},
+		{"same at depth 1: the store lost data", segs(10, 20, -1, 30, 0), 1, 0, 0},
+		{"holes at 2 and 4", segs(10, -1, 30, -1, 50, 0), 3, 2, 5},
+		// The hole was sealed: the log ends there, data after it is not the log's.
+		{"hole sealed", segs(10, 20, 0, 30, 0), 4, 0, 0},
+		{"unsealed: the stride goes first", segs(10, 20, -1, 30), 4, 0, 0},
+		{"slot 1 in flight: a deleted log", segs(-1, 20, 0), 4, 0, 0},
+		{"folded prefix, then a hole", []Segment{{Seq: 1, Size: 10}, fold(1, 4, 40), {Seq: 6, Size: 5}, {Seq: 7, Size: 0}}, 4, 5, 6},
+	} {
+		from, to, ok := BuildLogVersion(1, tc.segs).SealGap(tc.depth)
+		if ok != (tc.from != 0) || from != tc.from || to != tc.to {
+			t.Errorf("%s: sealGap(%d) = %d, %d, %v; want %d, %d", tc.name, tc.depth, from, to, ok, tc.from, tc.to)
+		}
+	}
+}
+
+func TestLostData(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		segs  []Segment
+		depth uint64
+		want  bool
+	}{
+		{"window after the seal", segs(10, 20, 0, 30, 40, 50), 4, false}, // seal 3, data up to 6 = 3+4-1
+		{"data D past the seal", segs(10, 20, 0, 30, 40, 50, 60), 4, true},
+		{"depth 1: ignored as before", segs(10, 20, 0, 30, 40, 50, 60), 1, false},
+		{"unsealed", segs(10, 20, -1, -1, -1, -1, -1, 30), 4, false},
+		{"nothing after the seal", segs(10, 20, 0), 4, false},
+		// Emptied by the trash loop; a seal won in freed slot 1, and a
+		// deposed writer's late upload in freed slot 3 (the model's find).
+		{"emptied, late upload past a seal", segs(0, -1, 30), 2, false},
+	} {
+		if got := BuildLogVersion(1, tc.segs).LostData(tc.depth); got != tc.want {
+			t.Errorf("%s: LostData(%d) = %v, want %v", tc.name, tc.depth, got, tc.want)
 		}
 	}
 }
