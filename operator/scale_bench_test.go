@@ -245,7 +245,10 @@ func round(d time.Duration) time.Duration {
 }
 
 // rss reads the process's resident set from /proc.
-func rss() uint64 {
+func rss() uint64 { return procStatus("VmRSS:") }
+
+// procStatus reads a size in kB of /proc/self/status (VmRSS:, VmHWM:).
+func procStatus(field string) uint64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0
@@ -253,7 +256,7 @@ func rss() uint64 {
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(s.Text(), field); ok {
 			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb << 10
 		}
@@ -463,7 +466,7 @@ func TestOperatorScale(t *testing.T) {
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	heap, resident := ms.HeapInuse, rss()
+	heap, resident, peak := ms.HeapInuse, rss(), procStatus("VmHWM:")
 
 	// At rest: nothing changes; every request is the operator's own doing.
 	counter.reset()
@@ -509,6 +512,7 @@ func TestOperatorScale(t *testing.T) {
 	fmt.Fprintf(w, "| reconciles until then | %s |\n", ramp)
 	fmt.Fprintf(w, "| API requests until then | %d (%.1f per database, %.0f per minute) |\n", rampTotal, float64(rampTotal)/float64(n), float64(rampTotal)/toQuiet.Minutes())
 	fmt.Fprintf(w, "| operator heap in use / RSS after GC | %s / %s |\n", mib(heap), mib(resident))
+	fmt.Fprintf(w, "| peak RSS until then (the bench process: operator, bench kubelet and client) | %s |\n", mib(peak))
 	fmt.Fprintf(w, "| at rest (%s): reconciles | %s |\n", restFor, rest)
 	fmt.Fprintf(w, "| at rest: API requests per minute | %.1f |\n", float64(restTotal)/restFor.Minutes())
 	fmt.Fprintf(w, "| %d failovers at once: all Ready again after | %s |\n", failN, failTook.Round(100*time.Millisecond))
