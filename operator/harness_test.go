@@ -83,10 +83,10 @@ func startOperatorWith(t *testing.T, opts Options) *harness {
 
 // startOperatorAs starts the operator with the configuration identity
 // returns (nil: the API server's admin), called once the API server and
-// MinIO run.
-func startOperatorAs(t *testing.T, opts Options, identity func(*testenv.Env) *rest.Config) *harness {
+// MinIO run; envOpts are more options of the API server.
+func startOperatorAs(t *testing.T, opts Options, identity func(*testenv.Env) *rest.Config, envOpts ...testenv.Option) *harness {
 	t.Helper()
-	env := testenv.Start(t, testenv.WithCRDDirs("../config/crd/bases"), testenv.WithScheme(shalev1.AddToScheme))
+	env := testenv.Start(t, append([]testenv.Option{testenv.WithCRDDirs("../config/crd/bases"), testenv.WithScheme(shalev1.AddToScheme)}, envOpts...)...)
 	srv := miniotest.Start(t)
 	srv.CreateBucket(t, bucket)
 	if opts.OwnCredentials == nil {

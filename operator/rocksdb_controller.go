@@ -123,7 +123,7 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Owns(&corev1.Secret{}).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
-		Watches(&shalev1.ObjectStore{}, handler.EnqueueRequestsFromMapFunc(r.forObjectStore)).
+		Watches(&shalev1.ObjectStore{}, r.objectStoreHandler()).
 		Watches(&shalev1.CompactorPool{}, handler.EnqueueRequestsFromMapFunc(r.forCompactorPool)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.forCASecret)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.forCordonedNode), builder.WithPredicates(cordonChanged)).

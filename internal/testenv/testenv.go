@@ -54,6 +54,14 @@ type options struct {
 	crds    []*apiextensionsv1.CustomResourceDefinition
 	crdDirs []string
 	schemes []func(*runtime.Scheme) error
+	flags   [][2]string
+}
+
+// WithAPIServerFlag sets a flag of kube-apiserver, such as
+// service-cluster-ip-range (envtest's /24 holds 254 Services; a test of
+// the operator at scale needs more).
+func WithAPIServerFlag(name, value string) Option {
+	return func(o *options) { o.flags = append(o.flags, [2]string{name, value}) }
 }
 
 // WithCRDs installs these CustomResourceDefinitions (and waits until they
@@ -125,6 +133,9 @@ func Start(t testing.TB, opts ...Option) *Env {
 		// Two cores shared with other builds: give the control plane time.
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
+	}
+	for _, f := range o.flags {
+		env.ControlPlane.GetAPIServer().Configure().Set(f[0], f[1])
 	}
 	cfg, err := env.Start()
 	if err != nil {
