@@ -82,7 +82,7 @@ const (
 	// PrimaryUpToDate False; the reason of an update switchover).
 	ReasonPrimaryOutdated = "PrimaryOutdated"
 	ReasonPrimaryUpToDate = "PrimaryUpToDate"
-	ReasonNoFailover          = "NoFailover"
+	ReasonNoFailover      = "NoFailover"
 	// Hibernation and fencing by hand (RFC 0014): Ready's reason while
 	// held, and status.hold's reasons.
 	ReasonFenced           = "Fenced"
