@@ -49,7 +49,9 @@ const (
 // podSpecHash hashes what a primary Pod was built from, leaving out what
 // depends on the epoch or on the database's history rather than on the
 // spec: --epoch, --existing (the first primary has none), --standby, a
-// clone's bootstrap flags and their Secret, and the annotations.
+// clone's bootstrap flags and their Secret, and the annotations. Nor
+// --cold-after: the operator applies a change of it to the running
+// primary (SetTiering, tiering.go), so it needs no switchover.
 func podSpecHash(pod *corev1.Pod) string {
 	spec := pod.Spec.DeepCopy()
 	for i := range spec.Containers {
@@ -83,7 +85,7 @@ func podSpecHash(pod *corev1.Pod) string {
 
 // specArgs drops the flags that do not come from the spec.
 func specArgs(args []string) []string {
-	valued := map[string]bool{"--epoch": true, "--clone-from": true, "--clone-checkpoint": true, "--clone-id": true, "--clone-endpoint": true, "--clone-credentials-dir": true}
+	valued := map[string]bool{"--epoch": true, "--clone-from": true, "--clone-checkpoint": true, "--clone-id": true, "--clone-endpoint": true, "--clone-credentials-dir": true, "--cold-after": true}
 	bare := map[string]bool{"--existing": true, "--standby": true, "--clone-copy": true}
 	out := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {

@@ -142,6 +142,23 @@ func TestPodSpecHash(t *testing.T) {
 	if got := h(res, 1, "img:1"); got == base {
 		t.Error("new resources did not change the hash")
 	}
+	// Tiering: the cold tier is in the hash, --cold-after (applied to
+	// the running primary by SetTiering) is not.
+	cold := store.DeepCopy()
+	cold.Spec.Cold = &shalev1.ColdTier{BucketLocation: shalev1.BucketLocation{Bucket: "cold"}}
+	tiered := db.DeepCopy()
+	tiered.Spec.Tiering = &shalev1.TieringSpec{ColdAfter: metav1.Duration{Duration: time.Hour}}
+	hc := func(db *shalev1.RocksDB) string {
+		return primaryPod(db, cold, 1, "img:1").Annotations[shalev1.AnnotationPodSpecHash]
+	}
+	if hc(tiered) == hc(db) {
+		t.Error("turning tiering on did not change the hash")
+	}
+	later := tiered.DeepCopy()
+	later.Spec.Tiering.ColdAfter.Duration = 2 * time.Hour
+	if hc(later) != hc(tiered) {
+		t.Error("a new coldAfter changed the hash (SetTiering applies it without a switchover)")
+	}
 	gen := db.DeepCopy()
 	gen.Generation = 9
 	if got := h(gen, 1, "img:1"); got != base {
