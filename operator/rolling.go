@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
+	"github.com/shale-rocks/shale/internal/objstore"
 )
 
 // Rolling updates of the primary (docs/operator.md, "Rolling updates"):
@@ -52,6 +53,11 @@ const (
 // clone's bootstrap flags and their Secret, and the annotations. Nor
 // --cold-after: the operator applies a change of it to the running
 // primary (SetTiering, tiering.go), so it needs no switchover.
+//
+// Nor where the database is (--db, --cold-db, --cold-endpoint, the
+// endpoint and region): an ObjectStore pointed elsewhere is not a spec
+// to roll out but a database not found there (primary.go's failover
+// refuses to start one), and a standby there would only fail.
 func podSpecHash(pod *corev1.Pod) string {
 	spec := pod.Spec.DeepCopy()
 	for i := range spec.Containers {
@@ -64,6 +70,13 @@ func podSpecHash(pod *corev1.Pod) string {
 			}
 		}
 		c.VolumeMounts = mounts
+		env := c.Env[:0]
+		for _, e := range c.Env {
+			if e.Name != objstore.EnvEndpoint && e.Name != objstore.EnvRegion {
+				env = append(env, e)
+			}
+		}
+		c.Env = env
 	}
 	vols := spec.Volumes[:0]
 	for _, v := range spec.Volumes {
@@ -86,11 +99,16 @@ func podSpecHash(pod *corev1.Pod) string {
 // specArgs drops the flags that do not come from the spec.
 func specArgs(args []string) []string {
 	valued := map[string]bool{"--epoch": true, "--clone-from": true, "--clone-checkpoint": true, "--clone-id": true, "--clone-endpoint": true, "--clone-credentials-dir": true, "--cold-after": true}
+	// Kept without their value: whether there is a cold tier counts.
+	location := map[string]bool{"--db": true, "--cold-db": true, "--cold-endpoint": true}
 	bare := map[string]bool{"--existing": true, "--standby": true, "--clone-copy": true}
 	out := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		switch {
 		case valued[args[i]]:
+			i++
+		case location[args[i]]:
+			out = append(out, args[i])
 			i++
 		case bare[args[i]]:
 		default:

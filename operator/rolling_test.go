@@ -159,6 +159,13 @@ func TestPodSpecHash(t *testing.T) {
 	if hc(later) != hc(tiered) {
 		t.Error("a new coldAfter changed the hash (SetTiering applies it without a switchover)")
 	}
+	// Where the database is does not count: an ObjectStore pointed
+	// elsewhere is the failover's DatabaseNotFound, not an update.
+	moved := store.DeepCopy()
+	moved.Spec.Hot.Bucket = "elsewhere"
+	if got := primaryPod(db, moved, 1, "img:1").Annotations[shalev1.AnnotationPodSpecHash]; got != base {
+		t.Error("another bucket changed the hash")
+	}
 	gen := db.DeepCopy()
 	gen.Generation = 9
 	if got := h(gen, 1, "img:1"); got != base {
