@@ -40,7 +40,17 @@ const (
 // Credentials reach the container as the ObjectStore says (storeAccessOf):
 // its Secret mounted read-only (the operator never copies keys into the Pod
 // spec, a ConfigMap or a log), workload identity or an instance role.
+//
+// Its shale.rocks/pod-spec-hash annotation (primaryPodHash) says what it
+// was built from; a primary whose hash differs from the current one is
+// outdated (rolling.go).
 func primaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, defaultImage string) *corev1.Pod {
+	pod := buildPrimaryPod(db, store, epoch, defaultImage)
+	pod.Annotations[shalev1.AnnotationPodSpecHash] = podSpecHash(pod)
+	return pod
+}
+
+func buildPrimaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int64, defaultImage string) *corev1.Pod {
 	p := db.Spec.Primary
 	image := p.Image
 	if image == "" {

@@ -58,6 +58,9 @@ type rocksDBReconciler struct {
 	// secondaryStatus asks one secondary (grpcSecondaryStatus), and the
 	// primary for its tiers.
 	secondaryStatus secondaryStatusFunc
+	// updateSlots: the databases this process started an update
+	// switchover for, and when (takeUpdateSlot, rolling.go).
+	updateSlots map[types.NamespacedName]time.Time
 	// tiersPolled: when this process last asked a database's primary for
 	// its tiers (tiering.go).
 	tiersPolled map[types.NamespacedName]time.Time
@@ -461,6 +464,8 @@ func phaseOf(st *shalev1.RocksDBStatus) shalev1.RocksDBPhase {
 	switch {
 	case st.Epoch == 0:
 		return shalev1.PhasePending
+	case available != nil && available.Status == metav1.ConditionTrue && st.Switchover != nil && st.Switchover.Reason == shalev1.ReasonPrimaryOutdated:
+		return shalev1.PhaseUpgrading
 	case available != nil && available.Status == metav1.ConditionTrue && st.Switchover != nil:
 		return shalev1.PhaseSwitchingOver
 	case available != nil && available.Status == metav1.ConditionTrue:

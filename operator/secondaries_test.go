@@ -36,6 +36,9 @@ func testSecondaries(h *harness) {
 	sec, store, db := h.samples(ns)
 	db.Spec.Secondaries.Replicas = 2
 	db.Spec.Secondaries.CatchupInterval = &metav1.Duration{Duration: 500 * time.Millisecond}
+	// The primary's spec changes below; this test plays failovers by
+	// hand, so no update switchover (rolling.go) may replace it first.
+	db.Spec.PrimaryUpdateStrategy = shalev1.PrimaryUpdateSupervised
 	h.create(sec, store, db)
 
 	// NAME-ro at once; the Deployment only once the primary is available

@@ -40,6 +40,10 @@ type Options struct {
 	// FailoverBackoffMax; a primary that stays ready for
 	// FailoverBackoffMax clears the count.
 	FailoverBackoff, FailoverBackoffMax time.Duration
+	// MaxConcurrentUpdates bounds the switchovers that replace outdated
+	// primaries running at once in this operator (an operator upgrade
+	// rolls every database's primary); 0 means no bound.
+	MaxConcurrentUpdates int
 	// ObjectStoreCheckInterval is how often each ObjectStore is checked.
 	ObjectStoreCheckInterval time.Duration
 	// GCInterval is the time between garbage-collection passes; 0 turns
@@ -107,6 +111,7 @@ func DefaultOptions() Options {
 		StartupGrace:             10 * time.Minute,
 		FailoverBackoff:          45 * time.Second,
 		FailoverBackoffMax:       5 * time.Minute,
+		MaxConcurrentUpdates:     2,
 		ObjectStoreCheckInterval: 5 * time.Minute,
 		GCInterval:               time.Hour,
 		GCGrace:                  24 * time.Hour,
@@ -131,6 +136,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("--startup-grace must be positive")
 	case o.FailoverBackoff <= 0 || o.FailoverBackoffMax < o.FailoverBackoff:
 		return fmt.Errorf("--failover-backoff must be positive and at most --failover-backoff-max")
+	case o.MaxConcurrentUpdates < 0:
+		return fmt.Errorf("--max-concurrent-updates must not be negative (0: no bound)")
 	case o.ObjectStoreCheckInterval <= 0:
 		return fmt.Errorf("--objectstore-check-interval must be positive")
 	case o.GCInterval < 0:
@@ -300,6 +307,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		failoverStarted: make(map[types.NamespacedName]failoverStart),
 		secondaryPolled: make(map[types.NamespacedName]time.Time),
 		tiersPolled:     make(map[types.NamespacedName]time.Time),
+		updateSlots:     make(map[types.NamespacedName]time.Time),
 		coldAfterSeen:   make(map[types.NamespacedName]time.Duration),
 		setTiering:      grpcSetTiering,
 		stepDown:        grpcStepDown,

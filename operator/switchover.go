@@ -45,6 +45,9 @@ type switchoverInput struct {
 	Request, LastRequest string
 	// NodeDraining: the primary's node is cordoned (a drain).
 	NodeDraining bool
+	// Update: the primary is outdated and decideUpdate says to replace
+	// it now (rolling.go).
+	Update bool
 	// Created: the database was ready once (a standby opens an existing
 	// database only).
 	Created bool
@@ -113,7 +116,8 @@ func gone(p primaryState) bool {
 // function, table-tested in TestDecideSwitchover).
 //
 //   - None running: start one when the annotation has a value not acted
-//     on, or the primary's node is cordoned; only once the database was
+//     on, or the primary's node is cordoned, or the primary is outdated
+//     and decideUpdate says to replace it; only once the database was
 //     ready (a standby opens an existing one) and while the primary is
 //     ready (else the failover logic acts, and a drain evicts a primary
 //     that is not ready: its budget lets unhealthy Pods go).
@@ -138,6 +142,8 @@ func decideSwitchover(in switchoverInput) switchoverDecision {
 			reason = shalev1.ReasonSwitchoverRequested
 		case in.NodeDraining:
 			reason = shalev1.ReasonPrimaryNodeDraining
+		case in.Update:
+			reason = shalev1.ReasonPrimaryOutdated
 		default:
 			return switchoverDecision{Action: switchoverNone}
 		}
@@ -220,6 +226,16 @@ func (r *rocksDBReconciler) reconcileSwitchover(ctx context.Context, db *shalev1
 	if sw == nil && in.Request == in.LastRequest {
 		in.NodeDraining = r.primaryNodeCordoned(ctx, pod)
 	}
+	// Whether the primary is up to date is reported whatever runs; an
+	// update switchover starts only when nothing else is wanted.
+	update, updateRecheck := r.reconcileUpdate(ctx, db, store, pod, in, rep)
+	if update && (in.NodeDraining || in.Request != in.LastRequest) {
+		// A switchover for another reason comes first, and replaces the
+		// primary with one built from the current spec all the same.
+		update = false
+		r.releaseUpdateSlot(client.ObjectKeyFromObject(db))
+	}
+	in.Update = update
 	var standby *corev1.Pod
 	if sw != nil {
 		if standby, err = r.primaryPod(ctx, db, sw.ToEpoch, false); err != nil {
@@ -237,7 +253,11 @@ func (r *rocksDBReconciler) reconcileSwitchover(ctx context.Context, db *shalev1
 		if d.Message != "" {
 			logger.Info("switchover wanted, not started", "reason", d.Reason, "why", d.Message)
 		}
-		return 0, false, nil
+		if update {
+			// Started nothing: give the slot back.
+			r.releaseUpdateSlot(client.ObjectKeyFromObject(db))
+		}
+		return updateRecheck, false, nil
 	case switchoverStart:
 		return 0, true, r.startSwitchover(ctx, db, store, pod, d.Reason, rep)
 	case switchoverCreateStandby:
@@ -387,6 +407,9 @@ func (r *rocksDBReconciler) completeSwitchover(ctx context.Context, db *shalev1.
 		cur.Status.CurrentPrimary = to
 		cur.Status.Switchover = nil
 		cur.Status.Switchovers++
+		if sw.Reason == shalev1.ReasonPrimaryOutdated {
+			cur.Status.PrimaryUpdate = nil
+		}
 		setCondition(cur, starting)
 		setCondition(cur, done)
 		return nil
@@ -399,6 +422,7 @@ func (r *rocksDBReconciler) completeSwitchover(ctx context.Context, db *shalev1.
 	}
 	rep.set(starting.Type, starting.Status, starting.Reason, starting.Message)
 	rep.set(done.Type, done.Status, done.Reason, done.Message)
+	r.releaseUpdateSlot(client.ObjectKeyFromObject(db))
 	switchoversTotal.WithLabelValues("completed").Inc()
 	r.recorder.Event(db, corev1.EventTypeNormal, eventSwitchoverCompleted, msg)
 	log.FromContext(ctx).Info("switchover completed", "from", sw.FromEpoch, "to", sw.ToEpoch)
@@ -417,6 +441,11 @@ func (r *rocksDBReconciler) abandonSwitchover(ctx context.Context, db *shalev1.R
 			return errNoChange
 		}
 		cur.Status.Switchover = nil
+		if sw.Reason == shalev1.ReasonPrimaryOutdated {
+			// Not again at once: an update that cannot complete must not
+			// switch over in a loop (1 min, doubling; rolling.go).
+			cur.Status.PrimaryUpdate = nextUpdateBackoff(cur.Status.PrimaryUpdate, r.now())
+		}
 		setCondition(cur, c)
 		return nil
 	})
@@ -427,6 +456,7 @@ func (r *rocksDBReconciler) abandonSwitchover(ctx context.Context, db *shalev1.R
 		return err
 	}
 	rep.set(c.Type, c.Status, c.Reason, c.Message)
+	r.releaseUpdateSlot(client.ObjectKeyFromObject(db))
 	if standby != nil && standby.DeletionTimestamp == nil {
 		uid := standby.UID
 		if err := r.Delete(ctx, standby, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {

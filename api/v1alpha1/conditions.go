@@ -40,6 +40,10 @@ const (
 	// ConditionTiering (RocksDB): old data moves to the cold tier; set only
 	// once spec.tiering was ever asked for.
 	ConditionTiering = "Tiering"
+
+	// ConditionPrimaryUpToDate: the running primary was built from the
+	// current spec and operator image (its shale.rocks/pod-spec-hash).
+	ConditionPrimaryUpToDate = "PrimaryUpToDate"
 )
 
 // Reasons.
@@ -74,7 +78,11 @@ const (
 	ReasonPrimaryNodeDraining = "PrimaryNodeDraining"
 	ReasonSwitchoverCompleted = "SwitchoverCompleted"
 	ReasonSwitchoverAbandoned = "SwitchoverAbandoned"
-	ReasonNoFailover          = "NoFailover"
+	// ReasonPrimaryOutdated: the primary differs from the spec (condition
+	// PrimaryUpToDate False; the reason of an update switchover).
+	ReasonPrimaryOutdated = "PrimaryOutdated"
+	ReasonPrimaryUpToDate = "PrimaryUpToDate"
+	ReasonNoFailover      = "NoFailover"
 	// Hibernation and fencing by hand (RFC 0014): Ready's reason while
 	// held, and status.hold's reasons.
 	ReasonFenced           = "Fenced"

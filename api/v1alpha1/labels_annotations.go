@@ -59,6 +59,14 @@ const (
 	// not hold back a primary with the new one.
 	AnnotationSpecGeneration = "shale.rocks/spec-generation"
 
+	// AnnotationPodSpecHash, on a primary Pod (and a standby), is a hash
+	// of what the operator built from the RocksDB spec, its ObjectStore
+	// and the operator's options (image, args, env, resources,
+	// scheduling), not of the epoch-specific parts. A primary whose hash
+	// differs from the one the operator computes now, or that has none
+	// (an older operator's Pod), is outdated (condition PrimaryUpToDate).
+	AnnotationPodSpecHash = "shale.rocks/pod-spec-hash"
+
 	// AnnotationRenewCertificates, on a RocksDB or a CompactorPool, asks
 	// for its certificates to be issued again now: set it to a value it
 	// has not had before (a date will do). Each value is acted on once.

@@ -50,6 +50,18 @@ type RocksDBSpec struct {
 	// +kubebuilder:default={}
 	Primary PrimarySpec `json:"primary,omitempty"`
 
+	// PrimaryUpdateStrategy says how a primary that differs from the spec
+	// (or from the operator's image) is replaced: unsupervised (the
+	// default) switches it over once the secondaries have rolled out;
+	// supervised only says so (condition PrimaryUpToDate, Event
+	// PrimaryUpdateWaiting) and waits for a switchover asked by hand
+	// (kubectl shale switchover NAME, or the shale.rocks/switchover
+	// annotation). docs/operator.md, "Rolling updates".
+	// +optional
+	// +kubebuilder:validation:Enum=unsupervised;supervised
+	// +kubebuilder:default=unsupervised
+	PrimaryUpdateStrategy PrimaryUpdateStrategy `json:"primaryUpdateStrategy,omitempty"`
+
 	// Secondaries configures the read replicas, served by the Service
 	// NAME-ro.
 	// +optional
@@ -592,6 +604,9 @@ const (
 	// primary serves, then the primary steps down and the standby takes
 	// over (docs/rfcs/0012-switchover.md).
 	PhaseSwitchingOver RocksDBPhase = "SwitchingOver"
+	// PhaseUpgrading: a switchover replaces an outdated primary (reason
+	// PrimaryOutdated): a standby built from the current spec warms.
+	PhaseUpgrading RocksDBPhase = "Upgrading"
 	// PhaseFenced: fenced by hand (shale.rocks/fenced): no primary runs
 	// and no earlier one can write; secondaries serve reads.
 	PhaseFenced RocksDBPhase = "Fenced"
@@ -602,6 +617,33 @@ const (
 	// being applied).
 	PhaseDeleting RocksDBPhase = "Deleting"
 )
+
+// PrimaryUpdateStrategy: how an outdated primary is replaced.
+type PrimaryUpdateStrategy string
+
+const (
+	// PrimaryUpdateUnsupervised: by a switchover the operator starts.
+	PrimaryUpdateUnsupervised PrimaryUpdateStrategy = "unsupervised"
+	// PrimaryUpdateSupervised: by a switchover asked by hand.
+	PrimaryUpdateSupervised PrimaryUpdateStrategy = "supervised"
+)
+
+// PrimaryUpdateStatus is the state of the rolling update of an outdated
+// primary: the backoff after abandoned update switchovers, and the spec
+// hash a supervised update was announced for.
+type PrimaryUpdateStatus struct {
+	// Failures counts the update switchovers abandoned in a row.
+	// +optional
+	Failures int32 `json:"failures,omitempty"`
+	// NotBefore: no update switchover starts before this time (1 min
+	// after the first abandoned one, doubling up to 30 min).
+	// +optional
+	NotBefore *metav1.Time `json:"notBefore,omitempty"`
+	// Announced is the spec hash the PrimaryUpdateWaiting Event was last
+	// emitted for (supervised).
+	// +optional
+	Announced string `json:"announced,omitempty"`
+}
 
 // SwitchoverPhase is the step a switchover is at.
 type SwitchoverPhase string
@@ -753,6 +795,12 @@ type RocksDBStatus struct {
 	// the next epoch. Nil when none runs.
 	// +optional
 	Switchover *SwitchoverStatus `json:"switchover,omitempty"`
+
+	// PrimaryUpdate is the rolling update of an outdated primary
+	// (condition PrimaryUpToDate): its backoff after abandoned update
+	// switchovers. Nil when none was needed since the last one completed.
+	// +optional
+	PrimaryUpdate *PrimaryUpdateStatus `json:"primaryUpdate,omitempty"`
 
 	// Hold is the database's fence or hibernation by hand
 	// (docs/rfcs/0014-hibernation-and-fencing.md): while set, the operator

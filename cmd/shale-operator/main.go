@@ -59,6 +59,7 @@ func run() int {
 	fs.StringVar(&opts.ShaleImage, "shale-image", defaultImage, "image of primaries, secondaries and compactor pools that name none")
 	fs.DurationVar(&opts.FailoverGrace, "failover-grace", opts.FailoverGrace, "replace a primary that was ready once it has been not ready this long (a deleted, failed or vanished primary is replaced at once)")
 	fs.DurationVar(&opts.StartupGrace, "startup-grace", opts.StartupGrace, "replace a new primary that has not become ready in this long (must exceed the longest takeover: lease wait plus log replay)")
+	fs.IntVar(&opts.MaxConcurrentUpdates, "max-concurrent-updates", opts.MaxConcurrentUpdates, "at most this many switchovers replacing outdated primaries (spec or image changes, an operator upgrade) run at once; 0: no bound")
 	fs.DurationVar(&opts.FailoverBackoff, "failover-backoff", opts.FailoverBackoff, "wait this long before the primary after a second failure in a row, twice as long after each further one (a changed spec is tried at once)")
 	fs.DurationVar(&opts.FailoverBackoffMax, "failover-backoff-max", opts.FailoverBackoffMax, "longest wait between failing primaries; a primary ready this long clears the count")
 	fs.DurationVar(&opts.ObjectStoreCheckInterval, "objectstore-check-interval", opts.ObjectStoreCheckInterval, "how often each ObjectStore is checked (one LIST, two PUTs and a DELETE)")
