@@ -325,6 +325,13 @@ func (r *rocksDBReconciler) reconcileWorkloads(ctx context.Context, db *shalev1.
 		err = certErr
 	}
 	res.RequeueAfter = requeueBy(res.RequeueAfter, renewAt, r.now())
+	if again := certManagerRecheck + time.Second; failReason(certErr) == shalev1.ReasonCertificateManagerMissing && (res.RequeueAfter == 0 || res.RequeueAfter > again) {
+		// Nothing the operator watches changes when cert-manager is
+		// installed (its CRD): look again once the remembered "missing"
+		// expired (the ObjectStore's checks used to wake every database;
+		// they no longer do).
+		res.RequeueAfter = again
+	}
 	if c := db.Status.Clone; c != nil && clonesFromNew(db) && !c.CheckpointReleased && db.Status.Created != nil && err == nil {
 		// The clone was ready: its pin holds the parent's tables, and
 		// the checkpoint made for it goes.
