@@ -68,8 +68,8 @@ func stepHibernate(t *testing.T, s *suite) {
 		if err := s.kube.List(ctx(t, time.Minute), &pods, client.InNamespace(s.cfg.namespace), client.MatchingLabels{shalev1.LabelRocksDB: s.db}); err != nil {
 			return false, err.Error()
 		}
-		if len(pods.Items) > 0 {
-			t.Fatalf("a Pod of the hibernated database: %s (%s)", pods.Items[0].Name, pods.Items[0].Status.Phase)
+		if r := running(pods.Items); len(r) > 0 {
+			t.Fatalf("a Pod of the hibernated database: %s (%s)", r[0].Name, r[0].Status.Phase)
 		}
 		return time.Since(start) >= 30*time.Second, fmt.Sprintf("%s so far", time.Since(start).Round(time.Second))
 	})

@@ -139,6 +139,12 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 // certificates are checked against the CA at once.
 func (r *rocksDBReconciler) forCASecret(ctx context.Context, o client.Object) []reconcile.Request {
 	if client.ObjectKeyFromObject(o) != r.issuer.ca.key {
+		// A credential Secret cert-manager wrote for a database (its
+		// secretTemplate carries the database's label) is not owned yet:
+		// Owns does not see it, and the database adopts it.
+		if db := o.GetLabels()[shalev1.LabelRocksDB]; db != "" && o.GetLabels()[shalev1.LabelCredential] != "" && metav1.GetControllerOf(o) == nil {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: db}}}
+		}
 		return nil
 	}
 	r.issuer.ca.invalidate()
