@@ -136,7 +136,11 @@ func holdDone(op holdOp, db *shalev1.RocksDB) (bool, string) {
 	h := db.Status.Hold
 	switch {
 	case op.value != "":
-		if h != nil && h.Phase == shalev1.HoldHeld {
+		// The hold and the phase are written by separate status updates:
+		// wait for both, so what is printed (and what a script reads
+		// next) says Hibernated or Fenced, never the Ready before it.
+		held := db.Status.Phase == shalev1.PhaseHibernated || db.Status.Phase == shalev1.PhaseFenced
+		if h != nil && h.Phase == shalev1.HoldHeld && held {
 			return true, fmt.Sprintf("%s is %s at epoch %d: no primary runs", db.Name, strings.ToLower(string(db.Status.Phase)), h.Epoch)
 		}
 	case h == nil && db.ConditionTrue(shalev1.ConditionReady):
