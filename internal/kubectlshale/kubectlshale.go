@@ -43,7 +43,7 @@ func NewCommand(connect func() (Target, error)) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "kubectl-shale",
 		Short:         "Inspect and operate Shale RocksDB databases",
-		Long:          "kubectl shale: the state of a Shale database on one screen, a bug-report bundle, its Pods' logs, and a switchover.\nInstall by copying the kubectl-shale binary onto your PATH; kubectl then runs it as `kubectl shale`.",
+		Long:          "kubectl shale: the state of a Shale database on one screen, a bug-report bundle, its Pods' logs, switchover, fencing and hibernation.\nInstall by copying the kubectl-shale binary onto your PATH; kubectl then runs it as `kubectl shale`.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
