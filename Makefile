@@ -18,7 +18,7 @@ export CGO_CFLAGS := $(shell hack/rocksdb.sh --cflags)
 export CGO_CXXFLAGS := $(CGO_CFLAGS)
 export CGO_LDFLAGS := $(shell hack/rocksdb.sh --ldflags)
 
-.PHONY: help deps rocksdb rocksdb-tools build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable bench-clone bench-operator dev generate lint clean
+.PHONY: help deps rocksdb rocksdb-tools build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable bench-clone bench-operator bench-archive-lag dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -71,6 +71,9 @@ bench-remote-reads: deps ## reads of tables left in the store with caches under 
 
 bench-durable: deps ## durable (sync) writes at 16 and 64 clients on MinIO: BASE (default main) vs this tree (depth 1, and PIPELINE=4 WAL uploads in flight) vs db_bench fillsync; PEER_BIN (Rust) or PEER_PYTHON add SlateDB (THREADS, DURATION, ROUNDS)
 	hack/bench-durable.sh
+
+bench-archive-lag: deps ## the continuous archive's lag (p50/p99/max) under ~1,000 synced writes/s for 30 s on MinIO (internal/backup, build tag bench)
+	go test -tags bench -count=1 -run '^TestArchiveLagUnderLoad$$' -v ./internal/backup/
 
 bench-operator: deps envtest-assets ## the operator at scale in envtest: OPERATOR_DBS (1000) RocksDBs at once, time to all Ready, reconcile p50/p99, memory, API requests per minute at rest and while OPERATOR_FAILOVERS (100) fail over (OPERATOR_REST=3m, OPERATOR_NAMESPACES=10)
 	KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS) go test -tags bench -count=1 -timeout 90m -run '^TestOperatorScale$$' -v ./operator/

@@ -1,7 +1,6 @@
 package backup_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,13 +8,11 @@ import (
 	"hash/crc32"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -526,56 +523,6 @@ func zombieWAL(t *testing.T, src objstore.Store, e, seq uint64) {
 		t.Fatal(err)
 	}
 	t.Logf("a deposed owner's late WAL: %s (sequence %d)", key, seq)
-}
-
-// The archive's lag under ~1,000 synced writes/s for 30 s, with the
-// archiver's defaults (a figure for docs/backups.md, not an assertion).
-// Run with SHALE_ARCHIVE_LAG=1.
-func TestArchiveLagUnderLoad(t *testing.T) {
-	if os.Getenv("SHALE_ARCHIVE_LAG") == "" {
-		t.Skip("a measurement: set SHALE_ARCHIVE_LAG=1")
-	}
-	minio(t)
-	const db = "s3://src/orders"
-	bak := open(t, "s3://bak/shale/orders")
-	loc := location(t, bak)
-	p := startArchivingEvery(t, db, loc, 0)
-	const writers, rate, dur = 64, 1000, 30 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), dur)
-	defer cancel()
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(time.Second * writers / rate)
-			defer tick.Stop()
-			for i := 0; ; i++ {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				_, err := p.kv.Put(context.Background(), &kvv1.PutRequest{Key: []byte(fmt.Sprintf("w%02d-%07d", w, i)), Value: bytes.Repeat([]byte("x"), 100), Sync: true})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				done.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	waitFor(t, "the archive to catch up", func() bool { return p.srv.Archiver().Status().CaughtUpAt.After(start.Add(elapsed)) })
-	lags := p.srv.Archiver().Lags()
-	slices.Sort(lags)
-	q := func(f float64) time.Duration { return lags[int(f*float64(len(lags)-1))] }
-	t.Logf("%d synced writes in %v (%.0f/s); %d objects archived (%d index objects); lag p50 %v, p99 %v, max %v",
-		done.Load(), elapsed.Round(time.Millisecond), float64(done.Load())/elapsed.Seconds(), len(lags), len(keysUnder(t, bak, backup.ArchiveIndexPrefix)),
-		q(0.5).Round(time.Millisecond), q(0.99).Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
 }
 
 // The new owner's archiver archives the old owner's logs up to the seals
