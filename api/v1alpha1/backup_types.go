@@ -4,7 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Backups as resources (docs/backups.md, "On Kubernetes";
+// Backups as resources (docs/backup.md, "On Kubernetes";
 // docs/rfcs/0011-backups-and-point-in-time-restore.md, steps 27-29).
 
 // BackupDeletePolicy says what deleting a Backup resource does to the

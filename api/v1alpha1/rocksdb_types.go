@@ -150,7 +150,7 @@ type BootstrapSpec struct {
 
 	// Recovery restores a backup (a Backup's, or any `shale backup
 	// create`'s) from a backup store into this database's own directory
-	// before its first primary starts (docs/backups.md, "On Kubernetes").
+	// before its first primary starts (docs/backup.md, "On Kubernetes").
 	// targetTime and targetSequence are reserved for point-in-time
 	// restore, not built yet.
 	// +optional

@@ -20,7 +20,7 @@ import (
 	"github.com/shale-rocks/shale/internal/objstore"
 )
 
-// `shale backup` (docs/backups.md, docs/rfcs/0011-backups-and-point-in-time-restore.md).
+// `shale backup` (docs/backup.md, docs/rfcs/0011-backups-and-point-in-time-restore.md).
 
 // backupFlags name the backup location: a store and a database id.
 type backupFlags struct {
@@ -52,7 +52,7 @@ func newBackupCmd() *cobra.Command {
 		Long: `Backup copies a checkpoint of a database to another object store (another
 bucket, endpoint or credential): every table, the frozen MANIFEST and the
 checkpoint's record, each with its size and SHA-256 in the backup's
-manifest, which is written last (docs/backups.md). Objects already in the
+manifest, which is written last (docs/backup.md). Objects already in the
 backup store are not copied again, so every backup after the first is
 incremental. Restore writes a backup into a new, empty directory that
 'shale primary' then opens.
@@ -384,7 +384,7 @@ archived WAL up to it. The result holds every write acknowledged before the
 target and none after (a time is compared with the store's clock; a
 sequence is exact, as returned by a Write), never a write refused as
 fenced. A target outside the recoverable window is refused, naming the
-window (docs/backups.md, "Point-in-time restore").`,
+window (docs/backup.md, "Point-in-time restore").`,
 		Example: `  shale backup restore --to s3://backups/shale --database orders b20260101-020000 --into s3://data/orders-restored
   shale backup restore --to s3://backups/shale --database orders --target-time 2026-01-01T10:42:00Z --into s3://data/orders-before-bug`,
 		Args: cobra.MaximumNArgs(1),

@@ -108,7 +108,7 @@ unless --insecure. See docs/security.md.`,
 	c.Flags().StringVar(&clone.Endpoint, "clone-endpoint", "", "S3 endpoint `URL` of the --clone-from database when it is another server than $AWS_ENDPOINT_URL")
 	c.Flags().StringVar(&clone.CredentialsDir, "clone-credentials-dir", "", "`directory` with the files accessKeyID and secretAccessKey (a mounted Secret) to read the --clone-from database with, when its store takes other credentials than --db's")
 	noFileCompletion(c, "clone-endpoint")
-	c.Flags().StringVar(&archive.to, "archive-to", "", "archive the database's logs continuously into this backup store `URL` (s3://BUCKET/PREFIX or file:///ABS/PATH; as shale backup create --to) for point-in-time restores (docs/backups.md)")
+	c.Flags().StringVar(&archive.to, "archive-to", "", "archive the database's logs continuously into this backup store `URL` (s3://BUCKET/PREFIX or file:///ABS/PATH; as shale backup create --to) for point-in-time restores (docs/backup.md)")
 	c.Flags().StringVar(&archive.endpoint, "archive-to-endpoint", "", "S3 endpoint `URL` of the --archive-to store when it is another server than $AWS_ENDPOINT_URL")
 	c.Flags().StringVar(&archive.credentials, "archive-to-credentials-dir", "", "`directory` with the --archive-to store's accessKeyID and secretAccessKey files (default: the database's credentials)")
 	c.Flags().StringVar(&archive.database, "archive-database", "", "the database's `id` in the --archive-to store (default: the last element of --db's path, as shale backup create)")

@@ -17,7 +17,7 @@ import (
 )
 
 // The archive's lag under ~1,000 synced writes/s for 30 s, with the
-// archiver's defaults (a figure for docs/backups.md, not an assertion).
+// archiver's defaults (a figure for docs/backup.md, not an assertion).
 // Built only with the bench tag (make bench-archive-lag), so the default
 // test run neither runs nor skips it.
 func TestArchiveLagUnderLoad(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package backup copies a database's checkpoints to a second object store
 // and restores them, archives its logs continuously and restores it to a
 // point in time (docs/rfcs/0011-backups-and-point-in-time-restore.md,
-// steps 1-26; user guide: docs/backups.md).
+// steps 1-26; user guide: docs/backup.md).
 //
 // Everything of one database lives under <backup location>/<database id>/:
 //
