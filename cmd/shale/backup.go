@@ -468,7 +468,11 @@ func newBackupPruneCmd(bf *backupFlags) *cobra.Command {
 is always kept), and deletes the others, oldest first, as 'shale backup
 delete' does: only objects no kept or running backup names are removed.
 Then it sweeps objects no backup names that are older than --sweep-grace
-(left by a delete that was interrupted and never rerun).`,
+(left by a delete that was interrupted and never rerun), and prunes the
+continuous archive: archived WALs whose writes are all at or below the
+sequence of the oldest kept base of the point-in-time window go (a restore
+from a kept base never reads them). With --dry-run the archive is judged
+as it is now, before the deletes a real run would make.`,
 		Example: `  shale backup prune --to s3://backups/shale --database orders --keep-last 7 --keep-within 720h`,
 		Args:    exactArgs(),
 		RunE: func(c *cobra.Command, _ []string) (err error) {
@@ -505,15 +509,32 @@ Then it sweeps objects no backup names that are older than --sweep-grace
 				fmt.Fprintf(c.OutOrStdout(), "backup %s deleted: %d objects (%s) removed\n", id, rep.Objects, byteCount(uint64(rep.Bytes)))
 			}
 			fmt.Fprintf(c.OutOrStdout(), "%d of %d backups kept\n", len(ms)-len(ids), len(ms))
-			if dryRun {
-				return nil
+			if !dryRun {
+				n, b, err := backup.Sweep(ctx, loc, sweepGrace, time.Now())
+				if err != nil {
+					return err
+				}
+				if n > 0 {
+					fmt.Fprintf(c.OutOrStdout(), "swept %d objects (%s) no backup names\n", n, byteCount(uint64(b)))
+				}
 			}
-			n, b, err := backup.Sweep(ctx, loc, sweepGrace, time.Now())
+			// The archive below the window's new start (RFC 0011 step 23a);
+			// a dry run judges the archive as it is, before its deletes.
+			ar, err := backup.PruneArchived(ctx, loc, dryRun)
 			if err != nil {
 				return err
 			}
-			if n > 0 {
-				fmt.Fprintf(c.OutOrStdout(), "swept %d objects (%s) no backup names\n", n, byteCount(uint64(b)))
+			verb := "pruned"
+			if dryRun {
+				verb = "would prune"
+			}
+			switch {
+			case ar.NoArchive:
+			case ar.NoWindow:
+				fmt.Fprintln(c.OutOrStdout(), "archive: no base backup starts a point-in-time window: nothing pruned")
+			default:
+				fmt.Fprintf(c.OutOrStdout(), "archive: %s %d WAL versions (%d objects, %s) ending at or below sequence %d, where the window starts (backup %s); %d kept\n",
+					verb, len(ar.Versions), ar.Objects, byteCount(uint64(ar.Bytes)), ar.Sequence, ar.Window, ar.Kept)
 			}
 			return nil
 		},

@@ -220,6 +220,11 @@ func TestPointInTimeCLI(t *testing.T) {
 		t.Fatalf("restore: %d %q %q", code, out, errOut)
 	}
 	t.Log(out)
+	// Prune keeps b1 (the newest) and prunes the archive below it.
+	code, out, errOut = shale("backup", "prune", "--to", to, "--database", "orders", "--keep-last", "1")
+	if code != 0 || !regexp.MustCompile(`archive: pruned [0-9]+ WAL versions .* where the window starts \(backup b1\)`).MatchString(out) {
+		t.Fatalf("prune: %d %q %q", code, out, errOut)
+	}
 	r := startPrimary(t, into, filepath.Join(dir, "cache-restored"))
 	rkv := kvv1.NewKVClient(dial(t, r.addr))
 	for _, prefix := range []string{"a", "b", "c"} {

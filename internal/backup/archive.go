@@ -49,6 +49,7 @@ type Archiver struct {
 	next     map[layout.VersionRef]uint64 // first slot the archive lacks
 	done_    map[layout.VersionRef]bool   // versions whole in the archive
 	gapped   map[layout.VersionRef]bool   // versions with a recorded gap
+	pruned   map[layout.VersionRef]bool   // versions a prune took (step 23a)
 	pass     uint64
 	written  int // index objects in the archive (at open), or written since the last merge
 	gaps     int
@@ -125,12 +126,24 @@ func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
 		return nil, err
 	}
 	a.written = len(idx)
+	// Pruned versions (step 23a) are done: never copied again.
+	pruned, err := readPruned(ctx, a.dst)
+	if err != nil {
+		return nil, err
+	}
+	for ref := range pruned {
+		a.done_[ref] = true
+	}
+	a.pruned = pruned
 	segs := map[layout.VersionRef][]protocol.Segment{}
 	for _, ix := range idx {
 		if ix.Epoch == cfg.Epoch {
 			a.pass = max(a.pass, ix.Pass)
 		}
 		for _, o := range ix.Objects {
+			if ref, ok := archivedRef(o.Key); ok && pruned[ref] {
+				continue
+			}
 			name, e, first, last, ok := layout.ParseSegmentKey(o.Key)
 			if !ok {
 				a.archived[o.Key] = true
@@ -235,6 +248,12 @@ func (a *Archiver) CompactIndexes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Entries of pruned versions leave the indexes here (step 23a); the
+	// versions stay Completed, so no archiver copies them again.
+	pruned, err := readPruned(ctx, a.dst)
+	if err != nil {
+		return err
+	}
 	merged := ArchiveIndex{Epoch: a.cfg.Epoch}
 	seen := map[string]int{}
 	done := map[layout.VersionRef]bool{}
@@ -243,6 +262,9 @@ func (a *Archiver) CompactIndexes(ctx context.Context) error {
 			merged.ListedAt = ix.ListedAt
 		}
 		for _, o := range ix.Objects {
+			if ref, ok := archivedRef(o.Key); ok && pruned[ref] {
+				continue
+			}
 			if i, ok := seen[o.Key]; ok {
 				if o.StoredAt.Before(merged.Objects[i].StoredAt) {
 					merged.Objects[i] = o
@@ -569,7 +591,12 @@ func gapReason(objs []objstore.ObjectInfo, trashed bool) string {
 func (a *Archiver) isArchived(key string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.archived[key]
+	if a.archived[key] {
+		return true
+	}
+	// A pruned version's trash marker, still in the source (step 23a).
+	ref, ok := archivedRef(key)
+	return ok && a.pruned[ref]
 }
 
 // copyOne copies one source object into the archive under the same key

@@ -57,10 +57,12 @@ type archiveView struct {
 	started   time.Time
 	caughtUp  time.Time
 	gaps      []Gap
+	completed map[layout.VersionRef]bool // finished versions (an index says so)
 }
 
 func readArchive(ctx context.Context, s objstore.Store) (*archiveView, error) {
-	v := &archiveView{stored: map[string]IndexEntry{}, opened: map[uint64]*layout.OpenedRecord{}, trashedBy: map[layout.VersionRef]uint64{}}
+	v := &archiveView{stored: map[string]IndexEntry{}, opened: map[uint64]*layout.OpenedRecord{}, trashedBy: map[layout.VersionRef]uint64{},
+		completed: map[layout.VersionRef]bool{}}
 	b, err := get(ctx, s, ArchiveStartedKey)
 	if errors.Is(err, objstore.ErrNotFound) {
 		return nil, fmt.Errorf("%s holds no archive (%s): a point-in-time restore needs `shale primary --archive-to` running on the database", s.URL(), ArchiveStartedKey)
@@ -86,8 +88,20 @@ func readArchive(ctx context.Context, s objstore.Store) (*archiveView, error) {
 	if err != nil {
 		return nil, err
 	}
+	// After the indexes: a prune record written before this read drops
+	// its versions' entries (RFC 0011 step 23a).
+	pruned, err := readPruned(ctx, s)
+	if err != nil {
+		return nil, err
+	}
 	for _, ix := range idx {
+		for _, r := range ix.Completed {
+			v.completed[r] = true
+		}
 		for _, o := range ix.Objects {
+			if ref, ok := archivedRef(o.Key); ok && pruned[ref] {
+				continue
+			}
 			if have, ok := v.stored[o.Key]; !ok || o.StoredAt.Before(have.StoredAt) {
 				v.stored[o.Key] = o
 			}
@@ -160,27 +174,36 @@ func (v *archiveView) walVersions() map[string][]walObject {
 		if !ok {
 			continue
 		}
-		for _, s := range lv.Segments {
-			if !s.Fold() {
-				out[name] = append(out[name], walObject{key: layout.SegmentKey(name, lv.Epoch, s.Seq)})
-				continue
-			}
-			// The fold's segments when the archive has them all (the
-			// same bytes, with their own store times), else the fold.
-			var segs []walObject
-			for q := s.Seq; q <= s.Last; q++ {
-				k := layout.SegmentKey(name, lv.Epoch, q)
-				if o, ok := v.stored[k]; !ok || o.Size == 0 {
-					segs = nil
-					break
-				}
-				segs = append(segs, walObject{key: k})
-			}
-			if segs == nil {
-				segs = []walObject{{key: layout.FoldKey(name, lv.Epoch, s.Seq, s.Last), fold: true}}
-			}
-			out[name] = append(out[name], segs...)
+		out[name] = v.logObjects(name, lv)
+	}
+	return out
+}
+
+// logObjects is the archived objects of one log version, in order: its
+// segments, and for a fold, the fold's segments when the archive has
+// them all, else the fold.
+func (v *archiveView) logObjects(name string, lv protocol.LogVersion) []walObject {
+	var out []walObject
+	for _, s := range lv.Segments {
+		if !s.Fold() {
+			out = append(out, walObject{key: layout.SegmentKey(name, lv.Epoch, s.Seq)})
+			continue
 		}
+		// The fold's segments when the archive has them all (the
+		// same bytes, with their own store times), else the fold.
+		var segs []walObject
+		for q := s.Seq; q <= s.Last; q++ {
+			k := layout.SegmentKey(name, lv.Epoch, q)
+			if o, ok := v.stored[k]; !ok || o.Size == 0 {
+				segs = nil
+				break
+			}
+			segs = append(segs, walObject{key: k})
+		}
+		if segs == nil {
+			segs = []walObject{{key: layout.FoldKey(name, lv.Epoch, s.Seq, s.Last), fold: true}}
+		}
+		out = append(out, segs...)
 	}
 	return out
 }

@@ -623,3 +623,154 @@ func TestArchiveAfterOutage(t *testing.T) {
 	state, _ := restoreAndRead(t, loc, backup.Target{Sequence: last.seq}, "s3://src/r1")
 	sameState(t, "restored after the outage", state, h.want(nil, func(ack) bool { return true }))
 }
+
+// Archive retention (RFC 0011 step 23a): three bases with writes around
+// them; prune drops the oldest (keep 2), and the archive below the new
+// window's start goes. Every sequence target in the new window still
+// restores to exactly that write (some opened and compared whole, with a
+// time target), a target before it is refused naming the window, and the
+// pruned WALs are gone from the archive.
+func TestArchivePrunedKeepsWindow(t *testing.T) {
+	minio(t)
+	const db = "s3://src/orders"
+	src, bak := open(t, db), open(t, "s3://bak/shale/orders")
+	loc := location(t, bak)
+	p := startArchiving(t, db, loc)
+	ctx := context.Background()
+	waitFor(t, "the archive to start", func() bool { _, err := bak.Stat(ctx, backup.ArchiveStartedKey); return err == nil })
+	var h history
+	h.fill(t, p.kv, "a", 40)
+	checkpoint(t, p.kv, "c1")
+	b1 := create(t, src, loc, "b1", "c1")
+	h.fill(t, p.kv, "b", 40)
+	checkpoint(t, p.kv, "c2")
+	b2 := create(t, src, loc, "b2", "c2")
+	h.fill(t, p.kv, "c", 40)
+	tMid := time.Now()
+	after(tMid)
+	checkpoint(t, p.kv, "c3")
+	create(t, src, loc, "b3", "c3")
+	h.fill(t, p.kv, "d", 40)
+	waitArchivedPast(t, bak, time.Now())
+
+	// Retention keeps the last 2: b1 goes, the window starts at b2.
+	if ids := backup.Expired([]backup.Manifest{b1, b2, {ID: "b3", CompletedAt: time.Now()}}, time.Now(), backup.Policy{KeepLast: 2}); !slices.Equal(ids, []string{"b1"}) {
+		t.Fatalf("expired %v", ids)
+	}
+	if _, err := backup.Delete(ctx, loc, "b1", nil); err != nil {
+		t.Fatal(err)
+	}
+	// The WALs before c2 are finished in the archive once the archiver saw
+	// their trash markers (RocksDB deletes a WAL after the flush).
+	var dry backup.ArchivePruneReport
+	waitFor(t, "a WAL below the window's start to be finished in the archive", func() bool {
+		var err error
+		dry, err = backup.PruneArchived(ctx, loc, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(dry.Versions) > 0
+	})
+	before := archivedKeys(t, bak)
+	rep, err := backup.PruneArchived(ctx, loc, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pruned %d WAL versions (%d objects, %d bytes) at or below sequence %d (window starts at %s); %d kept", len(rep.Versions), rep.Objects, rep.Bytes, rep.Sequence, rep.Window, rep.Kept)
+	if rep.Window != "b2" || rep.Sequence != b2.Checkpoint.Sequence || len(rep.Versions) == 0 {
+		t.Fatalf("prune: %+v", rep)
+	}
+	gone := 0
+	for k := range before {
+		ref, ok := archivedRefOf(k)
+		if !ok || !slices.Contains(rep.Versions, ref) {
+			continue
+		}
+		if _, err := bak.Stat(ctx, backup.ArchivedKey(k)); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("%s of a pruned WAL is still in the archive: %v", k, err)
+		}
+		gone++
+	}
+	if gone != rep.Objects {
+		t.Fatalf("%d archived objects of the pruned WALs gone, the prune says %d", gone, rep.Objects)
+	}
+	// Again: nothing more to prune (the record hides what it took).
+	if again, err := backup.PruneArchived(ctx, loc, false); err != nil || len(again.Versions) != 0 {
+		t.Fatalf("a second prune: %+v %v", again, err)
+	}
+
+	// Every sequence target in the window restores up to exactly it.
+	var window []ack
+	for _, w := range h.writes {
+		if w.seq > b2.Checkpoint.Sequence {
+			window = append(window, w)
+		}
+	}
+	if len(window) != 80 {
+		t.Fatalf("%d writes in the window, want 80", len(window))
+	}
+	targets := []uint64{b2.Checkpoint.Sequence}
+	for _, w := range window {
+		targets = append(targets, w.seq)
+	}
+	for i, seq := range targets {
+		into := fmt.Sprintf("s3://src/r-%d", i)
+		r, err := backup.RestoreToPoint(ctx, loc, backup.Target{Sequence: seq}, open(t, into))
+		if err != nil {
+			t.Fatalf("restore to sequence %d (in the window from %d): %v", seq, b2.Checkpoint.Sequence, err)
+		}
+		if r.Last != seq {
+			t.Fatalf("restore to sequence %d replayed to %d", seq, r.Last)
+		}
+	}
+	for _, i := range []int{0, 20, 41, 60, len(targets) - 1} {
+		seq := targets[i]
+		o := startPrimary(t, fmt.Sprintf("s3://src/r-%d", i))
+		sameState(t, fmt.Sprintf("restored to sequence %d", seq), scanAll(t, o.kv), h.want(nil, func(w ack) bool { return w.seq <= seq }))
+		o.stop()
+	}
+	got, _ := restoreAndRead(t, loc, backup.Target{Time: tMid}, "s3://src/r-mid")
+	sameState(t, "restored to a time between c's writes and c3", got, h.want(nil, func(w ack) bool { return !w.acked.After(tMid) }))
+
+	// Before the window: refused, naming it.
+	_, err = backup.RestoreToPoint(ctx, loc, backup.Target{Sequence: b1.Checkpoint.Sequence + 1}, open(t, "s3://src/r-early"))
+	if !errors.Is(err, backup.ErrOutsideWindow) || !strings.Contains(err.Error(), fmt.Sprintf("window, from sequence %d", b2.Checkpoint.Sequence)) {
+		t.Fatalf("a target before the new window: %v", err)
+	}
+	t.Logf("refused: %v", err)
+
+	// The next owner's archiver (a restart, a new epoch) does not copy the
+	// pruned WALs again, though the source still holds them (the delete
+	// grace), and its index merge drops their entries.
+	p.stop()
+	q := startArchiving(t, db, loc)
+	h.fill(t, q.kv, "e", 5)
+	waitArchivedPast(t, bak, time.Now())
+	if err := q.srv.Archiver().CompactIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	indexed := archivedKeys(t, bak)
+	for k := range before {
+		ref, ok := archivedRefOf(k)
+		if !ok || !slices.Contains(rep.Versions, ref) {
+			continue
+		}
+		if _, err := bak.Stat(ctx, backup.ArchivedKey(k)); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("%s of a pruned WAL was archived again by the next owner: %v", k, err)
+		}
+		if indexed[k] > 0 {
+			t.Fatalf("%s of a pruned WAL is still named by an index after the merge", k)
+		}
+	}
+}
+
+// archivedRefOf is the log version of an archived source key.
+func archivedRefOf(key string) (layout.VersionRef, bool) {
+	if name, e, _, _, ok := layout.ParseSegmentKey(key); ok {
+		return layout.VersionRef{Name: name, Epoch: e}, true
+	}
+	if name, e, ok := layout.ParseTrashKey(key); ok {
+		return layout.VersionRef{Name: name, Epoch: e}, true
+	}
+	return layout.VersionRef{}, false
+}
