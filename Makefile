@@ -18,7 +18,7 @@ export CGO_CFLAGS := $(shell hack/rocksdb.sh --cflags)
 export CGO_CXXFLAGS := $(CGO_CFLAGS)
 export CGO_LDFLAGS := $(shell hack/rocksdb.sh --ldflags)
 
-.PHONY: help deps rocksdb rocksdb-tools build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable bench-clone bench-operator bench-archive-lag dev generate lint clean
+.PHONY: help deps rocksdb rocksdb-tools build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable bench-clone bench-backup bench-operator bench-archive-lag dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
 .PHONY: helm helm-lint chart-sync e2e
 
@@ -97,6 +97,9 @@ bench-secondary: deps build ## secondaries on MinIO: visibility lag with notific
 	hack/bench-secondary.sh
 bench-clone: deps ## a clone of a CLONE_BYTES (default 1GiB) parent on MinIO: zero-copy in the same store vs a full server-side copy into a 2nd bucket (time to serve, bytes copied, ratios)
 	hack/bench-clone.sh
+
+bench-backup: deps ## backups on two MinIOs: a full backup of BACKUP_BYTES (default 1GiB) vs a plain copy of the same objects (server-side and streamed), an incremental after 1% change, restore to serving, archive lag p50/p99 under ~1,000 synced writes/s (ratios)
+	hack/bench-backup.sh
 
 bench-tiering: deps ## tiered placement on two MinIOs, cold one behind TIERING_LATENCY: cold share over time, readrandom recent vs old keys
 	hack/bench-tiering.sh
