@@ -58,11 +58,12 @@ type Archiver struct {
 	lastStat time.Time
 	lags     []time.Duration // for tests and benchmarks: recent lags
 
-	lim     limiter
-	lagHist prometheus.Histogram
-	gapsCtr prometheus.Counter
-	objsCtr prometheus.Counter
-	bytesCt prometheus.Counter
+	lim       limiter
+	lagHist   prometheus.Histogram
+	gapsCtr   prometheus.Counter
+	caughtUpG prometheus.Gauge
+	objsCtr   prometheus.Counter
+	bytesCt   prometheus.Counter
 }
 
 // OpenArchiver reads what the archive holds (its indexes and gaps), checks
@@ -89,10 +90,12 @@ func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300}})
 	a.gapsCtr = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_backup_archive_gaps_total",
 		Help: "Log objects deleted from the store before the archive had them; the recoverable window restarts at the next base backup."})
+	a.caughtUpG = prometheus.NewGauge(prometheus.GaugeOpts{Name: "shale_backup_archive_caught_up_timestamp_seconds",
+		Help: "Every log object the store held at this time is archived (archive/status.json's caughtUpAt): the end of the point-in-time window; a stuck archive stops it moving."})
 	a.objsCtr = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_backup_archive_objects_total", Help: "Objects copied into the archive."})
 	a.bytesCt = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_backup_archive_bytes_total", Help: "Bytes copied into the archive."})
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{a.lagHist, a.gapsCtr, a.objsCtr, a.bytesCt} {
+		for _, c := range []prometheus.Collector{a.lagHist, a.gapsCtr, a.objsCtr, a.bytesCt, a.caughtUpG} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register archive metrics: %w", err)
 			}
@@ -540,6 +543,7 @@ func (a *Archiver) Pass(ctx context.Context) (err error) {
 	}
 	a.mu.Lock()
 	a.caughtUp = listedAt
+	a.caughtUpG.Set(float64(listedAt.UnixNano()) / 1e9)
 	due := len(entries) > 0 || len(gaps) > 0 || a.cfg.Now().Sub(a.lastStat) >= 5*time.Second
 	st := ArchiveStatus{CaughtUpAt: listedAt, Epoch: a.cfg.Epoch, Objects: a.objects, Gaps: a.gaps}
 	a.mu.Unlock()

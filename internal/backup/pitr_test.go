@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/backup"
 	"github.com/shale-rocks/shale/internal/engine"
@@ -433,7 +435,8 @@ func TestArchiveGapReported(t *testing.T) {
 	checkpoint(t, p.kv, "c1")
 	write(t, p.kv, 0, 3000, "v1") // three segments of one WAL
 	ctx := context.Background()
-	a, err := backup.OpenArchiver(ctx, backup.ArchiveConfig{Source: src, To: loc, Epoch: p.srv.Epoch()})
+	reg := prometheus.NewRegistry()
+	a, err := backup.OpenArchiver(ctx, backup.ArchiveConfig{Source: src, To: loc, Epoch: p.srv.Epoch(), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,6 +467,14 @@ func TestArchiveGapReported(t *testing.T) {
 		t.Fatalf("gaps %+v (status %d) after deleting %s", gaps, a.Status().Gaps, wal)
 	}
 	t.Logf("gap: %+v", gaps[0])
+	// The alerts' series (charts: ShaleArchiveGap, ShaleArchiveLagging):
+	// the gap counted, and the window's end at the pass's listing.
+	if n := metricValue(t, reg, "shale_backup_archive_gaps_total"); n != 1 {
+		t.Errorf("shale_backup_archive_gaps_total %v, want 1", n)
+	}
+	if got, want := metricValue(t, reg, "shale_backup_archive_caught_up_timestamp_seconds"), float64(a.Status().CaughtUpAt.UnixNano())/1e9; got != want || want < 1 {
+		t.Errorf("shale_backup_archive_caught_up_timestamp_seconds %v, want caughtUpAt %v", got, want)
+	}
 	// A second pass does not report it again.
 	if err := a.Pass(ctx); err != nil {
 		t.Fatal(err)
@@ -478,6 +489,26 @@ func TestArchiveGapReported(t *testing.T) {
 		t.Fatalf("a restore with a gap after its only base: %v", err)
 	}
 	t.Logf("refused: %v", err)
+}
+
+// metricValue is the value of a registered counter or gauge.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			if m := mf.GetMetric()[0]; m.Counter != nil {
+				return m.Counter.GetValue()
+			} else if m.Gauge != nil {
+				return m.Gauge.GetValue()
+			}
+		}
+	}
+	t.Fatalf("no counter or gauge %s registered", name)
+	return 0
 }
 
 // zombieWAL stores, in src, segment 1 of a new WAL of epoch e (numbered
