@@ -565,11 +565,12 @@ func TestBootstrapImmutable(t *testing.T) {
 }
 
 // Backups and ScheduledBackups: names that are backup ids, an immutable
-// Backup, a retention that says something, the samples accepted.
+// Backup, a retention that says something, the samples accepted (and the
+// point-in-time restore's).
 func TestBackupValidation(t *testing.T) {
 	env, ctx := start(t)
 	c := env.Client
-	for _, o := range env.Objects(t, samplesDir+"shale_v1alpha1_backup.yaml", samplesDir+"shale_v1alpha1_scheduledbackup.yaml") {
+	for _, o := range env.Objects(t, samplesDir+"shale_v1alpha1_backup.yaml", samplesDir+"shale_v1alpha1_scheduledbackup.yaml", samplesDir+"shale_v1alpha1_rocksdb_restore.yaml") {
 		o.SetNamespace("default")
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("sample %s refused: %v", o.GetName(), err)
