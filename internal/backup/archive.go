@@ -27,10 +27,12 @@ type ArchiveConfig struct {
 	// Interval between passes when nothing wakes the archiver (250 ms).
 	Interval time.Duration
 	// Rate bounds the bytes copied per second (64 MiB/s).
-	Rate       int64
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
-	Now        func() time.Time
+	Rate int64
+	// CompactAfter: the index objects that make a merge (512).
+	CompactAfter int
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
+	Now          func() time.Time
 }
 
 // Archiver copies a database's log objects, claims, opened records and
@@ -70,6 +72,9 @@ type Archiver struct {
 // the location is this database's (database.json), and records the
 // archive's first start. Start runs it.
 func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
+	if cfg.CompactAfter <= 0 {
+		cfg.CompactAfter = compactAfter
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 250 * time.Millisecond
 	}
@@ -187,14 +192,33 @@ func (a *Archiver) Start() {
 		defer close(a.done)
 		t := time.NewTicker(a.cfg.Interval)
 		defer t.Stop()
+		var merging sync.WaitGroup
+		defer merging.Wait()
+		merged := make(chan struct{}, 1)
+		merged <- struct{}{} // a merge may start
 		for {
 			began := time.Now()
 			if err := a.Pass(ctx); err != nil && ctx.Err() == nil {
 				a.cfg.Logger.Warn("archive pass", "err", err)
 			}
-			if a.indexesWritten() >= compactAfter {
-				if err := a.CompactIndexes(ctx); err != nil && ctx.Err() == nil {
-					a.cfg.Logger.Warn("merge the archive's index objects", "err", err)
+			if a.indexesWritten() >= a.cfg.CompactAfter {
+				select {
+				case <-merged:
+					// Beside the passes, not between them: a merge reads
+					// and rewrites every index entry, which takes seconds
+					// once the archive is large, and a pass waiting for it
+					// lets the folding overtake the archive (the segments
+					// it folds are then archived only as one fold, which
+					// a time target cannot cut).
+					merging.Add(1)
+					go func() {
+						defer merging.Done()
+						defer func() { merged <- struct{}{} }()
+						if err := a.CompactIndexes(ctx); err != nil && ctx.Err() == nil {
+							a.cfg.Logger.Warn("merge the archive's index objects", "err", err)
+						}
+					}()
+				default: // one is running
 				}
 			}
 			select {
@@ -276,7 +300,9 @@ func (a *Archiver) CompactIndexes(ctx context.Context) error {
 		return fmt.Errorf("delete merged archive indexes: %w", err)
 	}
 	a.mu.Lock()
-	a.written = 0
+	// Passes may have written more while this merged (they are left for
+	// the next merge).
+	a.written = max(0, a.written-len(keys)) + 1
 	a.mu.Unlock()
 	return nil
 }
