@@ -14,6 +14,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"google.golang.org/grpc"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -218,7 +219,16 @@ func stepPITR(t *testing.T, s *suite) {
 	s.createRocksDBWith(t, restored, shalev1.ReclaimDelete, func(db *shalev1.RocksDB) {
 		db.Spec.Bootstrap = &shalev1.BootstrapSpec{Recovery: &shalev1.RecoverySource{BackupStore: storeName, Database: dbID, Backup: "latest", TargetTime: &tt}}
 	})
-	rdb := s.waitReady(t, restored, 1, 10*time.Minute)
+	// A refusal (the operator's or the restore's) fails the step at once,
+	// with its message.
+	eventually(t, 10*time.Minute, "RocksDB "+restored+" Ready or refused", func() (bool, string) {
+		d := s.rocksDB(t, restored)
+		if c := meta.FindStatusCondition(d.Status.Conditions, shalev1.ConditionPrimaryAvailable); c != nil && c.Reason == shalev1.ReasonBootstrapRefused {
+			t.Fatalf("the restore to %s was refused: %s", target.Format(time.RFC3339), c.Message)
+		}
+		return isReady(d), describe(d)
+	})
+	rdb := s.waitReady(t, restored, 1, time.Minute)
 	if r := rdb.Status.Recovery; r == nil || r.Target != "time "+target.UTC().Format(time.RFC3339) {
 		t.Fatalf("RocksDB %s status.recovery %+v, want the target %s", restored, r, target.UTC().Format(time.RFC3339))
 	}
