@@ -82,7 +82,8 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"ShaleDatabaseNotReady", "ShaleFailoverLoop", "ShaleSecondaryLagging", "ShaleCompactionBacklog",
-		"ShaleCompactionFallbacks", "ShaleObjectStoreErrors", "ShaleWritesStopped", "ShaleWritesStalling"} {
+		"ShaleCompactionFallbacks", "ShaleObjectStoreErrors", "ShaleWritesStopped", "ShaleWritesStalling",
+		"ShaleBackupMissing", "ShaleArchiveLagging", "ShaleArchiveGap"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s (have %v)", want, alerts)
 		}

@@ -12,6 +12,7 @@ var steps = []step{
 	{name: "checkpoint", labels: []string{"checkpoint"}, run: stepCheckpoint},
 	{name: "clone", labels: []string{"checkpoint", "clone"}, run: stepClone},
 	{name: "backup", labels: []string{"backup"}, run: stepBackup},
+	{name: "pitr", labels: []string{"backup", "pitr"}, run: stepPITR},
 	{name: "security", labels: []string{"security", "smoke"}, run: stepSecurity},
 	{name: "validation", labels: []string{"validation", "smoke"}, run: stepValidation},
 	{name: "upgrade", labels: []string{"upgrade", "chart"}, run: stepUpgrade},

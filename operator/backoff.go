@@ -122,6 +122,18 @@ func classifyFailure(pod *corev1.Pod, d failoverDecision) (reason, message strin
 	if pod == nil {
 		return reason, message
 	}
+	for _, cs := range pod.Status.InitContainerStatuses {
+		// The restore of a bootstrap.recovery (recovery.go) refused or
+		// failed: its last line names why (a target outside the window
+		// names the window, RFC 0011 step 31 (b)).
+		if t := cs.State.Terminated; cs.Name == restoreContainerName && t != nil && t.ExitCode != 0 {
+			msg := fmt.Sprintf("the restore (init container %s) exited with status %d", cs.Name, t.ExitCode)
+			if last := lastLine(t.Message); last != "" {
+				msg += ": " + last
+			}
+			return shalev1.ReasonBootstrapRefused, msg
+		}
+	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != containerName {
 			continue

@@ -254,7 +254,7 @@ func (h *harness) deleteBackup(ns, name string) {
 // it. Then a RocksDB with bootstrap.recovery from latest: its first
 // primary's init container restores it, and a primary opened on the
 // restored directory holds every key; a missing backup and a targetTime
-// are refused with BootstrapRefused.
+// without an archive are refused with BootstrapRefused.
 func TestBackupResource(t *testing.T) {
 	h := startOperator(t)
 	for _, kv := range h.minio.Env() {
@@ -460,7 +460,7 @@ func TestBackupResource(t *testing.T) {
 		!strings.Contains(ev.Message, "shale backup list --to s3://vault/shale/_backups/"+ns+" --database "+dbID) {
 		t.Errorf("refusal of a missing backup: %q", ev.Message)
 	}
-	if ev := h.waitEvent(ns, "pitr", shalev1.ReasonBootstrapRefused); !strings.Contains(ev.Message, "point-in-time restore (targetTime, targetSequence) is not built yet") {
+	if ev := h.waitEvent(ns, "pitr", shalev1.ReasonBootstrapRefused); !strings.Contains(ev.Message, "no archive in s3://vault/shale/_backups/"+ns+"/"+dbID+" (archive/started.json): a point-in-time restore needs the source's logs archived there; turn the archive on with spec.backup.archive.backupStore: vault") {
 		t.Errorf("refusal of a targetTime: %q", ev.Message)
 	}
 	for _, name := range []string{"missing", "pitr"} {

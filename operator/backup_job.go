@@ -197,6 +197,9 @@ func backupArgs(kind string, b *shalev1.Backup, db *shalev1.RocksDB, src, dst *s
 	}
 }
 
+// restoreContainerName names the restore's init container.
+const restoreContainerName = "restore"
+
 // restoreInitContainer is the init container of a recovering database's
 // primaries until it was ready once: `shale backup restore ID --into
 // <its own directory> --resume` (--resume: a restart after the restore
@@ -207,12 +210,19 @@ func restoreInitContainer(db *shalev1.RocksDB, src, dst *shalev1.ObjectStore, im
 	if problem != "" {
 		return corev1.Container{}, nil, problem
 	}
-	args := []string{"backup", "restore", rec.Backup, "--to", rec.Location, "--database", rec.Database,
-		"--into", src.DatabaseURL(db.Status.StoragePath), "--resume"}
+	args := []string{"backup", "restore"}
+	if _, flags := recoveryTarget(db.Spec.Bootstrap.Recovery); flags != nil {
+		// A point in time: the restore picks its base (RFC 0011 step 31).
+		args = append(args, flags...)
+	} else {
+		args = append(args, rec.Backup)
+	}
+	args = append(args, "--to", rec.Location, "--database", rec.Database,
+		"--into", src.DatabaseURL(db.Status.StoragePath), "--resume")
 	args = append(args, acc.args...)
 	args = append(args, "--report", terminationLog)
 	c := corev1.Container{
-		Name:                     "restore",
+		Name:                     restoreContainerName,
 		Image:                    image,
 		ImagePullPolicy:          corev1.PullIfNotPresent,
 		Args:                     args,

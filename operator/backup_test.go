@@ -2,6 +2,7 @@ package operator
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,14 @@ func TestDecideRecovery(t *testing.T) {
 		return b
 	}
 	two := []publishedBackup{pb("b1", t0), pb("b2", t0.Add(time.Hour))}
+	two[0].Checkpoint.CreatedAt, two[1].Checkpoint.CreatedAt = t0, t0.Add(time.Hour)
+	archived := archiveWindow{Started: true, StartedAt: t0.Add(-time.Hour), CaughtUpAt: t0.Add(2 * time.Hour)}
+	at := func(t time.Time) func(*shalev1.RecoverySource) {
+		return func(r *shalev1.RecoverySource) { r.TargetTime = &metav1.Time{Time: t} }
+	}
+	seq := func(n int64) func(*shalev1.RecoverySource) {
+		return func(r *shalev1.RecoverySource) { r.TargetSequence = &n }
+	}
 	db := func(id string, mut ...func(*shalev1.RecoverySource)) *shalev1.RocksDB {
 		r := &shalev1.RecoverySource{BackupStore: "vault", Database: "orders-1", Backup: id}
 		for _, m := range mut {
@@ -125,8 +134,24 @@ func TestDecideRecovery(t *testing.T) {
 		{"an id", recoveryInput{DB: db("b1"), Store: store, Location: "s3://v/_backups/ns", Backups: two}, "b1", ""},
 		{"an id not published", recoveryInput{DB: db("b9"), Store: store, Location: "s3://v/_backups/ns", Backups: two}, "", "no published backup b9 in s3://v/_backups/ns for database orders-1 (an interrupted one cannot be restored): list them with shale backup list --to s3://v/_backups/ns --database orders-1"},
 		{"latest of nothing", recoveryInput{DB: db("latest"), Store: store, Location: "s3://v/_backups/ns"}, "", "no published backup in s3://v/_backups/ns for database orders-1: take one"},
-		{"targetTime: not built", recoveryInput{DB: db("latest", func(r *shalev1.RecoverySource) { r.TargetTime = &metav1.Time{Time: t0} }), Store: store, Backups: two}, "", "point-in-time restore (targetTime, targetSequence) is not built yet"},
-		{"targetSequence: not built", recoveryInput{DB: db("b1", func(r *shalev1.RecoverySource) { r.TargetSequence = new(int64) }), Store: store, Backups: two}, "", "is not built yet"},
+		// Point in time (RFC 0011 step 31 (a)): the archive started at
+		// t0-1h, b1 (checkpoint at t0) and b2 (t0+1h) after it, caught up
+		// at t0+2h.
+		{"targetTime in the window: the newest base at or before it", recoveryInput{DB: db("latest", at(t0.Add(90*time.Minute))), Store: store, Location: "s3://v/_backups/ns", Backups: two, Archive: archived}, "b2", ""},
+		{"targetTime between the bases", recoveryInput{DB: db("latest", at(t0.Add(30*time.Minute))), Store: store, Location: "s3://v/_backups/ns", Backups: two, Archive: archived}, "b1", ""},
+		{"targetTime at caughtUpAt", recoveryInput{DB: db("latest", at(t0.Add(2*time.Hour))), Store: store, Location: "s3://v/_backups/ns", Backups: two, Archive: archived}, "b2", ""},
+		{"targetTime after caughtUpAt", recoveryInput{DB: db("latest", at(t0.Add(3*time.Hour))), Store: store, Location: "s3://v/_backups/ns", Backups: two, Archive: archived}, "",
+			"time 2026-01-01T05:00:00Z is outside the recoverable window of s3://v/_backups/ns/orders-1, from 2026-01-01T02:00:00Z (sequence " + fmt.Sprint(t0.Unix()) + ", backup b1) to 2026-01-01T04:00:00Z: the archive has not reached it"},
+		{"targetTime before the first base", recoveryInput{DB: db("latest", at(t0.Add(-time.Minute))), Store: store, Location: "s3://v/_backups/ns", Backups: two, Archive: archived}, "", "it is before the oldest base backup taken since the archive started"},
+		{"targetSequence from the first base's", recoveryInput{DB: db("latest", seq(t0.Unix()+1)), Store: store, Location: "s3://v/_backups/ns", Backups: two, Archive: archived}, "b1", ""},
+		{"targetSequence past the last base: the restore decides", recoveryInput{DB: db("latest", seq(t0.Unix()+99999)), Store: store, Location: "s3://v/_backups/ns", Backups: two, Archive: archived}, "b2", ""},
+		{"targetSequence before the first base", recoveryInput{DB: db("latest", seq(t0.Unix()-1)), Store: store, Location: "s3://v/_backups/ns", Backups: two, Archive: archived}, "", "sequence " + fmt.Sprint(t0.Unix()-1) + " is outside the recoverable window"},
+		{"a gap after b1: the window starts at b2", recoveryInput{DB: db("latest", at(t0.Add(30*time.Minute))), Store: store, Location: "s3://v/_backups/ns", Backups: two,
+			Archive: archiveWindow{Started: true, StartedAt: t0.Add(-time.Hour), CaughtUpAt: t0.Add(2 * time.Hour), Gaps: []time.Time{t0.Add(10 * time.Minute)}}}, "", "from 2026-01-01T03:00:00Z (sequence " + fmt.Sprint(t0.Add(time.Hour).Unix()) + ", backup b2)"},
+		{"no base after the archive started", recoveryInput{DB: db("latest", at(t0.Add(30*time.Minute))), Store: store, Location: "s3://v/_backups/ns", Backups: two,
+			Archive: archiveWindow{Started: true, StartedAt: t0.Add(3 * time.Hour), CaughtUpAt: t0.Add(4 * time.Hour)}}, "", "the archive started at 2026-01-01T05:00:00Z, and no base backup was taken after that; take a Backup"},
+		{"no archive", recoveryInput{DB: db("latest", at(t0)), Store: store, Location: "s3://v/_backups/ns", Backups: two}, "", "no archive in s3://v/_backups/ns/orders-1 (archive/started.json): a point-in-time restore needs the source's logs archived there; turn the archive on with spec.backup.archive.backupStore: vault"},
+		{"a target with a backup id", recoveryInput{DB: db("b1", seq(5)), Store: store, Backups: two, Archive: archived}, "", "picks its base backup itself: set backup: latest, not b1"},
 		{"no backup store", recoveryInput{DB: db("b1")}, "", "ObjectStore vault (spec.bootstrap.recovery.backupStore) does not exist in namespace ns"},
 		{"stores that cannot go together", recoveryInput{DB: db("b1"), Store: store, Access: "a backup Pod runs as one identity"}, "", "runs as one identity"},
 		{"store unreachable", recoveryInput{DB: db("b1"), Store: store, Location: "s3://v/_backups/ns", ReadErr: errors.New("connection refused")}, "", "cannot read the backups in s3://v/_backups/ns/orders-1 (ObjectStore vault): connection refused"},

@@ -51,6 +51,7 @@ func testOptions() Options {
 	o.ObjectStoreCheckInterval = 2 * time.Second
 	o.GCInterval = 0 // tests drive the collector themselves
 	o.SecondaryStatusInterval = 500 * time.Millisecond
+	o.ArchiveInterval = 500 * time.Millisecond
 	o.CompactorPollInterval = 300 * time.Millisecond
 	o.CompactorStats = testCompactorStats
 	o.Namespace = operatorNS

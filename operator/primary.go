@@ -450,6 +450,11 @@ func (r *rocksDBReconciler) recordFailure(ctx context.Context, db *shalev1.Rocks
 	if added {
 		r.recorder.Eventf(db, corev1.EventTypeWarning, eventPrimaryFailed, "primary %s (epoch %d) failed (%d in a row): %s: %s",
 			db.PrimaryPodName(epoch), epoch, db.Status.PrimaryFailures.Count, reason, msg)
+		if reason == shalev1.ReasonBootstrapRefused {
+			// The restore refused (or failed): say so as a refused
+			// bootstrap, as the operator's own checks do.
+			r.recorder.Eventf(db, corev1.EventTypeWarning, shalev1.ReasonBootstrapRefused, "the restore of primary %s refused to start the database: %s", db.PrimaryPodName(epoch), msg)
+		}
 		log.FromContext(ctx).Info("primary failed", "epoch", epoch, "reason", reason, "message", msg, "inARow", db.Status.PrimaryFailures.Count)
 	}
 	return nil

@@ -106,6 +106,8 @@ func buildPrimaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int6
 		args = append(args, "--sst-storage-class", c)
 	}
 	args = append(args, planTiering(db, store).args...)
+	archArgs, archVols, archMounts := archivePodArgs(db)
+	args = append(args, archArgs...)
 	if db.Status.Created != nil || adopts(db) {
 		// The database was ready once, or is an adopted directory: a
 		// location without it is refused instead of becoming a new, empty
@@ -178,6 +180,10 @@ func buildPrimaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int6
 	applyScheduling(&pod.Spec, p.PodScheduling)
 	applyTLS(&pod.Spec, podTLS{enabled: db.TLSEnabled(), certSecret: db.PrimaryTLSSecretName(), accessSecret: db.AccessSecretName(), server: true, probePort: portKV})
 	storeAccessOf(store).apply(&pod.Spec, &pod.Spec.Containers[0])
+	// The backup store's Secret for the archive (archive.go), as the
+	// Backup Jobs mount it.
+	pod.Spec.Volumes = append(pod.Spec.Volumes, archVols...)
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, archMounts...)
 	if c := db.Status.Clone; c != nil && c.CredentialsSecret != "" && db.Status.Created == nil && !adopts(db) && clones(db) {
 		// The parent ObjectStore's Secret, as storeAccessOf mounts the
 		// clone's own: keys never go into the Pod spec.

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +67,23 @@ type recoveryInput struct {
 	// Backups are the published backups found (for an id: that one, if
 	// it is there).
 	Backups []publishedBackup
+	// Archive is the location's archive, read for a point-in-time target
+	// (its Backups are the same as Backups).
+	Archive archiveWindow
+}
+
+// recoveryTarget is a point-in-time target as `shale backup restore`
+// takes it ("" and no flags: none).
+func recoveryTarget(rec *shalev1.RecoverySource) (string, []string) {
+	switch {
+	case rec.TargetTime != nil:
+		t := rec.TargetTime.UTC().Format(time.RFC3339)
+		return "time " + t, []string{"--target-time", t}
+	case rec.TargetSequence != nil:
+		n := strconv.FormatInt(*rec.TargetSequence, 10)
+		return "sequence " + n, []string{"--target-sequence", n}
+	}
+	return "", nil
 }
 
 // decideRecovery decides whether a RocksDB may start from the backup its
@@ -74,9 +93,10 @@ func decideRecovery(in recoveryInput) (shalev1.RecoveryStatus, string) {
 	rec := in.DB.Spec.Bootstrap.Recovery
 	out := shalev1.RecoveryStatus{Location: in.Location, Database: rec.Database}
 	fix := "(bootstrap is immutable: delete this RocksDB and create it again with another source)"
+	target, _ := recoveryTarget(rec)
 	switch {
-	case rec.TargetTime != nil || rec.TargetSequence != nil:
-		return out, fmt.Sprintf("spec.bootstrap.recovery: point-in-time restore (targetTime, targetSequence) is not built yet (RFC 0011 steps 18-26): leave them out to restore the base backup %s %s", rec.Backup, fix)
+	case target != "" && rec.Backup != "latest":
+		return out, fmt.Sprintf("spec.bootstrap.recovery: a point-in-time restore (%s) picks its base backup itself: set backup: latest, not %s %s", target, rec.Backup, fix)
 	case in.Store == nil:
 		return out, fmt.Sprintf("ObjectStore %s (spec.bootstrap.recovery.backupStore) does not exist in namespace %s: create it; the restore starts then", rec.BackupStore, in.DB.Namespace)
 	case in.Access != "":
@@ -87,6 +107,9 @@ func decideRecovery(in recoveryInput) (shalev1.RecoveryStatus, string) {
 		return out, fmt.Sprintf("cannot read the backups in %s/%s (ObjectStore %s): %v; check its endpoint, bucket and credentials; trying again", in.Location, rec.Database, in.Store.Name, in.ReadErr)
 	}
 	list := fmt.Sprintf("shale backup list --to %s --database %s", in.Location, rec.Database)
+	if target != "" {
+		return decidePointInTime(in, out, target, list)
+	}
 	var pick *publishedBackup
 	for i := range in.Backups {
 		b := &in.Backups[i]
@@ -107,6 +130,64 @@ func decideRecovery(in recoveryInput) (shalev1.RecoveryStatus, string) {
 	out.Sequence = int64(min(pick.Checkpoint.Sequence, 1<<62))
 	if !pick.Checkpoint.CreatedAt.IsZero() {
 		out.Time = &metav1.Time{Time: pick.Checkpoint.CreatedAt}
+	}
+	return out, ""
+}
+
+// decidePointInTime is decideRecovery's check of a point-in-time target
+// (RFC 0011 step 31 (a)): the location holds an archive, the window has a
+// start (a base backup after the archive started and after its last gap),
+// and the target is in the window as far as the operator can tell without
+// reading the WALs (a time from the window's start to caughtUpAt, a
+// sequence from the start's on; the restore itself checks the rest).
+// out.Backup is the base the restore is expected to choose.
+func decidePointInTime(in recoveryInput, out shalev1.RecoveryStatus, target, list string) (shalev1.RecoveryStatus, string) {
+	rec := in.DB.Spec.Bootstrap.Recovery
+	out.Target = target
+	w := in.Archive
+	w.Backups = in.Backups
+	where := in.Location + "/" + rec.Database
+	if !w.Started {
+		return out, fmt.Sprintf("no archive in %s (archive/started.json): a point-in-time restore needs the source's logs archived there; turn the archive on with spec.backup.archive.backupStore: %s on the source RocksDB (its Backups must go to the same ObjectStore), or leave targetTime and targetSequence out to restore a backup (%s)", where, rec.BackupStore, list)
+	}
+	start, ok := archiveWindowStart(w)
+	if !ok {
+		why := "the archive started at " + w.StartedAt.UTC().Format(time.RFC3339)
+		if n := len(w.Gaps); n > 0 {
+			why += " and has a gap detected at " + slices.MaxFunc(w.Gaps, time.Time.Compare).UTC().Format(time.RFC3339)
+		}
+		return out, fmt.Sprintf("%s is outside the recoverable window of %s: %s, and no base backup was taken after that; take a Backup of the source and restore to a point after it (%s)", target, where, why, list)
+	}
+	window := fmt.Sprintf("from %s (sequence %d, backup %s) to %s", start.Checkpoint.CreatedAt.UTC().Format(time.RFC3339), start.Checkpoint.Sequence, start.ID, w.CaughtUpAt.UTC().Format(time.RFC3339))
+	tt, ts := rec.TargetTime, rec.TargetSequence
+	switch {
+	case tt != nil && tt.Time.Before(start.Checkpoint.CreatedAt):
+		return out, fmt.Sprintf("%s is outside the recoverable window of %s, %s: it is before the oldest base backup taken since the archive started (older states are restorable as backups only: leave targetTime out and name one)", target, where, window)
+	case tt != nil && tt.Time.After(w.CaughtUpAt):
+		return out, fmt.Sprintf("%s is outside the recoverable window of %s, %s: the archive has not reached it (yet: looking again in a minute)", target, where, window)
+	case ts != nil && uint64(*ts) < start.Checkpoint.Sequence:
+		return out, fmt.Sprintf("%s is outside the recoverable window of %s, %s: it is before the oldest base backup taken since the archive started", target, where, window)
+	}
+	// The base the restore will choose (backup.ChooseBase): the newest
+	// from the window's start on at or before the target.
+	var base *publishedBackup
+	for i := range w.Backups {
+		b := &w.Backups[i]
+		if b.Checkpoint.Sequence < start.Checkpoint.Sequence ||
+			tt != nil && b.Checkpoint.CreatedAt.After(tt.Time) || ts != nil && b.Checkpoint.Sequence > uint64(*ts) {
+			continue
+		}
+		if base == nil || b.Checkpoint.Sequence > base.Checkpoint.Sequence {
+			base = b
+		}
+	}
+	if base == nil {
+		base = &start
+	}
+	out.Backup = base.ID
+	out.Sequence = int64(min(base.Checkpoint.Sequence, 1<<62))
+	if !base.Checkpoint.CreatedAt.IsZero() {
+		out.Time = &metav1.Time{Time: base.Checkpoint.CreatedAt}
 	}
 	return out, ""
 }
@@ -169,11 +250,14 @@ func (r *rocksDBReconciler) recover(ctx context.Context, db *shalev1.RocksDB, st
 	case !apierrors.IsNotFound(err):
 		return err
 	}
-	if in.Store != nil && in.Access == "" && rec.TargetTime == nil && rec.TargetSequence == nil && !strings.Contains(rec.Database, "/") {
+	if in.Store != nil && in.Access == "" && !strings.Contains(rec.Database, "/") {
 		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		defer cancel()
 		loc, err := r.stores.open(ctx, dst, dst.Spec.Endpoint, in.Location+"/"+rec.Database)
-		if err == nil {
+		if target, _ := recoveryTarget(rec); err == nil && target != "" {
+			in.Archive, err = readArchiveWindow(ctx, loc)
+			in.Backups = in.Archive.Backups
+		} else if err == nil {
 			in.Backups, err = readBackups(ctx, loc, rec.Backup)
 		}
 		in.ReadErr = err
@@ -194,6 +278,10 @@ func (r *rocksDBReconciler) recover(ctx context.Context, db *shalev1.RocksDB, st
 		return nil
 	}); err != nil {
 		return err
+	}
+	if out.Target != "" {
+		r.recorder.Eventf(db, corev1.EventTypeNormal, eventBootstrapRestoring, "restoring %s to %s from %s/%s (base backup %s expected, sequence %d, then the archived logs): the first primary's init container writes it into %s", out.Database, out.Target, out.Location, out.Database, out.Backup, out.Sequence, store.DatabaseURL(own))
+		return nil
 	}
 	r.recorder.Eventf(db, corev1.EventTypeNormal, eventBootstrapRestoring, "restoring backup %s (sequence %d) from %s/%s: the first primary's init container writes it into %s", out.Backup, out.Sequence, out.Location, out.Database, store.DatabaseURL(own))
 	return nil

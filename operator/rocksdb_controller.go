@@ -322,6 +322,11 @@ func (r *rocksDBReconciler) reconcileWorkloads(ctx context.Context, db *shalev1.
 	if err := r.reconcileTiering(ctx, db, store, rep); err != nil {
 		return ctrl.Result{}, err
 	}
+	// Before the primary: its Pod is built from status.archive (archive.go).
+	archiveAfter, err := r.reconcileArchive(ctx, db, store)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	// Before the primary: its Pod mounts the Secrets. A failure is
 	// reported and the rest goes on (the Secrets issued before serve; a
 	// new Pod waits for a missing one).
@@ -331,6 +336,10 @@ func (r *rocksDBReconciler) reconcileWorkloads(ctx context.Context, db *shalev1.
 		err = certErr
 	}
 	res.RequeueAfter = requeueBy(res.RequeueAfter, renewAt, r.now())
+	if archiveAfter > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > archiveAfter) {
+		// Come back to read the archive's window.
+		res.RequeueAfter = archiveAfter
+	}
 	if again := certManagerRecheck + time.Second; failReason(certErr) == shalev1.ReasonCertificateManagerMissing && (res.RequeueAfter == 0 || res.RequeueAfter > again) {
 		// Nothing the operator watches changes when cert-manager is
 		// installed (its CRD): look again once the remembered "missing"

@@ -57,6 +57,9 @@ type Options struct {
 	// SecondaryStatusInterval is how often each database's secondaries
 	// are asked for their Status (status.secondaryStatus).
 	SecondaryStatusInterval time.Duration
+	// ArchiveInterval is how often the window of each database's
+	// continuous archive is read into status.archive.
+	ArchiveInterval time.Duration
 	// CompactorPollInterval is how often each CompactorPool's scheduler
 	// Stats are read (and its workers resized).
 	CompactorPollInterval time.Duration
@@ -116,6 +119,7 @@ func DefaultOptions() Options {
 		GCInterval:               time.Hour,
 		GCGrace:                  24 * time.Hour,
 		SecondaryStatusInterval:  30 * time.Second,
+		ArchiveInterval:          time.Minute,
 		CompactorPollInterval:    15 * time.Second,
 		CASecret:                 "shale-ca",
 		CAValidity:               87600 * time.Hour,

@@ -307,6 +307,9 @@ type ScheduledBackupList struct {
 
 // RecoverySource restores a backup into a new database
 // (spec.bootstrap.recovery).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.targetTime) || !has(self.targetSequence)",message="spec.bootstrap.recovery: give targetTime or targetSequence, not both"
+// +kubebuilder:validation:XValidation:rule="(!has(self.targetTime) && !has(self.targetSequence)) || self.backup == 'latest'",message="spec.bootstrap.recovery: a point-in-time restore (targetTime, targetSequence) picks its base backup: set backup: latest"
 type RecoverySource struct {
 	// BackupStore names the ObjectStore (in this namespace) holding the
 	// backup.
@@ -323,14 +326,17 @@ type RecoverySource struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=56
 	Backup string `json:"backup"`
-	// TargetTime (point-in-time restore): reserved; refused until the
-	// continuous archive is built (RFC 0011 steps 18-26).
+	// TargetTime restores the database as it was at this time (RFC 3339,
+	// whole seconds), from the archive (spec.backup.archive of the
+	// source): every write acknowledged before it, none after. Needs
+	// backup: latest (the restore picks the base backup). At most one of
+	// targetTime and targetSequence.
 	// +optional
 	TargetTime *metav1.Time `json:"targetTime,omitempty"`
-	// TargetSequence (point-in-time restore): reserved; refused until the
-	// continuous archive is built.
+	// TargetSequence restores the database as it was at this sequence
+	// number (as a Write returns it), from the archive: exact.
 	// +optional
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	TargetSequence *int64 `json:"targetSequence,omitempty"`
 }
 
@@ -348,6 +354,54 @@ type RecoveryStatus struct {
 	Sequence int64 `json:"sequence,omitempty"`
 	// +optional
 	Time *metav1.Time `json:"time,omitempty"`
+	// Target is the point-in-time target ("time T" or "sequence N"),
+	// when there is one; Backup is then the base the operator expects
+	// the restore to start from (the restore decides).
+	// +optional
+	Target string `json:"target,omitempty"`
+}
+
+// ArchiveStatus is a RocksDB's continuous archive: where it goes, and
+// what it makes recoverable.
+type ArchiveStatus struct {
+	// BackupStore, Location (the backup store's URL for this namespace)
+	// and Database (NAME-UID): where the archive goes, as the primary is
+	// told (--archive-to, --archive-database).
+	BackupStore string `json:"backupStore"`
+	// +optional
+	Location string `json:"location,omitempty"`
+	// +optional
+	Database string `json:"database,omitempty"`
+	// Endpoint is the backup store's endpoint when it is not the
+	// database's; CredentialsSecret its Secret when it is another.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// +optional
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+	// StartedAt is the archive's first start; CaughtUpAt: every log
+	// object stored before it is archived.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	CaughtUpAt *metav1.Time `json:"caughtUpAt,omitempty"`
+	// Gaps recorded (segments deleted before the archive had them): the
+	// window restarts at the first base backup after the last.
+	// +optional
+	Gaps int32 `json:"gaps,omitempty"`
+	// RecoverableFrom is the window's start: the checkpoint time of the
+	// oldest base backup taken after the archive started and after every
+	// gap (RecoverableFromBackup; none yet: take a Backup). A target time
+	// from there to CaughtUpAt can be restored.
+	// +optional
+	RecoverableFrom *metav1.Time `json:"recoverableFrom,omitempty"`
+	// +optional
+	RecoverableFromBackup string `json:"recoverableFromBackup,omitempty"`
+	// Checked is when the operator last read the archive.
+	// +optional
+	Checked *metav1.Time `json:"checked,omitempty"`
+	// Message says why the archive is not running or could not be read.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // LastBackup is a RocksDB's newest completed Backup.

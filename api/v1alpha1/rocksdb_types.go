@@ -114,6 +114,34 @@ type RocksDBSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
+
+	// Backup configures what the database's primaries do for backups:
+	// the continuous archive of its logs, for point-in-time restores
+	// (docs/backup.md, "On Kubernetes").
+	// +optional
+	Backup *DatabaseBackupSpec `json:"backup,omitempty"`
+}
+
+// DatabaseBackupSpec is spec.backup of a RocksDB.
+type DatabaseBackupSpec struct {
+	// Archive copies every acknowledged log segment of the database to a
+	// backup ObjectStore, continuously, where its Backups go: a
+	// bootstrap.recovery with a targetTime or targetSequence restores
+	// from there. Changing it rolls the primary (a switchover).
+	// +optional
+	Archive *ArchiveSpec `json:"archive,omitempty"`
+}
+
+// ArchiveSpec turns the continuous archive on.
+type ArchiveSpec struct {
+	// BackupStore names the ObjectStore (in this namespace) the archive
+	// goes to, under _backups/NAMESPACE/NAME-UID/archive/: the same
+	// location as this database's Backups to that store. A backup store
+	// that is not the database's own needs a credentials Secret (or the
+	// same serviceAccountName or instanceRole).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	BackupStore string `json:"backupStore"`
 }
 
 // BootstrapSpec is where a new database's data comes from. One source.
@@ -766,6 +794,12 @@ type RocksDBStatus struct {
 	// LastBackup is the newest Completed Backup of this database.
 	// +optional
 	LastBackup *LastBackup `json:"lastBackup,omitempty"`
+
+	// Archive is where the continuous archive goes (spec.backup.archive)
+	// and the window it makes recoverable, as last read from the backup
+	// store (once a minute).
+	// +optional
+	Archive *ArchiveStatus `json:"archive,omitempty"`
 
 	// FirstRecoverabilityPoint is the checkpoint time of the oldest
 	// Completed Backup of this database that is kept (its resource exists

@@ -549,6 +549,12 @@ func TestBootstrapImmutable(t *testing.T) {
 		{"recovery-and-clone", &shalev1.BootstrapSpec{CloneFrom: &shalev1.CloneSource{Database: "orders"},
 			Recovery: &shalev1.RecoverySource{BackupStore: "backups", Database: "orders-1", Backup: "latest"}}, "bootstrap needs exactly one source"},
 		{"recovery-no-backup", &shalev1.BootstrapSpec{Recovery: &shalev1.RecoverySource{BackupStore: "backups", Database: "orders-1"}}, "spec.bootstrap.recovery.backup"},
+		{"recovery-two-targets", &shalev1.BootstrapSpec{Recovery: &shalev1.RecoverySource{BackupStore: "backups", Database: "orders-1", Backup: "latest",
+			TargetTime: &metav1.Time{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, TargetSequence: ptr.To[int64](5)}}, "give targetTime or targetSequence, not both"},
+		{"recovery-target-of-an-id", &shalev1.BootstrapSpec{Recovery: &shalev1.RecoverySource{BackupStore: "backups", Database: "orders-1", Backup: "b1",
+			TargetSequence: ptr.To[int64](5)}}, "picks its base backup: set backup: latest"},
+		{"recovery-sequence-zero", &shalev1.BootstrapSpec{Recovery: &shalev1.RecoverySource{BackupStore: "backups", Database: "orders-1", Backup: "latest",
+			TargetSequence: ptr.To[int64](0)}}, "targetSequence"},
 		{"empty-path", from(""), "spec.bootstrap.fromExistingPath.path"},
 		{"leading-slash", from("/" + retained), "fromExistingPath.path must be the deleted RocksDB's status.storagePath"},
 		{"url", from("s3://shale/" + retained), "fromExistingPath.path must be"},
@@ -559,11 +565,12 @@ func TestBootstrapImmutable(t *testing.T) {
 }
 
 // Backups and ScheduledBackups: names that are backup ids, an immutable
-// Backup, a retention that says something, the samples accepted.
+// Backup, a retention that says something, the samples accepted (and the
+// point-in-time restore's).
 func TestBackupValidation(t *testing.T) {
 	env, ctx := start(t)
 	c := env.Client
-	for _, o := range env.Objects(t, samplesDir+"shale_v1alpha1_backup.yaml", samplesDir+"shale_v1alpha1_scheduledbackup.yaml") {
+	for _, o := range env.Objects(t, samplesDir+"shale_v1alpha1_backup.yaml", samplesDir+"shale_v1alpha1_scheduledbackup.yaml", samplesDir+"shale_v1alpha1_rocksdb_restore.yaml") {
 		o.SetNamespace("default")
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("sample %s refused: %v", o.GetName(), err)

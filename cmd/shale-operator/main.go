@@ -67,6 +67,7 @@ func run() int {
 	fs.DurationVar(&opts.GCGrace, "gc-grace", opts.GCGrace, "delete an orphaned database directory only when nothing in it changed for this long")
 	fs.BoolVar(&opts.GCDryRun, "gc-dry-run", false, "report orphaned database directories (events, metrics, log) without deleting them")
 	fs.DurationVar(&opts.SecondaryStatusInterval, "secondary-status-interval", opts.SecondaryStatusInterval, "how often each database's secondaries are asked for their replication state (status.secondaryStatus)")
+	fs.DurationVar(&opts.ArchiveInterval, "archive-interval", opts.ArchiveInterval, "how often the window of each database's continuous archive (spec.backup.archive) is read from its backup store into status.archive")
 	fs.DurationVar(&opts.CompactorPollInterval, "compactor-poll-interval", opts.CompactorPollInterval, "how often each CompactorPool's scheduler is asked for its queue (one gRPC call) and its workers resized")
 	fs.StringVar(&opts.Namespace, "operator-namespace", inClusterNamespace(), "the operator's own namespace, where its CA Secret lives and which its identity names (default: its service account's namespace in a cluster; required outside one)")
 	fs.StringVar(&opts.CASecret, "ca-secret", opts.CASecret, "Secret (in --operator-namespace) of the CA that signs every certificate the operator issues; made if missing")

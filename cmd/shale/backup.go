@@ -422,7 +422,17 @@ window (docs/backup.md, "Point-in-time restore").`,
 			defer cancel()
 			if pit {
 				rep, err := backup.RestoreToPoint(ctx, loc, t, target)
+				if resume && errors.Is(err, backup.ErrRestored) {
+					// A restarted init container (the operator's
+					// bootstrap.recovery with a target): this target's
+					// restore finished there.
+					fmt.Fprintf(c.OutOrStdout(), "%s of %s is restored in %s already\n", t, loc.Database, target.URL())
+					return jobreport.Write(bf.report, jobreport.Report{Command: "restore", ID: rep.Base})
+				}
 				if err != nil {
+					return err
+				}
+				if err := jobreport.Write(bf.report, jobreport.Report{Command: "restore", ID: rep.Base, Bytes: rep.Bytes + rep.WALBytes, Objects: int64(rep.Tables + rep.WALs), Sequence: rep.Last, Time: rep.LastTime}); err != nil {
 					return err
 				}
 				fmt.Fprintf(c.OutOrStdout(), "restored %s to %s into %s: backup %s (sequence %d), %d tables, %s, then %d archived WALs (%s) up to sequence %d; start it with: shale primary --db %s\n",
@@ -450,7 +460,7 @@ window (docs/backup.md, "Point-in-time restore").`,
 	c.Flags().StringVar(&into, "into", "", "the new database's `URL` (required; empty)")
 	c.Flags().StringVar(&targetTime, "target-time", "", "restore the database as it was at this `time` (RFC 3339), from the archive")
 	c.Flags().Var(uintValue{&targetSeq}, "target-sequence", "restore the database as it was at this sequence `number`, from the archive")
-	c.Flags().BoolVar(&resume, "resume", false, "succeed without writing when --into holds this backup's finished restore (a restarted init container); anything else there is still refused")
+	c.Flags().BoolVar(&resume, "resume", false, "succeed without writing when --into holds this backup's (or this target's) finished restore (a restarted init container); anything else there is still refused")
 	noFileCompletion(c, "into", "target-time", "target-sequence")
 	return c
 }

@@ -215,11 +215,27 @@ func TestPointInTimeCLI(t *testing.T) {
 		}
 	}
 	t.Logf("refused: %s", errOut)
-	code, out, errOut = shale("backup", "restore", "--to", to, "--database", "orders", "--target-sequence", fmt.Sprint(target), "--into", into)
+	report := filepath.Join(dir, "report.json")
+	code, out, errOut = shale("backup", "restore", "--to", to, "--database", "orders", "--target-sequence", fmt.Sprint(target), "--into", into, "--report", report)
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("up to sequence %d", target)) {
 		t.Fatalf("restore: %d %q %q", code, out, errOut)
 	}
 	t.Log(out)
+	if b, err := os.ReadFile(report); err != nil || !strings.Contains(string(b), fmt.Sprintf(`"sequence":%d`, target)) || !strings.Contains(string(b), `"id":"b1"`) {
+		t.Fatalf("restore --report: %q %v, want the base b1 and sequence %d", b, err, target)
+	}
+	// The operator's init container restarted after the restore: --resume
+	// succeeds on this target's finished restore; without it, or to
+	// another target, the directory is refused.
+	if code, out, errOut := shale("backup", "restore", "--to", to, "--database", "orders", "--target-sequence", fmt.Sprint(target), "--into", into, "--resume"); code != 0 || !strings.Contains(out, "restored in "+into+" already") {
+		t.Fatalf("restore --target-sequence --resume: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := shale("backup", "restore", "--to", to, "--database", "orders", "--target-sequence", fmt.Sprint(target), "--into", into); code == 0 || !strings.Contains(errOut, "restored already") {
+		t.Fatalf("restore again without --resume: %d %q, want refused", code, errOut)
+	}
+	if code, _, errOut := shale("backup", "restore", "--to", to, "--database", "orders", "--target-sequence", fmt.Sprint(target-1), "--into", into, "--resume"); code == 0 || !strings.Contains(errOut, "holds a restore of backup") {
+		t.Fatalf("restore to another target with --resume: %d %q, want refused", code, errOut)
+	}
 	// Prune keeps b1 (the newest) and prunes the archive below it.
 	code, out, errOut = shale("backup", "prune", "--to", to, "--database", "orders", "--keep-last", "1")
 	if code != 0 || !regexp.MustCompile(`archive: pruned [0-9]+ WAL versions .* where the window starts \(backup b1\)`).MatchString(out) {

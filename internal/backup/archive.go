@@ -27,10 +27,12 @@ type ArchiveConfig struct {
 	// Interval between passes when nothing wakes the archiver (250 ms).
 	Interval time.Duration
 	// Rate bounds the bytes copied per second (64 MiB/s).
-	Rate       int64
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
-	Now        func() time.Time
+	Rate int64
+	// CompactAfter: the index objects that make a merge (512).
+	CompactAfter int
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
+	Now          func() time.Time
 }
 
 // Archiver copies a database's log objects, claims, opened records and
@@ -59,17 +61,21 @@ type Archiver struct {
 	lastStat time.Time
 	lags     []time.Duration // for tests and benchmarks: recent lags
 
-	lim     limiter
-	lagHist prometheus.Histogram
-	gapsCtr prometheus.Counter
-	objsCtr prometheus.Counter
-	bytesCt prometheus.Counter
+	lim       limiter
+	lagHist   prometheus.Histogram
+	gapsCtr   prometheus.Counter
+	caughtUpG prometheus.Gauge
+	objsCtr   prometheus.Counter
+	bytesCt   prometheus.Counter
 }
 
 // OpenArchiver reads what the archive holds (its indexes and gaps), checks
 // the location is this database's (database.json), and records the
 // archive's first start. Start runs it.
 func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
+	if cfg.CompactAfter <= 0 {
+		cfg.CompactAfter = compactAfter
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 250 * time.Millisecond
 	}
@@ -90,10 +96,12 @@ func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300}})
 	a.gapsCtr = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_backup_archive_gaps_total",
 		Help: "Log objects deleted from the store before the archive had them; the recoverable window restarts at the next base backup."})
+	a.caughtUpG = prometheus.NewGauge(prometheus.GaugeOpts{Name: "shale_backup_archive_caught_up_timestamp_seconds",
+		Help: "Every log object the store held at this time is archived (archive/status.json's caughtUpAt): the end of the point-in-time window; a stuck archive stops it moving."})
 	a.objsCtr = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_backup_archive_objects_total", Help: "Objects copied into the archive."})
 	a.bytesCt = prometheus.NewCounter(prometheus.CounterOpts{Name: "shale_backup_archive_bytes_total", Help: "Bytes copied into the archive."})
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{a.lagHist, a.gapsCtr, a.objsCtr, a.bytesCt} {
+		for _, c := range []prometheus.Collector{a.lagHist, a.gapsCtr, a.objsCtr, a.bytesCt, a.caughtUpG} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register archive metrics: %w", err)
 			}
@@ -197,14 +205,33 @@ func (a *Archiver) Start() {
 		defer close(a.done)
 		t := time.NewTicker(a.cfg.Interval)
 		defer t.Stop()
+		var merging sync.WaitGroup
+		defer merging.Wait()
+		merged := make(chan struct{}, 1)
+		merged <- struct{}{} // a merge may start
 		for {
 			began := time.Now()
 			if err := a.Pass(ctx); err != nil && ctx.Err() == nil {
 				a.cfg.Logger.Warn("archive pass", "err", err)
 			}
-			if a.indexesWritten() >= compactAfter {
-				if err := a.CompactIndexes(ctx); err != nil && ctx.Err() == nil {
-					a.cfg.Logger.Warn("merge the archive's index objects", "err", err)
+			if a.indexesWritten() >= a.cfg.CompactAfter {
+				select {
+				case <-merged:
+					// Beside the passes, not between them: a merge reads
+					// and rewrites every index entry, which takes seconds
+					// once the archive is large, and a pass waiting for it
+					// lets the folding overtake the archive (the segments
+					// it folds are then archived only as one fold, which
+					// a time target cannot cut).
+					merging.Add(1)
+					go func() {
+						defer merging.Done()
+						defer func() { merged <- struct{}{} }()
+						if err := a.CompactIndexes(ctx); err != nil && ctx.Err() == nil {
+							a.cfg.Logger.Warn("merge the archive's index objects", "err", err)
+						}
+					}()
+				default: // one is running
 				}
 			}
 			select {
@@ -295,7 +322,9 @@ func (a *Archiver) CompactIndexes(ctx context.Context) error {
 		return fmt.Errorf("delete merged archive indexes: %w", err)
 	}
 	a.mu.Lock()
-	a.written = 0
+	// Passes may have written more while this merged (they are left for
+	// the next merge).
+	a.written = max(0, a.written-len(keys)) + 1
 	a.mu.Unlock()
 	return nil
 }
@@ -562,6 +591,7 @@ func (a *Archiver) Pass(ctx context.Context) (err error) {
 	}
 	a.mu.Lock()
 	a.caughtUp = listedAt
+	a.caughtUpG.Set(float64(listedAt.UnixNano()) / 1e9)
 	due := len(entries) > 0 || len(gaps) > 0 || a.cfg.Now().Sub(a.lastStat) >= 5*time.Second
 	st := ArchiveStatus{CaughtUpAt: listedAt, Epoch: a.cfg.Epoch, Objects: a.objects, Gaps: a.gaps}
 	a.mu.Unlock()

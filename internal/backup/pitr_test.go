@@ -13,9 +13,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/backup"
@@ -433,7 +436,8 @@ func TestArchiveGapReported(t *testing.T) {
 	checkpoint(t, p.kv, "c1")
 	write(t, p.kv, 0, 3000, "v1") // three segments of one WAL
 	ctx := context.Background()
-	a, err := backup.OpenArchiver(ctx, backup.ArchiveConfig{Source: src, To: loc, Epoch: p.srv.Epoch()})
+	reg := prometheus.NewRegistry()
+	a, err := backup.OpenArchiver(ctx, backup.ArchiveConfig{Source: src, To: loc, Epoch: p.srv.Epoch(), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,6 +468,14 @@ func TestArchiveGapReported(t *testing.T) {
 		t.Fatalf("gaps %+v (status %d) after deleting %s", gaps, a.Status().Gaps, wal)
 	}
 	t.Logf("gap: %+v", gaps[0])
+	// The alerts' series (charts: ShaleArchiveGap, ShaleArchiveLagging):
+	// the gap counted, and the window's end at the pass's listing.
+	if n := metricValue(t, reg, "shale_backup_archive_gaps_total"); n != 1 {
+		t.Errorf("shale_backup_archive_gaps_total %v, want 1", n)
+	}
+	if got, want := metricValue(t, reg, "shale_backup_archive_caught_up_timestamp_seconds"), float64(a.Status().CaughtUpAt.UnixNano())/1e9; got != want || want < 1 {
+		t.Errorf("shale_backup_archive_caught_up_timestamp_seconds %v, want caughtUpAt %v", got, want)
+	}
 	// A second pass does not report it again.
 	if err := a.Pass(ctx); err != nil {
 		t.Fatal(err)
@@ -478,6 +490,26 @@ func TestArchiveGapReported(t *testing.T) {
 		t.Fatalf("a restore with a gap after its only base: %v", err)
 	}
 	t.Logf("refused: %v", err)
+}
+
+// metricValue is the value of a registered counter or gauge.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			if m := mf.GetMetric()[0]; m.Counter != nil {
+				return m.Counter.GetValue()
+			} else if m.Gauge != nil {
+				return m.Gauge.GetValue()
+			}
+		}
+	}
+	t.Fatalf("no counter or gauge %s registered", name)
+	return 0
 }
 
 // zombieWAL stores, in src, segment 1 of a new WAL of epoch e (numbered
@@ -773,4 +805,107 @@ func archivedRefOf(key string) (layout.VersionRef, bool) {
 		return layout.VersionRef{Name: name, Epoch: e}, true
 	}
 	return layout.VersionRef{}, false
+}
+
+// heldMerge is a backup store whose deletes of archive index objects (a
+// merge's last step) wait until released.
+type heldMerge struct {
+	objstore.Store
+	held     chan struct{} // closed when a merge's delete is waiting
+	release  chan struct{}
+	heldOnce sync.Once
+}
+
+func (h *heldMerge) DeleteMany(ctx context.Context, keys []string) error {
+	if len(keys) > 0 && strings.HasPrefix(keys[0], backup.ArchiveIndexPrefix) {
+		h.heldOnce.Do(func() { close(h.held) })
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return h.Store.DeleteMany(ctx, keys)
+}
+
+// A merge of the archive's index objects runs beside the passes: while
+// one is held (its delete waits), new writes are still archived. With the
+// merge between passes, the archive stops for as long as a merge takes
+// (seconds once the index is large), and the folding overtakes it: the
+// e2e step pitr was refused "only as one fold (the archive was behind)".
+func TestArchiveMergeDoesNotStopPasses(t *testing.T) {
+	minio(t)
+	const db = "s3://src/orders"
+	src, bak := open(t, db), open(t, "s3://bak/shale/orders")
+	p := startPrimary(t, db)
+	ctx := context.Background()
+	hm := &heldMerge{Store: bak, held: make(chan struct{}), release: make(chan struct{})}
+	a, err := backup.OpenArchiver(ctx, backup.ArchiveConfig{Source: src, To: backup.Location{Store: hm, Database: "orders"}, Epoch: p.srv.Epoch(), CompactAfter: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	defer a.Stop()
+	released := false
+	defer func() {
+		if !released {
+			close(hm.release)
+		}
+	}()
+	var h history
+	for i := 0; ; i++ {
+		h.fill(t, p.kv, fmt.Sprintf("w%03d-", i), 5)
+		select {
+		case <-hm.held:
+		case <-time.After(50 * time.Millisecond):
+			if i < 1000 {
+				continue
+			}
+			t.Fatal("no merge of the archive's index objects started")
+		}
+		break
+	}
+	// A merge waits in its delete: writes go on and reach the archive.
+	before := a.Status().Objects
+	h.fill(t, p.kv, "during-", 20)
+	want := map[string]bool{}
+	for _, k := range logKeys(t, src) {
+		want[k] = true
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got := archivedKeys(t, bak)
+		missing := 0
+		for k := range want {
+			if got[k] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("while a merge waits, %d of %d log objects are not archived (%d objects copied before it, %d now)", missing, len(want), before, a.Status().Objects)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(hm.release)
+	released = true
+	a.Stop()
+	// Every entry once the merge finished (readers take an entry named
+	// twice once): a restore to the last write holds them all.
+	loc := location(t, bak)
+	checkpoint(t, p.kv, "c1")
+	create(t, src, loc, "b1", "c1")
+	h.fill(t, p.kv, "after-", 5)
+	a2, err := backup.OpenArchiver(ctx, backup.ArchiveConfig{Source: src, To: loc, Epoch: p.srv.Epoch()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := h.writes[len(h.writes)-1]
+	state, _ := restoreAndRead(t, loc, backup.Target{Sequence: last.seq}, "s3://src/r1")
+	sameState(t, "restored after a merge beside the passes", state, h.want(nil, func(ack) bool { return true }))
 }
