@@ -95,7 +95,10 @@ func backoffDelay(n int32, base, max time.Duration) time.Duration {
 // it) says nothing about the next primary.
 func countsAsFailure(reason string) bool {
 	switch reason {
-	case shalev1.ReasonPrimaryFailed, shalev1.ReasonPrimaryExited, shalev1.ReasonPrimaryNotReady, shalev1.ReasonStartTimeout:
+	case shalev1.ReasonPrimaryFailed, shalev1.ReasonPrimaryExited, shalev1.ReasonPrimaryNotReady, shalev1.ReasonStartTimeout,
+		// Counted so that a partial partition (the operator cut off from
+		// a primary that is fine) costs one failover, then backoff.
+		shalev1.ReasonPrimaryUnreachable:
 		return true
 	}
 	return false

@@ -97,14 +97,14 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 	epoch := db.Status.Epoch
 	var err error
 	now := r.now()
-	d := decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch), now, r.opts.FailoverGrace, r.opts.StartupGrace)
+	d := decideFailover(r.observePrimary(pod, db, epoch, now), now, r.opts.FailoverGrace, r.opts.StartupGrace)
 	if d.Action == actionFailover {
 		// Never fail over on the cache's word: read the Pod from the API
 		// server and decide again.
 		if pod, err = r.primaryPod(ctx, db, epoch, true); err != nil {
 			return ctrl.Result{}, err
 		}
-		d = decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch), now, r.opts.FailoverGrace, r.opts.StartupGrace)
+		d = decideFailover(r.observePrimary(pod, db, epoch, now), now, r.opts.FailoverGrace, r.opts.StartupGrace)
 	}
 	if d.Reason != shalev1.ReasonPrimaryReady {
 		r.pruneFailedPrimaries(ctx, db, epoch)
@@ -134,6 +134,16 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 	}
 	rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, fmt.Sprintf("primary %s (epoch %d) is starting", pod.Name, epoch))
 	return ctrl.Result{RequeueAfter: d.RecheckAfter}, nil
+}
+
+// observePrimary is observePrimary with the operator's own probes of the
+// Pod (RFC 0015).
+func (r *rocksDBReconciler) observePrimary(pod *corev1.Pod, db *shalev1.RocksDB, epoch int64, now time.Time) primaryState {
+	p := observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch)
+	if pod != nil {
+		p.Unreachable, p.UnreachableSince, _ = r.liveness.verdict(pod.UID, now)
+	}
+	return p
 }
 
 // recordCreated records, the first time a primary is seen ready, where the
