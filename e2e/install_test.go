@@ -26,7 +26,7 @@ import (
 // the steps finish in minutes.
 func (s *suite) chartArgs() []string {
 	p := s.cfg.imagePrefix
-	return []string{
+	args := []string{
 		"--set-string", "imageTag=" + s.cfg.imageTag, // a revision of digits only is a string too
 		"--set", "operator.image.repository=" + p + "/shale-operator",
 		"--set", "operator.shaleImage.repository=" + p + "/shale",
@@ -43,6 +43,17 @@ func (s *suite) chartArgs() []string {
 		"--set", "operator.gc.grace=20s",
 		"--set", "operator.logLevel=debug",
 	}
+	if len(s.nodes) > 1 {
+		// Several nodes: the operator and MinIO stay on the control
+		// plane (tolerating its taint), which no step stops; the
+		// databases run on the workers (make e2e-nodes).
+		for _, who := range []string{"operator", "demo.minio"} {
+			args = append(args,
+				"--set-json", who+`.nodeSelector={"`+controlPlaneLabel+`":""}`,
+				"--set-json", who+`.tolerations=[{"key":"`+controlPlaneLabel+`","operator":"Exists","effect":"NoSchedule"}]`)
+		}
+	}
+	return args
 }
 
 // minioStorageClass names the PersistentVolume minioVolume makes for the

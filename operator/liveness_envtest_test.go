@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -101,6 +102,13 @@ func testUnreachablePrimary(h *harness) {
 	}
 	if f := db.Status.PrimaryFailures; f == nil || f.Count != 1 {
 		t.Errorf("status.primaryFailures %+v: an unreachable primary counts as a failure (the backoff bounds a partial partition)", f)
+	}
+	// The new primary avoids the node that did not answer: until the
+	// node controller notices, a dead node still looks schedulable.
+	next := h.waitPod(ns, "orders-primary-2")
+	if a := next.Spec.Affinity; a == nil || a.NodeAffinity == nil || len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		!slices.Equal(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].Preference.MatchFields[0].Values, []string{"node-a"}) {
+		t.Errorf("the new primary's affinity %+v: want a preference for any node but node-a", next.Spec.Affinity)
 	}
 	if u := h.db(ns, "users"); u.Status.Epoch != 1 {
 		t.Errorf("users, which answered, went to epoch %d", u.Status.Epoch)
