@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"os"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,13 @@ func (s *suite) chartArgs() []string {
 		"--set", "operator.gc.interval=5s",
 		"--set", "operator.gc.grace=20s",
 		"--set", "operator.logLevel=debug",
+	}
+	// E2E_HELM_SET: more --set values, separated by commas (a baseline
+	// run with operator.livenessProbeInterval=0s, say).
+	for _, kv := range strings.Split(os.Getenv("E2E_HELM_SET"), ",") {
+		if kv = strings.TrimSpace(kv); kv != "" {
+			args = append(args, "--set", kv)
+		}
 	}
 	if len(s.nodes) > 1 {
 		// Several nodes: the operator and MinIO stay on the control
