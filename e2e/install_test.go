@@ -3,8 +3,8 @@
 package e2e
 
 import (
-	"os"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
