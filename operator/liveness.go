@@ -266,6 +266,7 @@ func (p *livenessProber) round(ctx context.Context) error {
 	}
 	type result struct {
 		answered, serving bool
+		err               error
 		at                time.Time
 	}
 	results := make([]result, len(ts))
@@ -282,10 +283,7 @@ func (p *livenessProber) round(ctx context.Context) error {
 			c, cancel := context.WithTimeout(ctx, livenessTimeout)
 			serving, err := p.check(c, conn)
 			cancel()
-			if err != nil {
-				p.log.V(1).Info("probe failed", "addr", t.addr, "err", err)
-			}
-			results[i] = result{answered: err == nil, serving: serving, at: p.now()}
+			results[i] = result{answered: err == nil, serving: serving, err: err, at: p.now()}
 		}()
 	}
 	wg.Wait()
@@ -314,6 +312,7 @@ func (p *livenessProber) round(ctx context.Context) error {
 			rec.LastSuccess, rec.FailingSince = res.at, time.Time{}
 		} else if rec.FailingSince.IsZero() {
 			rec.FailingSince = res.at
+			p.log.V(1).Info("probe failed", "addr", t.addr, "node", t.node, "serving", res.serving, "err", res.err)
 		}
 	}
 	now := p.now()
