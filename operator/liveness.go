@@ -96,7 +96,9 @@ type probeTarget struct {
 	uid  types.UID
 	addr string
 	node string
-	dial grpc.DialOption
+	// dial makes the transport option, only when a connection is made
+	// (kept connections are reused: no certificate work per probe).
+	dial func() (grpc.DialOption, error)
 	// db is the database whose primary this is (empty for a witness).
 	db types.NamespacedName
 }
@@ -218,12 +220,9 @@ func (p *livenessProber) targets(ctx context.Context) ([]probeTarget, error) {
 		if why != "" {
 			continue
 		}
-		dial, err := p.dial(ctx, db, db.ServiceName())
-		if err != nil {
-			continue
-		}
 		key := client.ObjectKeyFromObject(db)
-		out = append(out, probeTarget{uid: pod.UID, addr: addr, node: pod.Spec.NodeName, dial: dial, db: key})
+		out = append(out, probeTarget{uid: pod.UID, addr: addr, node: pod.Spec.NodeName, db: key,
+			dial: func() (grpc.DialOption, error) { return p.dial(ctx, db, db.ServiceName()) }})
 		if !p.failing(pod.UID) {
 			continue
 		}
@@ -232,10 +231,7 @@ func (p *livenessProber) targets(ctx context.Context) ([]probeTarget, error) {
 			client.MatchingLabels{shalev1.LabelRocksDB: db.Name, shalev1.LabelRole: shalev1.RoleSecondary}); err != nil {
 			continue
 		}
-		roDial, err := p.dial(ctx, db, db.ReadOnlyServiceName())
-		if err != nil {
-			continue
-		}
+		roDial := func() (grpc.DialOption, error) { return p.dial(ctx, db, db.ReadOnlyServiceName()) }
 		n := 0
 		for j := range secs.Items {
 			s := &secs.Items[j]
@@ -361,7 +357,11 @@ func (p *livenessProber) conn(t probeTarget) (*grpc.ClientConn, error) {
 	// Reconnect within a probe period: grpc's default backoff (up to
 	// 2 minutes) would let a connection broken for a moment look like a
 	// dead server for longer than the grace.
-	conn, err := grpc.NewClient(t.addr, t.dial, grpc.WithConnectParams(grpc.ConnectParams{
+	dial, err := t.dial()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(t.addr, dial, grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: p.every},
 		MinConnectTimeout: livenessTimeout,
 	}))
