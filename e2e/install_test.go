@@ -55,6 +55,10 @@ func (s *suite) chartArgs() []string {
 		// Several nodes: the operator and MinIO stay on the control
 		// plane (tolerating its taint), which no step stops; the
 		// databases run on the workers (make e2e-nodes).
+		// Unreachable primaries in a row wait the failover backoff (RFC
+		// 0015); node-loss freezes node after node, waiting each time
+		// for the row to clear: 20 s of readiness, not 5 minutes.
+		args = append(args, "--set", "operator.failoverBackoff=10s", "--set", "operator.failoverBackoffMax=20s")
 		for _, who := range []string{"operator", "demo.minio"} {
 			args = append(args,
 				"--set-json", who+`.nodeSelector={"`+controlPlaneLabel+`":""}`,

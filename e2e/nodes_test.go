@@ -226,6 +226,14 @@ func stepNodeLoss(t *testing.T, s *suite) {
 }
 
 func (s *suite) nodeLoss(t *testing.T, addr string, i int) time.Duration {
+	// An unreachable primary right after another one waits the failover
+	// backoff (RFC 0015: what bounds a partition that keeps coming back):
+	// each run starts once the row of failures is cleared (the primary
+	// ready for --failover-backoff-max, 20 s in this cluster).
+	eventually(t, 3*time.Minute, "the failures in a row to clear", func() (bool, string) {
+		db := s.rocksDB(t, s.db)
+		return db.Status.PrimaryFailures == nil, failures(db)
+	})
 	db := s.waitReady(t, s.db, 1, 3*time.Minute)
 	epoch := db.Status.Epoch
 	node, old := s.primaryNode(t)

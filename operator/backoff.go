@@ -241,9 +241,13 @@ func lastLine(s string) string {
 // then died (killed, crashed, its node lost) is what failover is for, and
 // is replaced at once however recently the one before it failed. Not when
 // it was killed for its memory: a limit the workload exceeds is exceeded
-// again by the next primary, typically once it is ready and serving.
+// again by the next primary, typically once it is ready and serving. Nor
+// when the operator's own probes found it unreachable (RFC 0015): every
+// such primary was ready, and a partition between the operator and the
+// primaries' nodes that keeps coming back would otherwise fail over at
+// once each time; in a row, the second waits the backoff.
 func startsNewRow(wasReady bool, reason string) bool {
-	return wasReady && reason != shalev1.ReasonOOMKilled
+	return wasReady && reason != shalev1.ReasonOOMKilled && reason != shalev1.ReasonPrimaryUnreachable
 }
 
 // addFailure returns the failures with f added (once per epoch); newRow

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -19,6 +21,17 @@ import (
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/auth"
 )
+
+// TestOperatorUnreachablePrimary runs testUnreachablePrimary on an
+// operator of its own: one whose failures in a row are kept for a minute
+// of readiness (the shared harness clears them after a second), so that
+// two unreachable primaries in a row can be seen counted as such.
+func TestOperatorUnreachablePrimary(t *testing.T) {
+	opts := testOptions()
+	opts.FailoverBackoffMax = time.Minute
+	h := startOperatorWith(t, opts)
+	testUnreachablePrimary(h.with(t))
+}
 
 // testUnreachablePrimary (RFC 0015): two databases whose primaries run on
 // two nodes and serve their health service over TLS, as Shale's do. One
@@ -36,9 +49,9 @@ func testUnreachablePrimary(h *harness) {
 
 	// serve plays a primary on node: Pod bound there, its health
 	// service on a loopback address with the database's certificate.
-	serve := func(db, node string) (*grpc.Server, *countingHealth) {
+	serve := func(db string, epoch int, node string) (*grpc.Server, *countingHealth) {
 		t.Helper()
-		name := db + "-primary-1"
+		name := fmt.Sprintf("%s-primary-%d", db, epoch)
 		pod := h.waitPod(ns, name)
 		if err := h.c.SubResource("binding").Create(h.ctx, pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: node}}); err != nil {
 			t.Fatalf("binding %s to %s: %v", name, node, err)
@@ -69,8 +82,8 @@ func testUnreachablePrimary(h *harness) {
 		}
 		return srv, hs
 	}
-	ordersSrv, ordersHealth := serve("orders", "node-a")
-	serve("users", "node-b")
+	ordersSrv, ordersHealth := serve("orders", 1, "node-a")
+	serve("users", 1, "node-b")
 	for _, name := range []string{"orders", "users"} {
 		h.waitDB(ns, name, "ready", func(db *shalev1.RocksDB) (bool, string) {
 			return db.Status.Phase == shalev1.PhaseReady && db.Status.ReadyEpoch == 1, fmt.Sprintf("phase %s", db.Status.Phase)
@@ -113,6 +126,23 @@ func testUnreachablePrimary(h *harness) {
 	if u := h.db(ns, "users"); u.Status.Epoch != 1 {
 		t.Errorf("users, which answered, went to epoch %d", u.Status.Epoch)
 	}
+
+	// The successor is lost the same way: a second unreachable primary
+	// in a row counts as the second failure (the backoff bounds what a
+	// partition that keeps coming back costs), not as a new row.
+	nextSrv, nextHealth := serve("orders", 2, "node-c")
+	h.waitDB(ns, "orders", "ready at epoch 2", func(db *shalev1.RocksDB) (bool, string) {
+		return db.Status.Phase == shalev1.PhaseReady && db.Status.ReadyEpoch == 2, fmt.Sprintf("phase %s", db.Status.Phase)
+	})
+	eventually(t, "the operator to probe orders' second primary", func() (bool, string) {
+		n := nextHealth.checks.Load()
+		return n > 0, fmt.Sprintf("%d health checks", n)
+	})
+	nextSrv.Stop()
+	h.waitDB(ns, "orders", "failed over again, second in a row", func(db *shalev1.RocksDB) (bool, string) {
+		f := db.Status.PrimaryFailures
+		return db.Status.Epoch == 3 && f != nil && f.Count == 2, fmt.Sprintf("epoch %d, failures %+v", db.Status.Epoch, f)
+	})
 }
 
 // countingHealth is a health service that counts the checks it answers.

@@ -41,7 +41,6 @@ func TestOperator(t *testing.T) {
 	t.Run("Disruptions", func(t *testing.T) { testDisruptions(h.with(t)) })
 	t.Run("Switchover", func(t *testing.T) { testSwitchover(h.with(t)) })
 	t.Run("Hold", func(t *testing.T) { testHold(h.with(t)) })
-	t.Run("UnreachablePrimary", func(t *testing.T) { testUnreachablePrimary(h.with(t)) })
 }
 
 const samplesNS = "samples"
