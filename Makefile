@@ -20,7 +20,7 @@ export CGO_LDFLAGS := $(shell hack/rocksdb.sh --ldflags)
 
 .PHONY: help deps rocksdb rocksdb-tools build test stress bench-storage bench-served bench-load bench-knobs bench-idle bench-takeover bench-compaction bench-secondary bench-tiering bench-remote-reads bench-durable bench-clone bench-backup bench-operator bench-archive-lag dev generate lint clean
 .PHONY: docker k8s-binaries envtest-assets kind-node-image images kind-up kind-down kind-load kind-smoke
-.PHONY: helm helm-lint chart-sync e2e
+.PHONY: helm helm-lint chart-sync e2e e2e-nodes
 
 # Kubernetes tooling is built from Go modules into a cache outside the repo
 # (hack/k8s-binaries.sh); envtest finds kube-apiserver and etcd here.
@@ -29,6 +29,9 @@ KIND_CLUSTER ?= shale
 export KIND_CLUSTER
 # make e2e runs on a cluster of its own, so it never touches yours.
 E2E_CLUSTER ?= shale-e2e
+# make e2e-nodes: a cluster of three nodes (a control plane, which keeps its
+# taint and runs the operator and MinIO, and two workers for the databases).
+E2E_NODES_CLUSTER ?= shale-nodes
 HELM = $(shell hack/k8s-binaries.sh --print helm)
 
 help: ## list targets
@@ -166,6 +169,10 @@ helm-lint: helm ## charts/shale: in sync with config/, helm lint, helm template 
 e2e: ## kind cluster shale-e2e (E2E_CLUSTER) with fresh images, then the end-to-end suite (E2E_FOCUS=label runs a subset); not part of make test
 	$(MAKE) --no-print-directory kind-up KIND_CLUSTER=$(E2E_CLUSTER)
 	KIND_CLUSTER=$(E2E_CLUSTER) hack/e2e.sh
+
+e2e-nodes: ## kind cluster shale-nodes (E2E_NODES_CLUSTER: control plane + 2 workers), then the node steps: drain and node loss (E2E_FOCUS=nodes); not part of make e2e
+	$(MAKE) --no-print-directory kind-up KIND_CLUSTER=$(E2E_NODES_CLUSTER) KIND_WORKERS=2
+	KIND_CLUSTER=$(E2E_NODES_CLUSTER) E2E_FOCUS=$${E2E_FOCUS:-nodes} hack/e2e.sh
 
 clean: ## remove built binaries (never data: DEV_DATA is kept)
 	rm -rf $(BIN)/shale $(BIN)/shale-operator

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ import (
 // the steps finish in minutes.
 func (s *suite) chartArgs() []string {
 	p := s.cfg.imagePrefix
-	return []string{
+	args := []string{
 		"--set-string", "imageTag=" + s.cfg.imageTag, // a revision of digits only is a string too
 		"--set", "operator.image.repository=" + p + "/shale-operator",
 		"--set", "operator.shaleImage.repository=" + p + "/shale",
@@ -43,6 +44,28 @@ func (s *suite) chartArgs() []string {
 		"--set", "operator.gc.grace=20s",
 		"--set", "operator.logLevel=debug",
 	}
+	// E2E_HELM_SET: more --set values, separated by commas (a baseline
+	// run with operator.livenessProbeInterval=0s, say).
+	for _, kv := range strings.Split(os.Getenv("E2E_HELM_SET"), ",") {
+		if kv = strings.TrimSpace(kv); kv != "" {
+			args = append(args, "--set", kv)
+		}
+	}
+	if len(s.nodes) > 1 {
+		// Several nodes: the operator and MinIO stay on the control
+		// plane (tolerating its taint), which no step stops; the
+		// databases run on the workers (make e2e-nodes).
+		// Unreachable primaries in a row wait the failover backoff (RFC
+		// 0015); node-loss freezes node after node, waiting each time
+		// for the row to clear: 20 s of readiness, not 5 minutes.
+		args = append(args, "--set", "operator.failoverBackoff=10s", "--set", "operator.failoverBackoffMax=20s")
+		for _, who := range []string{"operator", "demo.minio"} {
+			args = append(args,
+				"--set-json", who+`.nodeSelector={"`+controlPlaneLabel+`":""}`,
+				"--set-json", who+`.tolerations=[{"key":"`+controlPlaneLabel+`","operator":"Exists","effect":"NoSchedule"}]`)
+		}
+	}
+	return args
 }
 
 // minioStorageClass names the PersistentVolume minioVolume makes for the

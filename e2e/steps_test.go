@@ -32,4 +32,7 @@ var steps = []step{
 	{name: "hibernate", labels: []string{"hibernate", "fencing", "plugin"}, run: stepHibernate},
 	// Last: the dashboard's series exist once the steps above produced them.
 	{name: "metrics", labels: []string{"metrics", "chart"}, run: stepMetrics},
+	// A cluster of several nodes only (make e2e-nodes); opt-in.
+	{name: "drain", labels: []string{"nodes", "drain"}, run: stepDrain, optIn: true},
+	{name: "node-loss", labels: []string{"nodes", "node-loss"}, run: stepNodeLoss, optIn: true},
 }

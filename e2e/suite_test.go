@@ -46,6 +46,9 @@ type config struct {
 	// focus is E2E_FOCUS split at commas; empty runs every step.
 	focus        []string
 	failoverRuns int
+	// nodeLossRuns is how many times the node-loss step freezes the
+	// primary's node (E2E_NODE_LOSS_RUNS).
+	nodeLossRuns int
 	artifacts    string
 }
 
@@ -84,6 +87,10 @@ func loadConfig() (config, error) {
 	if err != nil || c.failoverRuns < 1 {
 		return c, fmt.Errorf("E2E_FAILOVER_RUNS=%q: want a positive number", os.Getenv("E2E_FAILOVER_RUNS"))
 	}
+	c.nodeLossRuns, err = strconv.Atoi(env("E2E_NODE_LOSS_RUNS", "3"))
+	if err != nil || c.nodeLossRuns < 1 {
+		return c, fmt.Errorf("E2E_NODE_LOSS_RUNS=%q: want a positive number", os.Getenv("E2E_NODE_LOSS_RUNS"))
+	}
 	var missing []string
 	for name, v := range map[string]string{"KUBECONFIG": c.kubeconfig, "HELM": c.helm, "KUBECTL": c.kubectl, "E2E_IMAGE_TAG": c.imageTag, "E2E_UPGRADE_TAG": c.upgradeTag} {
 		if v == "" {
@@ -121,6 +128,9 @@ type suite struct {
 	operatorSeries map[string]bool
 	// failovers are the measurements of the failover step, for the summary.
 	failovers map[string][]failoverRun
+	// nodes are the cluster's nodes (more than one: the operator and MinIO
+	// are kept on the control plane, chartArgs).
+	nodes []string
 }
 
 const (
@@ -167,11 +177,14 @@ type step struct {
 	name   string
 	labels []string
 	run    func(t *testing.T, s *suite)
+	// optIn: only when E2E_FOCUS names it or one of its labels, never in
+	// the default run.
+	optIn bool
 }
 
 func (st step) selected(focus []string) bool {
 	if len(focus) == 0 {
-		return true
+		return !st.optIn
 	}
 	for _, f := range focus {
 		if f == st.name || slices.Contains(st.labels, f) {
@@ -201,7 +214,8 @@ func TestE2E(t *testing.T) {
 			t.Fatalf("E2E_FOCUS names %q, which is no step or label; known: %s", f, strings.Join(labels, ", "))
 		}
 	}
-	t.Logf("cluster node %s, images tagged %s, namespace %s, artifacts in %s", s.cfg.node, s.cfg.imageTag, s.cfg.namespace, s.cfg.artifacts)
+	s.nodes = s.nodeNames(t)
+	t.Logf("cluster nodes %v (control plane %s), images tagged %s, namespace %s, artifacts in %s", s.nodes, s.cfg.node, s.cfg.imageTag, s.cfg.namespace, s.cfg.artifacts)
 	s.prepareNode(t)
 
 	type result struct{ name, outcome string }

@@ -5,6 +5,8 @@
 #
 #   E2E_FOCUS=failover,gc   run only the steps with these labels (after install)
 #   E2E_FAILOVER_RUNS=5     failovers measured per kind (pod deletion, SIGKILL)
+#   E2E_HELM_SET=a=b,c=d   more helm --set values for the release (a baseline
+#                           run: operator.livenessProbeInterval=0s)
 #   E2E_KEEP_CLUSTER=1      keep the cluster after a passing run (a failing run
 #                           always keeps it, for a look)
 #   E2E_TIMEOUT=90m         go test -timeout

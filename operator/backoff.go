@@ -95,7 +95,10 @@ func backoffDelay(n int32, base, max time.Duration) time.Duration {
 // it) says nothing about the next primary.
 func countsAsFailure(reason string) bool {
 	switch reason {
-	case shalev1.ReasonPrimaryFailed, shalev1.ReasonPrimaryExited, shalev1.ReasonPrimaryNotReady, shalev1.ReasonStartTimeout:
+	case shalev1.ReasonPrimaryFailed, shalev1.ReasonPrimaryExited, shalev1.ReasonPrimaryNotReady, shalev1.ReasonStartTimeout,
+		// Counted so that a partial partition (the operator cut off from
+		// a primary that is fine) costs one failover, then backoff.
+		shalev1.ReasonPrimaryUnreachable:
 		return true
 	}
 	return false
@@ -250,9 +253,13 @@ func lastLine(s string) string {
 // then died (killed, crashed, its node lost) is what failover is for, and
 // is replaced at once however recently the one before it failed. Not when
 // it was killed for its memory: a limit the workload exceeds is exceeded
-// again by the next primary, typically once it is ready and serving.
+// again by the next primary, typically once it is ready and serving. Nor
+// when the operator's own probes found it unreachable (RFC 0015): every
+// such primary was ready, and a partition between the operator and the
+// primaries' nodes that keeps coming back would otherwise fail over at
+// once each time; in a row, the second waits the backoff.
 func startsNewRow(wasReady bool, reason string) bool {
-	return wasReady && reason != shalev1.ReasonOOMKilled
+	return wasReady && reason != shalev1.ReasonOOMKilled && reason != shalev1.ReasonPrimaryUnreachable
 }
 
 // addFailure returns the failures with f added (once per epoch); newRow

@@ -158,6 +158,9 @@ func TestStartsNewRow(t *testing.T) {
 		{true, shalev1.ReasonPrimaryNotReady, true}, // its node lost
 		{true, shalev1.ReasonPrimaryFailed, true},
 		{true, shalev1.ReasonOOMKilled, false}, // the next one exceeds the limit too
+		// The operator's probes (RFC 0015): ready, but a row all the same,
+		// so a recurring partial partition waits the backoff.
+		{true, shalev1.ReasonPrimaryUnreachable, false},
 		{false, shalev1.ReasonPrimaryCrashed, false},
 		{false, shalev1.ReasonImagePullFailed, false},
 		{false, shalev1.ReasonBadCredentials, false},

@@ -41,6 +41,13 @@ type primaryState struct {
 	NotReadySince time.Time
 	// Created is the Pod's creation time.
 	Created time.Time
+	// Unreachable: the operator's own probes of the primary's health have
+	// had no SERVING answer for the grace while it reached a server on
+	// another node (probeVerdict, RFC 0015); UnreachableSince is the last
+	// answer. Kubernetes may still call the Pod Ready: a node that died
+	// reports nothing until the node controller's 40 s are up.
+	Unreachable      bool
+	UnreachableSince time.Time
 }
 
 // failoverAction is what to do about the primary.
@@ -80,7 +87,8 @@ type failoverDecision struct {
 //     store, crash-looping). A terminating Pod is not waited for: its
 //     replacement's higher epoch fences it, and waiting out its grace
 //     period would only lengthen the outage.
-//   - Ready: nothing to do.
+//   - Ready, and not found unreachable by the operator's probes: nothing
+//     to do.
 //   - Not ready after having been ready (a hung process, a lost node whose
 //     Pods the node controller marks not ready): fail over once it has
 //     been not ready for grace, so that a blip of the readiness probe does
@@ -100,20 +108,28 @@ func decideFailover(p primaryState, now time.Time, grace, startupGrace time.Dura
 		return failoverDecision{Action: actionFailover, Reason: shalev1.ReasonPrimaryFailed, Message: "the primary Pod failed (its process exited with an error or was killed)"}
 	case p.Phase == corev1.PodSucceeded:
 		return failoverDecision{Action: actionFailover, Reason: shalev1.ReasonPrimaryExited, Message: "the primary's process exited"}
-	case p.Ready:
+	case p.Ready && !(p.Unreachable && p.EverReady):
 		return failoverDecision{Action: actionNone, Reason: shalev1.ReasonPrimaryReady}
 	case p.EverReady:
 		since := p.NotReadySince
+		if p.Ready {
+			since = time.Time{} // Kubernetes' transition is to Ready: only the probes speak
+		}
+		reason, what := shalev1.ReasonPrimaryNotReady, "has not been ready"
+		if p.Unreachable && !p.UnreachableSince.IsZero() && (since.IsZero() || p.UnreachableSince.Before(since)) {
+			since = p.UnreachableSince
+			reason, what = shalev1.ReasonPrimaryUnreachable, "has not answered the operator's health probes (while servers on other nodes did)"
+		}
 		if since.IsZero() || since.After(now) {
 			since = now
 		}
 		if left := since.Add(grace).Sub(now); left > 0 {
 			return failoverDecision{Action: actionWait, Reason: shalev1.ReasonPrimaryNotReady,
-				Message:      fmt.Sprintf("the primary has not been ready for %s; failing over after %s", now.Sub(since).Round(time.Second), grace),
+				Message:      fmt.Sprintf("the primary %s for %s; failing over after %s", what, now.Sub(since).Round(time.Second), grace),
 				RecheckAfter: left}
 		}
-		return failoverDecision{Action: actionFailover, Reason: shalev1.ReasonPrimaryNotReady,
-			Message: fmt.Sprintf("the primary has not been ready for %s (failover grace %s)", now.Sub(since).Round(time.Second), grace)}
+		return failoverDecision{Action: actionFailover, Reason: reason,
+			Message: fmt.Sprintf("the primary %s for %s (failover grace %s)", what, now.Sub(since).Round(time.Second), grace)}
 	default:
 		created := p.Created
 		if created.IsZero() || created.After(now) {

@@ -41,6 +41,17 @@ func TestDecideFailover(t *testing.T) {
 		{"not-ready-since-unknown", running(primaryState{EverReady: true}), actionWait, shalev1.ReasonPrimaryNotReady, grace},
 		// Clock skew: a transition in the future counts from now.
 		{"not-ready-since-future", running(primaryState{EverReady: true, NotReadySince: now.Add(time.Hour)}), actionWait, shalev1.ReasonPrimaryNotReady, grace},
+		// RFC 0015: Kubernetes still says Ready (a dead node reports
+		// nothing), the operator's probes say unreachable.
+		{"ready-unreachable", running(primaryState{Ready: true, EverReady: true, Unreachable: true, UnreachableSince: now.Add(-grace - time.Second)}), actionFailover, shalev1.ReasonPrimaryUnreachable, 0},
+		{"ready-unreachable-within-grace", running(primaryState{Ready: true, EverReady: true, Unreachable: true, UnreachableSince: now.Add(-2 * time.Second)}), actionWait, shalev1.ReasonPrimaryNotReady, 3 * time.Second},
+		// A Ready transition of the Pod is not a time it went not ready.
+		{"ready-unreachable-since-unknown", running(primaryState{Ready: true, EverReady: true, Unreachable: true, NotReadySince: now.Add(-time.Hour)}), actionWait, shalev1.ReasonPrimaryNotReady, grace},
+		// Not ready for Kubernetes too, for longer: its own reason.
+		{"not-ready-and-unreachable", running(primaryState{EverReady: true, NotReadySince: now.Add(-time.Minute), Unreachable: true, UnreachableSince: now.Add(-10 * time.Second)}), actionFailover, shalev1.ReasonPrimaryNotReady, 0},
+		{"unreachable-before-not-ready", running(primaryState{EverReady: true, NotReadySince: now.Add(-time.Second), Unreachable: true, UnreachableSince: now.Add(-10 * time.Second)}), actionFailover, shalev1.ReasonPrimaryUnreachable, 0},
+		// A primary never seen ready is starting: probes do not judge it.
+		{"starting-unreachable", running(primaryState{Ready: true, Unreachable: true, UnreachableSince: now.Add(-time.Minute), Created: now.Add(-time.Minute)}), actionNone, shalev1.ReasonPrimaryReady, 0},
 		{"starting", running(primaryState{Created: now.Add(-time.Minute)}), actionNone, shalev1.ReasonPrimaryStarting, startup - time.Minute},
 		{"pending", primaryState{Exists: true, Phase: corev1.PodPending, Created: now.Add(-time.Minute)}, actionNone, shalev1.ReasonPrimaryStarting, startup - time.Minute},
 		// Never ready: the failover grace does not apply, only the startup

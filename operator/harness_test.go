@@ -47,6 +47,7 @@ func testOptions() Options {
 	o := DefaultOptions()
 	o.ShaleImage = "shale.local/shale:test"
 	o.FailoverGrace = time.Second
+	o.LivenessProbeInterval = 200 * time.Millisecond
 	o.FailoverBackoff, o.FailoverBackoffMax = 200*time.Millisecond, time.Second
 	o.ObjectStoreCheckInterval = 2 * time.Second
 	o.GCInterval = 0 // tests drive the collector themselves

@@ -97,14 +97,14 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 	epoch := db.Status.Epoch
 	var err error
 	now := r.now()
-	d := decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch), now, r.opts.FailoverGrace, r.opts.StartupGrace)
+	d := decideFailover(r.observePrimary(pod, db, epoch, now), now, r.opts.FailoverGrace, r.opts.StartupGrace)
 	if d.Action == actionFailover {
 		// Never fail over on the cache's word: read the Pod from the API
 		// server and decide again.
 		if pod, err = r.primaryPod(ctx, db, epoch, true); err != nil {
 			return ctrl.Result{}, err
 		}
-		d = decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch), now, r.opts.FailoverGrace, r.opts.StartupGrace)
+		d = decideFailover(r.observePrimary(pod, db, epoch, now), now, r.opts.FailoverGrace, r.opts.StartupGrace)
 	}
 	if d.Reason != shalev1.ReasonPrimaryReady {
 		r.pruneFailedPrimaries(ctx, db, epoch)
@@ -134,6 +134,16 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 	}
 	rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, fmt.Sprintf("primary %s (epoch %d) is starting", pod.Name, epoch))
 	return ctrl.Result{RequeueAfter: d.RecheckAfter}, nil
+}
+
+// observePrimary is observePrimary with the operator's own probes of the
+// Pod (RFC 0015).
+func (r *rocksDBReconciler) observePrimary(pod *corev1.Pod, db *shalev1.RocksDB, epoch int64, now time.Time) primaryState {
+	p := observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch)
+	if pod != nil {
+		p.Unreachable, p.UnreachableSince, _ = r.liveness.verdict(pod.UID, now)
+	}
+	return p
 }
 
 // recordCreated records, the first time a primary is seen ready, where the
@@ -288,6 +298,9 @@ func (r *rocksDBReconciler) createPrimary(ctx context.Context, db *shalev1.Rocks
 		log.FromContext(ctx).Error(err, "updating the owner record")
 	}
 	pod := primaryPod(db, store, epoch, r.opts.ShaleImage)
+	if node := r.unreachableNode(ctx, db, epoch); node != "" {
+		preferOtherNode(&pod.Spec, node)
+	}
 	if err := r.withRestore(ctx, db, store, pod); err != nil {
 		return err
 	}
@@ -316,6 +329,29 @@ func (r *rocksDBReconciler) createPrimary(ctx context.Context, db *shalev1.Rocks
 		cur.Status.CurrentPrimary = pod.Name
 		return nil
 	})
+}
+
+// unreachableNode is the node of the primary that the failover to epoch
+// replaced when the operator's probes found it unreachable (RFC 0015), ""
+// otherwise. Until the node controller notices (40 s), a dead node still
+// looks schedulable, and a new primary placed there would never start.
+func (r *rocksDBReconciler) unreachableNode(ctx context.Context, db *shalev1.RocksDB, epoch int64) string {
+	c := db.Condition(shalev1.ConditionFailover)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != shalev1.ReasonPrimaryUnreachable {
+		return ""
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels{shalev1.LabelRocksDB: db.Name, shalev1.LabelRole: shalev1.RolePrimary}); err != nil {
+		return ""
+	}
+	node, newest := "", int64(0)
+	for _, p := range pods.Items {
+		e, err := strconv.ParseInt(p.Labels[shalev1.LabelEpoch], 10, 64)
+		if err == nil && e < epoch && e > newest && p.Spec.NodeName != "" {
+			node, newest = p.Spec.NodeName, e
+		}
+	}
+	return node
 }
 
 // failover replaces the primary of the observed epoch with one of a higher

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 )
@@ -77,6 +78,8 @@ type rocksDBReconciler struct {
 	// is the operator's own, for the Status calls.
 	issuer *issuer
 	creds  *operatorCreds
+	// liveness probes the primaries (RFC 0015; nil: off).
+	liveness *livenessProber
 }
 
 type recordState struct {
@@ -117,7 +120,12 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &shalev1.RocksDB{}, indexCompactorPoolRef, compactorPoolOf); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.liveness != nil {
+		// A primary found unreachable wakes its database at once.
+		b = b.WatchesRawSource(source.Channel(r.liveness.events, &handler.EnqueueRequestForObject{}))
+	}
+	return b.
 		Named("rocksdb").
 		For(&shalev1.RocksDB{}).
 		Owns(&corev1.Pod{}).

@@ -198,3 +198,24 @@ func toleratesAll(taints []corev1.Taint, tolerations []corev1.Toleration) bool {
 	}
 	return true
 }
+
+// preferOtherNode makes the scheduler prefer any node but node (a
+// preferred node affinity, next to the user's): where a primary the
+// operator could not reach ran (RFC 0015). Preferred, not required: the
+// node may be fine (the operator cut off from it alone), and the only one
+// with room.
+func preferOtherNode(spec *corev1.PodSpec, node string) {
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, corev1.PreferredSchedulingTerm{
+		Weight: 100,
+		Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{node},
+		}}},
+	})
+}

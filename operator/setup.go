@@ -32,6 +32,11 @@ type Options struct {
 	// FailoverGrace is how long a primary that was ready may be not ready
 	// before it is replaced.
 	FailoverGrace time.Duration
+	// LivenessProbeInterval is how often the operator asks each ready
+	// primary's health service itself (RFC 0015), to fail over one on a
+	// dead node after FailoverGrace rather than after the node
+	// controller's 40 s; 0 turns the probes off.
+	LivenessProbeInterval time.Duration
 	// StartupGrace is how long a new primary may take to become ready
 	// before it is replaced.
 	StartupGrace time.Duration
@@ -111,6 +116,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		FailoverGrace:            5 * time.Second,
+		LivenessProbeInterval:    time.Second,
 		StartupGrace:             10 * time.Minute,
 		FailoverBackoff:          45 * time.Second,
 		FailoverBackoffMax:       5 * time.Minute,
@@ -136,6 +142,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("no image for primaries (--shale-image)")
 	case o.FailoverGrace <= 0:
 		return fmt.Errorf("--failover-grace must be positive")
+	case o.LivenessProbeInterval < 0:
+		return fmt.Errorf("--liveness-probe-interval must not be negative (0 turns the probes off)")
+	case o.LivenessProbeInterval > 0 && o.LivenessProbeInterval > o.FailoverGrace/2:
+		return fmt.Errorf("--liveness-probe-interval (%s) must be at most half of --failover-grace (%s): a verdict needs several probes in a row to fail", o.LivenessProbeInterval, o.FailoverGrace)
 	case o.StartupGrace <= 0:
 		return fmt.Errorf("--startup-grace must be positive")
 	case o.FailoverBackoff <= 0 || o.FailoverBackoffMax < o.FailoverBackoff:
@@ -319,6 +329,12 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		secondaryStatus: grpcSecondaryStatus,
 		issuer:          is,
 		creds:           creds,
+	}
+	if opts.LivenessProbeInterval > 0 {
+		dbr.liveness = newLivenessProber(mgr.GetClient(), dbr.kvDial, opts.LivenessProbeInterval, opts.FailoverGrace, ctrl.Log.WithName("liveness"))
+		if err := mgr.Add(dbr.liveness); err != nil {
+			return nil, err
+		}
 	}
 	if err := dbr.setup(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("RocksDB controller: %w", err)

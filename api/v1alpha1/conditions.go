@@ -67,6 +67,11 @@ const (
 	ReasonPrimaryReady       = "PrimaryReady"
 	ReasonPrimaryStarting    = "PrimaryStarting"
 	ReasonPrimaryNotReady    = "PrimaryNotReady"
+	// ReasonPrimaryUnreachable: the operator's health probes of the
+	// primary went unanswered for the failover grace while servers on
+	// other nodes answered (RFC 0015): a node that died, before the node
+	// controller says so.
+	ReasonPrimaryUnreachable = "PrimaryUnreachable"
 	ReasonPrimaryGone        = "PrimaryGone"
 	ReasonPrimaryDeleted     = "PrimaryDeleted"
 	ReasonPrimaryFailed      = "PrimaryFailed"
