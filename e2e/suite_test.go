@@ -46,6 +46,10 @@ type config struct {
 	// focus is E2E_FOCUS split at commas; empty runs every step.
 	focus        []string
 	failoverRuns int
+	// switchoverRuns: switchovers measured by the switchover step.
+	switchoverRuns int
+	// soakFailovers: failovers of the soak step (label soak).
+	soakFailovers int
 	artifacts    string
 }
 
@@ -84,6 +88,14 @@ func loadConfig() (config, error) {
 	if err != nil || c.failoverRuns < 1 {
 		return c, fmt.Errorf("E2E_FAILOVER_RUNS=%q: want a positive number", os.Getenv("E2E_FAILOVER_RUNS"))
 	}
+	c.switchoverRuns, err = strconv.Atoi(env("E2E_SWITCHOVER_RUNS", "5"))
+	if err != nil || c.switchoverRuns < 1 {
+		return c, fmt.Errorf("E2E_SWITCHOVER_RUNS=%q: want a positive number", os.Getenv("E2E_SWITCHOVER_RUNS"))
+	}
+	c.soakFailovers, err = strconv.Atoi(env("E2E_SOAK_FAILOVERS", "21"))
+	if err != nil || c.soakFailovers < 3 {
+		return c, fmt.Errorf("E2E_SOAK_FAILOVERS=%q: want a number of at least 3 (one of each kind)", os.Getenv("E2E_SOAK_FAILOVERS"))
+	}
 	var missing []string
 	for name, v := range map[string]string{"KUBECONFIG": c.kubeconfig, "HELM": c.helm, "KUBECTL": c.kubectl, "E2E_IMAGE_TAG": c.imageTag, "E2E_UPGRADE_TAG": c.upgradeTag} {
 		if v == "" {
@@ -121,6 +133,8 @@ type suite struct {
 	operatorSeries map[string]bool
 	// failovers are the measurements of the failover step, for the summary.
 	failovers map[string][]failoverRun
+	// timelines: where each measured failover's time went.
+	timelines map[string][]*timeline
 }
 
 const (
@@ -154,7 +168,7 @@ func newSuite(t *testing.T) *suite {
 	if err := os.MkdirAll(cfg.artifacts, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := &suite{cfg: cfg, rest: rc, kube: kc, cs: cs, db: mainDB, ledger: newLedger(), failovers: map[string][]failoverRun{}, ran: map[string]bool{}, operatorSeries: map[string]bool{}, secondaryProxies: map[string]string{}}
+	s := &suite{cfg: cfg, rest: rc, kube: kc, cs: cs, db: mainDB, ledger: newLedger(), failovers: map[string][]failoverRun{}, timelines: map[string][]*timeline{}, ran: map[string]bool{}, operatorSeries: map[string]bool{}, secondaryProxies: map[string]string{}}
 	credMu.Lock()
 	credSuite = s
 	credMu.Unlock()
@@ -167,11 +181,14 @@ type step struct {
 	name   string
 	labels []string
 	run    func(t *testing.T, s *suite)
+	// focusedOnly: the step runs only when E2E_FOCUS names it or one of
+	// its labels (a long soak), never in the default run.
+	focusedOnly bool
 }
 
 func (st step) selected(focus []string) bool {
 	if len(focus) == 0 {
-		return true
+		return !st.focusedOnly
 	}
 	for _, f := range focus {
 		if f == st.name || slices.Contains(st.labels, f) {
@@ -216,7 +233,11 @@ func TestE2E(t *testing.T) {
 	for i, st := range steps {
 		// The first step installs everything the others use; it always runs.
 		if i > 0 && !st.selected(s.cfg.focus) {
-			results = append(results, result{st.name, "not selected by E2E_FOCUS"})
+			why := "not selected by E2E_FOCUS"
+			if st.focusedOnly && len(s.cfg.focus) == 0 {
+				why = "runs only when E2E_FOCUS names it (" + strings.Join(st.labels, ", ") + ")"
+			}
+			results = append(results, result{st.name, why})
 			continue
 		}
 		start := time.Now()

@@ -5,6 +5,10 @@
 #
 #   E2E_FOCUS=failover,gc   run only the steps with these labels (after install)
 #   E2E_FAILOVER_RUNS=5     failovers measured per kind (pod deletion, SIGKILL)
+#   E2E_SWITCHOVER_RUNS=5   switchovers measured by the switchover step
+#   E2E_FOCUS=soak          the soak step (E2E_SOAK_FAILOVERS=21 failovers, a mix
+#                           of Pod deletion, SIGKILL and switchover); it runs only
+#                           when named, never in the default run
 #   E2E_KEEP_CLUSTER=1      keep the cluster after a passing run (a failing run
 #                           always keeps it, for a look)
 #   E2E_TIMEOUT=90m         go test -timeout
