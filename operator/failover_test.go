@@ -74,6 +74,12 @@ func TestObservePrimary(t *testing.T) {
 	cond := func(s metav1.ConditionStatus, reason string, at time.Time) *metav1.Condition {
 		return &metav1.Condition{Type: shalev1.ConditionPrimaryAvailable, Status: s, Reason: reason, LastTransitionTime: metav1.NewTime(at)}
 	}
+	exited := func(p *corev1.Pod, restart corev1.RestartPolicy, code int32) *corev1.Pod {
+		p.Spec.RestartPolicy = restart
+		p.Spec.Containers = []corev1.Container{{Name: containerName}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}}
+		return p
+	}
 	deleting := pod(corev1.PodRunning, corev1.ConditionTrue, t0)
 	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
 	for _, tc := range []struct {
@@ -99,6 +105,23 @@ func TestObservePrimary(t *testing.T) {
 		{"failed-ready", pod(corev1.PodFailed, corev1.ConditionTrue, t0), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), false,
 			primaryState{Exists: true, Phase: corev1.PodFailed, EverReady: true, Created: t0}},
 		{"terminating", deleting, nil, false, primaryState{Exists: true, Terminating: true, Phase: corev1.PodRunning, Ready: true, Created: t0}},
+		// The process was killed: the kubelet reported the container's
+		// exit, not yet the Pod's phase (it tears the sandbox down first).
+		{"killed-phase-not-yet-failed", exited(pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), corev1.RestartPolicyNever, 137), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), true,
+			primaryState{Exists: true, Phase: corev1.PodFailed, EverReady: true, NotReadySince: t0.Add(time.Minute), Created: t0}},
+		{"exited-0-phase-not-yet-succeeded", exited(pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), corev1.RestartPolicyNever, 0), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), true,
+			primaryState{Exists: true, Phase: corev1.PodSucceeded, EverReady: true, NotReadySince: t0.Add(time.Minute), Created: t0}},
+		// A container the kubelet restarts is not the end of its Pod.
+		{"exited-restartable", exited(pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), corev1.RestartPolicyOnFailure, 1), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), true,
+			primaryState{Exists: true, Phase: corev1.PodRunning, EverReady: true, NotReadySince: t0.Add(time.Minute), Created: t0}},
+		// Only one of two containers exited: still running.
+		{"one-of-two-exited", func() *corev1.Pod {
+			p := exited(pod(corev1.PodRunning, corev1.ConditionTrue, t0), corev1.RestartPolicyNever, 137)
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "other"})
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "other", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+			return p
+		}(), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), true,
+			primaryState{Exists: true, Phase: corev1.PodRunning, Ready: true, EverReady: true, Created: t0}},
 		// Seen ready (status.readyEpoch), then frozen while a failover was
 		// refused, which replaced the condition's reason: not starting.
 		{"refused-failover-of-a-ready-primary", pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), cond(metav1.ConditionFalse, shalev1.ReasonDatabaseNotFound, t0.Add(2*time.Minute)), true,
