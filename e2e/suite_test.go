@@ -50,7 +50,7 @@ type config struct {
 	switchoverRuns int
 	// soakFailovers: failovers of the soak step (label soak).
 	soakFailovers int
-	artifacts    string
+	artifacts     string
 }
 
 func env(name, def string) string {

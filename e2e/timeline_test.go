@@ -27,10 +27,11 @@ import (
 
 // The stages, in the order they happen.
 const (
-	stOldGone   = "old Pod failed or terminating (kubelet noticed)"
+	stOldGone   = "old container exited or Pod terminating (API)"
 	stCreated   = "new Pod created (operator)"
 	stScheduled = "new Pod scheduled"
-	stRunning   = "new container running"
+	// The container's running state reaches the API later than its
+	// first log line: the log is what says the process runs.
 	stFirstLog  = "new process's first log line"
 	stWaitStart = "lease wait begins (claimed, sealed)"
 	stWaitEnd   = "lease wait ends"
@@ -39,7 +40,7 @@ const (
 	stFirstAck  = "first write acknowledged by the new primary"
 )
 
-var stageOrder = []string{stOldGone, stCreated, stScheduled, stRunning, stFirstLog, stWaitStart, stWaitEnd, stServing, stReady, stFirstAck}
+var stageOrder = []string{stOldGone, stCreated, stScheduled, stFirstLog, stWaitStart, stWaitEnd, stServing, stReady, stFirstAck}
 
 // timeline collects the instants of one failover.
 type timeline struct {
@@ -80,18 +81,17 @@ func (s *suite) watchFailover(t *testing.T, oldPod, newPod string) *timeline {
 				now := time.Now()
 				switch p.Name {
 				case oldPod:
-					if ev.Type == watch.Deleted || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+					exited := false
+					for _, cs := range p.Status.ContainerStatuses {
+						exited = exited || cs.State.Terminated != nil
+					}
+					if exited || ev.Type == watch.Deleted || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 						tl.mark(stOldGone, now)
 					}
 				case newPod:
 					tl.mark(stCreated, now)
 					if p.Spec.NodeName != "" {
 						tl.mark(stScheduled, now)
-					}
-					for _, cs := range p.Status.ContainerStatuses {
-						if cs.State.Running != nil {
-							tl.mark(stRunning, now)
-						}
 					}
 					for _, cond := range p.Status.Conditions {
 						if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {

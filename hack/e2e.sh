@@ -17,7 +17,8 @@
 #
 # Before the suite it builds a second operator image (the same code with
 # another version string, tagged <rev>-e2e-upgrade) for the helm upgrade
-# step, and loads it into the node.
+# step, and loads it into the node, with the shale image tagged the same way
+# (the upgrade-primaries step).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -49,6 +50,12 @@ CGO_ENABLED=0 go build -ldflags "-X github.com/shale-rocks/shale/internal/versio
 printf 'FROM %s\nCOPY shale-operator /shale-operator\n' "$operator_image" >"$ctx/Dockerfile"
 docker build -q -t "$upgrade_image" --label "org.opencontainers.image.revision=$tag" "$ctx" >/dev/null
 "$kind" load docker-image --name "$cluster" "$upgrade_image" >/dev/null
+# The same shale image under the upgrade tag: the upgrade-primaries step
+# points the chart's operator.shaleImage at it, so every primary is
+# outdated and rolls by switchover.
+shale_upgrade_image=$IMAGE_PREFIX/shale:$upgrade_tag
+docker tag "${images[0]}" "$shale_upgrade_image"
+"$kind" load docker-image --name "$cluster" "$shale_upgrade_image" >/dev/null
 
 start=$(date +%s)
 rc=0
