@@ -41,6 +41,10 @@ type primaryState struct {
 	NotReadySince time.Time
 	// Created is the Pod's creation time.
 	Created time.Time
+	// PortRefused: after the Pod was seen ready, a connection to its KV
+	// port was refused: nothing listens there any more, its process is
+	// gone (liveness.go), though the kubelet has not said so yet.
+	PortRefused bool
 }
 
 // failoverAction is what to do about the primary.
@@ -80,6 +84,9 @@ type failoverDecision struct {
 //     store, crash-looping). A terminating Pod is not waited for: its
 //     replacement's higher epoch fences it, and waiting out its grace
 //     period would only lengthen the outage.
+//   - Its port refused a connection after it was ready: fail over at
+//     once. Nothing listens there, so its process is gone; a refusal (not
+//     a timeout) is never what a partition or a frozen process looks like.
 //   - Ready: nothing to do.
 //   - Not ready after having been ready (a hung process, a lost node whose
 //     Pods the node controller marks not ready): fail over once it has
@@ -100,6 +107,9 @@ func decideFailover(p primaryState, now time.Time, grace, startupGrace time.Dura
 		return failoverDecision{Action: actionFailover, Reason: shalev1.ReasonPrimaryFailed, Message: "the primary Pod failed (its process exited with an error or was killed)"}
 	case p.Phase == corev1.PodSucceeded:
 		return failoverDecision{Action: actionFailover, Reason: shalev1.ReasonPrimaryExited, Message: "the primary's process exited"}
+	case p.PortRefused:
+		// Before Ready: the kubelet's report that it is not lags behind.
+		return failoverDecision{Action: actionFailover, Reason: shalev1.ReasonPrimaryFailed, Message: "the primary's port refuses connections: its process is gone (the kubelet has not reported it yet)"}
 	case p.Ready:
 		return failoverDecision{Action: actionNone, Reason: shalev1.ReasonPrimaryReady}
 	case p.EverReady:

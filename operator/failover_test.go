@@ -34,6 +34,10 @@ func TestDecideFailover(t *testing.T) {
 		{"failed-while-starting", primaryState{Exists: true, Phase: corev1.PodFailed, Created: now}, actionFailover, shalev1.ReasonPrimaryFailed, 0},
 		{"succeeded", primaryState{Exists: true, Phase: corev1.PodSucceeded}, actionFailover, shalev1.ReasonPrimaryExited, 0},
 		{"ready", running(primaryState{Ready: true, EverReady: true}), actionNone, shalev1.ReasonPrimaryReady, 0},
+		// Its port refused a connection: the process is gone, though the
+		// kubelet still reports the Pod ready.
+		{"port-refused-still-ready", running(primaryState{Ready: true, EverReady: true, PortRefused: true}), actionFailover, shalev1.ReasonPrimaryFailed, 0},
+		{"port-refused-not-ready", running(primaryState{EverReady: true, NotReadySince: now, PortRefused: true}), actionFailover, shalev1.ReasonPrimaryFailed, 0},
 		{"not-ready-within-grace", running(primaryState{EverReady: true, NotReadySince: now.Add(-2 * time.Second)}), actionWait, shalev1.ReasonPrimaryNotReady, 3 * time.Second},
 		{"not-ready-at-grace", running(primaryState{EverReady: true, NotReadySince: now.Add(-grace)}), actionFailover, shalev1.ReasonPrimaryNotReady, 0},
 		{"not-ready-past-grace", running(primaryState{EverReady: true, NotReadySince: now.Add(-time.Minute)}), actionFailover, shalev1.ReasonPrimaryNotReady, 0},

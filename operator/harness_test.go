@@ -47,6 +47,9 @@ func testOptions() Options {
 	o := DefaultOptions()
 	o.ShaleImage = "shale.local/shale:test"
 	o.FailoverGrace = time.Second
+	// The stand-in primaries' listeners come and go with each test, not
+	// with their Pods; TestOperatorPortWatch turns the watch on.
+	o.WatchPrimaryPorts = false
 	o.FailoverBackoff, o.FailoverBackoffMax = 200*time.Millisecond, time.Second
 	o.ObjectStoreCheckInterval = 2 * time.Second
 	o.GCInterval = 0 // tests drive the collector themselves

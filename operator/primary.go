@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
@@ -97,14 +98,19 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 	epoch := db.Status.Epoch
 	var err error
 	now := r.now()
-	d := decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch), now, r.opts.FailoverGrace, r.opts.StartupGrace)
+	observe := func(pod *corev1.Pod) primaryState {
+		p := observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch)
+		p.PortRefused = pod != nil && r.ports.refused(pod.UID)
+		return p
+	}
+	d := decideFailover(observe(pod), now, r.opts.FailoverGrace, r.opts.StartupGrace)
 	if d.Action == actionFailover {
 		// Never fail over on the cache's word: read the Pod from the API
 		// server and decide again.
 		if pod, err = r.primaryPod(ctx, db, epoch, true); err != nil {
 			return ctrl.Result{}, err
 		}
-		d = decideFailover(observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch), now, r.opts.FailoverGrace, r.opts.StartupGrace)
+		d = decideFailover(observe(pod), now, r.opts.FailoverGrace, r.opts.StartupGrace)
 	}
 	if d.Reason != shalev1.ReasonPrimaryReady {
 		r.pruneFailedPrimaries(ctx, db, epoch)
@@ -118,6 +124,7 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 	}
 	if d.Reason == shalev1.ReasonPrimaryReady {
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionTrue, shalev1.ReasonPrimaryReady, fmt.Sprintf("primary %s (epoch %d) is ready", pod.Name, epoch))
+		r.watchPort(db, pod)
 		r.deleteStalePrimaries(ctx, db, epoch)
 		if err := r.recordCreated(ctx, db, store); err != nil {
 			return ctrl.Result{}, err
@@ -134,6 +141,21 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 	}
 	rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionFalse, shalev1.ReasonPrimaryStarting, fmt.Sprintf("primary %s (epoch %d) is starting", pod.Name, epoch))
 	return ctrl.Result{RequeueAfter: d.RecheckAfter}, nil
+}
+
+// watchPort watches the ready primary's KV port (liveness.go): a refused
+// connection brings the RocksDB back to Reconcile, which fails over.
+func (r *rocksDBReconciler) watchPort(db *shalev1.RocksDB, pod *corev1.Pod) {
+	if r.ports == nil {
+		return
+	}
+	addr, _ := secondaryAddr(pod) // the primary's port has the same name
+	key := client.ObjectKeyFromObject(db)
+	r.ports.watch(key, pod.UID, addr, func() {
+		obj := &shalev1.RocksDB{}
+		obj.Namespace, obj.Name = key.Namespace, key.Name
+		r.portEvents <- event.GenericEvent{Object: obj}
+	})
 }
 
 // recordCreated records, the first time a primary is seen ready, where the

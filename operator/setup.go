@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/auth"
@@ -32,6 +33,10 @@ type Options struct {
 	// FailoverGrace is how long a primary that was ready may be not ready
 	// before it is replaced.
 	FailoverGrace time.Duration
+	// WatchPrimaryPorts: hold a connection to each ready primary's KV
+	// port and fail over at once when a new one is refused (its process
+	// is gone), before the kubelet reports it (liveness.go).
+	WatchPrimaryPorts bool
 	// StartupGrace is how long a new primary may take to become ready
 	// before it is replaced.
 	StartupGrace time.Duration
@@ -108,6 +113,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		FailoverGrace:            5 * time.Second,
+		WatchPrimaryPorts:        true,
 		StartupGrace:             10 * time.Minute,
 		FailoverBackoff:          45 * time.Second,
 		FailoverBackoffMax:       5 * time.Minute,
@@ -315,6 +321,10 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		secondaryStatus: grpcSecondaryStatus,
 		issuer:          is,
 		creds:           creds,
+		portEvents:      make(chan event.GenericEvent),
+	}
+	if opts.WatchPrimaryPorts {
+		dbr.ports = newPortWatches()
 	}
 	if err := dbr.setup(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("RocksDB controller: %w", err)

@@ -58,6 +58,7 @@ func run() int {
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" turns them off)")
 	fs.StringVar(&opts.ShaleImage, "shale-image", defaultImage, "image of primaries, secondaries and compactor pools that name none")
 	fs.DurationVar(&opts.FailoverGrace, "failover-grace", opts.FailoverGrace, "replace a primary that was ready once it has been not ready this long (a deleted, failed or vanished primary is replaced at once)")
+	fs.BoolVar(&opts.WatchPrimaryPorts, "watch-primary-ports", opts.WatchPrimaryPorts, "hold a connection to each ready primary's KV port and fail over as soon as a new one is refused (its process is gone), before the kubelet reports it")
 	fs.DurationVar(&opts.StartupGrace, "startup-grace", opts.StartupGrace, "replace a new primary that has not become ready in this long (must exceed the longest takeover: lease wait plus log replay)")
 	fs.IntVar(&opts.MaxConcurrentUpdates, "max-concurrent-updates", opts.MaxConcurrentUpdates, "at most this many switchovers replacing outdated primaries (spec or image changes, an operator upgrade) run at once; 0: no bound")
 	fs.DurationVar(&opts.FailoverBackoff, "failover-backoff", opts.FailoverBackoff, "wait this long before the primary after a second failure in a row, twice as long after each further one (a changed spec is tried at once)")
