@@ -5,11 +5,11 @@ import (
 	"math/rand"
 	"net"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 )
 
@@ -26,22 +26,16 @@ func TestOperatorPortWatch(t *testing.T) {
 	sec, store, db := h.samples(ns)
 	h.create(sec, store, db)
 
+	// The stand-in primary: a KV server with the database's certificate
+	// and access list, on the Pod's IP.
 	ip := fmt.Sprintf("127.%d.%d.%d", 10+rand.Intn(200), rand.Intn(250), 1+rand.Intn(250))
-	lis, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(portKV)))
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(portKV)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	conns := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			conns <- c
-		}
-	}()
+	lis := &countingListener{Listener: l}
 	pod := h.waitPod(ns, "orders-primary-1")
+	srv := h.serveGuardedServer(lis, ns, "orders-primary-tls", "orders-access", &guardedStatus{st: &kvv1.StatusResponse{Role: kvv1.Role_ROLE_PRIMARY}})
 	h.primaryOpened(pod)
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.PodIP = ip
@@ -52,18 +46,13 @@ func TestOperatorPortWatch(t *testing.T) {
 	h.waitDB(ns, "orders", "Ready at epoch 1", func(d *shalev1.RocksDB) (bool, string) {
 		return d.Status.Phase == shalev1.PhaseReady && d.Status.Epoch == 1, "want Ready"
 	})
-	// The operator's watch connects.
-	var first net.Conn
-	select {
-	case first = <-conns:
-	case <-time.After(waitFor):
-		t.Fatalf("the operator did not connect to the ready primary's port %s in %s", lis.Addr(), waitFor)
-	}
+	eventually(t, "the operator to connect to the ready primary's port", func() (bool, string) {
+		return lis.n.Load() > 0, "no connection accepted"
+	})
 
-	// The process dies: its connection closes, its port refuses. The Pod's
+	// The process dies: its connections cut, its port refused. The Pod's
 	// status is not touched.
-	lis.Close()
-	first.Close()
+	srv.Stop()
 	db = h.waitDB(ns, "orders", "failed over to epoch 2 on the refused port", func(d *shalev1.RocksDB) (bool, string) {
 		return d.Status.Epoch == 2 && d.Status.CurrentPrimary == "orders-primary-2", "want epoch 2"
 	})

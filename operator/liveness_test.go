@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -59,68 +62,112 @@ func TestPortRefused(t *testing.T) {
 	}
 }
 
-// TestPortWatch: a real listener stands in for a primary's KV port. A
-// connection the server drops (an idle one it closes) is redialled and
-// proves nothing; once nothing listens (the process died: its connection
-// closed and the port refuses), the watch says so once.
-func TestPortWatch(t *testing.T) {
+// countingListener counts the connections a server accepted.
+type countingListener struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// servePort starts a gRPC server (no service needed: the watch makes no
+// call) on a loopback port; opts are the server's options.
+func servePort(t *testing.T, opts ...grpc.ServerOption) (*grpc.Server, *countingListener) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	accepted := make(chan net.Conn, 4)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
+	cl := &countingListener{Listener: l}
+	srv := grpc.NewServer(opts...)
+	go srv.Serve(cl)
+	t.Cleanup(srv.Stop)
+	return srv, cl
+}
+
+// waitUntil waits for cond, failing t after a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
 		}
-	}()
-	next := func(what string) net.Conn {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPortWatch: real gRPC servers stand in for a primary's KV port.
+//   - A server that drops the idle connection (its process alive) is
+//     connected to again, and proves nothing.
+//   - A server stopping gracefully (SIGTERM, a step-down) is not held up
+//     by the watch's connection (a bare TCP connection stuck in the
+//     handshake held GracefulStop for two minutes, so a deleted primary
+//     did not release the database before it was killed), and once its
+//     port refuses the watch says so.
+//   - A server that dies (its connections cut, its port closed): said at
+//     once.
+func TestPortWatch(t *testing.T) {
+	db := types.NamespacedName{Namespace: "ns", Name: "orders"}
+	w := newPortWatches()
+	notified := make(chan types.UID, 4)
+	notify := func(uid types.UID) func() { return func() { notified <- uid } }
+	waitNotified := func(uid types.UID) {
 		t.Helper()
 		select {
-		case c := <-accepted:
-			return c
+		case got := <-notified:
+			if got != uid {
+				t.Fatalf("notified for %s, want %s", got, uid)
+			}
 		case <-time.After(time.Minute):
-			t.Fatalf("no connection %s", what)
-			return nil
+			t.Fatalf("no notification for %s after its port closed", uid)
+		}
+		if !w.refused(uid) {
+			t.Fatalf("notified, but refused(%s) is false", uid)
 		}
 	}
-	w := newPortWatches()
-	db := types.NamespacedName{Namespace: "ns", Name: "orders"}
-	notified := make(chan struct{}, 4)
-	w.watch(db, "uid-1", l.Addr().String(), func() { notified <- struct{}{} })
-	w.watch(db, "uid-1", l.Addr().String(), func() { notified <- struct{}{} }) // again: the same watch
 
-	// The server drops the connection; the process is alive: redialled.
-	next("from the watch").Close()
-	c := next("redialled after the server dropped the first")
+	// Dropped idle connections.
+	_, idle := servePort(t, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 100 * time.Millisecond}))
+	w.watch(db, "uid-1", idle.Addr().String(), plaintext(), notify("uid-1"))
+	w.watch(db, "uid-1", idle.Addr().String(), plaintext(), notify("uid-1")) // again: the same watch
+	waitUntil(t, "three connections to a server that drops idle ones", func() bool { return idle.n.Load() >= 3 })
 	if w.refused("uid-1") {
-		t.Fatal("refused after a dropped connection, with the listener alive")
+		t.Fatal("refused after dropped connections, with the server alive")
 	}
 
-	// The process dies: its listener and connection close.
-	l.Close()
-	c.Close()
-	select {
-	case <-notified:
-	case <-time.After(time.Minute):
-		t.Fatal("no notification after the port closed")
-	}
-	if !w.refused("uid-1") {
-		t.Fatal("notified, but refused(uid-1) is false")
-	}
-	if w.refused("uid-2") {
-		t.Fatal("refused(uid-2) for a Pod never watched")
-	}
-	// A new primary of the database replaces the watch.
-	w.watch(db, "uid-2", closedPort(t), func() {})
-	if w.refused("uid-1") {
+	// A graceful stop.
+	srv, l := servePort(t)
+	w.watch(db, "uid-2", l.Addr().String(), plaintext(), notify("uid-2"))
+	if w.watching("uid-1", idle.Addr().String()) {
 		t.Fatal("the old Pod's watch survived a new one for the database")
 	}
+	waitUntil(t, "the watch to connect", func() bool { return w.connected("uid-2") })
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("GracefulStop still waits after 30 s: the watch's connection holds it")
+	}
+	waitNotified("uid-2")
+
+	// A crash.
+	srv, l = servePort(t)
+	w.watch(db, "uid-3", l.Addr().String(), plaintext(), notify("uid-3"))
+	waitUntil(t, "the watch to connect", func() bool { return w.connected("uid-3") })
+	srv.Stop()
+	waitNotified("uid-3")
+	if w.refused("uid-4") {
+		t.Fatal("refused(uid-4) for a Pod never watched")
+	}
+
 	w.forget(db)
 	w.mu.Lock()
 	left := len(w.watches)

@@ -124,7 +124,7 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 	}
 	if d.Reason == shalev1.ReasonPrimaryReady {
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionTrue, shalev1.ReasonPrimaryReady, fmt.Sprintf("primary %s (epoch %d) is ready", pod.Name, epoch))
-		r.watchPort(db, pod)
+		r.watchPort(ctx, db, pod)
 		r.deleteStalePrimaries(ctx, db, epoch)
 		if err := r.recordCreated(ctx, db, store); err != nil {
 			return ctrl.Result{}, err
@@ -145,13 +145,20 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 
 // watchPort watches the ready primary's KV port (liveness.go): a refused
 // connection brings the RocksDB back to Reconcile, which fails over.
-func (r *rocksDBReconciler) watchPort(db *shalev1.RocksDB, pod *corev1.Pod) {
+func (r *rocksDBReconciler) watchPort(ctx context.Context, db *shalev1.RocksDB, pod *corev1.Pod) {
 	if r.ports == nil {
 		return
 	}
 	addr, _ := secondaryAddr(pod) // the primary's port has the same name
 	key := client.ObjectKeyFromObject(db)
-	r.ports.watch(key, pod.UID, addr, func() {
+	if addr == "" || r.ports.watching(pod.UID, addr) {
+		return
+	}
+	dial, err := r.kvDial(ctx, db, db.ServiceName())
+	if err != nil {
+		return // no identity to connect with yet: the kubelet's word only
+	}
+	r.ports.watch(key, pod.UID, addr, dial, func() {
 		obj := &shalev1.RocksDB{}
 		obj.Namespace, obj.Name = key.Namespace, key.Name
 		r.portEvents <- event.GenericEvent{Object: obj}
