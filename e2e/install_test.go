@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ import (
 // the steps finish in minutes.
 func (s *suite) chartArgs() []string {
 	p := s.cfg.imagePrefix
-	return []string{
+	args := []string{
 		"--set-string", "imageTag=" + s.cfg.imageTag, // a revision of digits only is a string too
 		"--set", "operator.image.repository=" + p + "/shale-operator",
 		"--set", "operator.shaleImage.repository=" + p + "/shale",
@@ -43,6 +44,12 @@ func (s *suite) chartArgs() []string {
 		"--set", "operator.gc.grace=20s",
 		"--set", "operator.logLevel=debug",
 	}
+	// E2E_HELM_SET: more chart values (a=b,c=d), e.g. to compare with a
+	// feature off (operator.watchPrimaryPorts=false).
+	if extra := os.Getenv("E2E_HELM_SET"); extra != "" {
+		args = append(args, "--set", extra)
+	}
+	return args
 }
 
 // minioStorageClass names the PersistentVolume minioVolume makes for the

@@ -9,6 +9,8 @@
 #   E2E_FOCUS=soak          the soak step (E2E_SOAK_FAILOVERS=21 failovers, a mix
 #                           of Pod deletion, SIGKILL and switchover); it runs only
 #                           when named, never in the default run
+#   E2E_HELM_SET=a=b,c=d    more chart values for the install (e.g.
+#                           operator.watchPrimaryPorts=false, to compare)
 #   E2E_KEEP_CLUSTER=1      keep the cluster after a passing run (a failing run
 #                           always keeps it, for a look)
 #   E2E_TIMEOUT=90m         go test -timeout
