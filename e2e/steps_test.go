@@ -17,6 +17,10 @@ var steps = []step{
 	{name: "validation", labels: []string{"validation", "smoke"}, run: stepValidation},
 	{name: "upgrade", labels: []string{"upgrade", "chart"}, run: stepUpgrade},
 	{name: "switchover", labels: []string{"switchover", "failover"}, run: stepSwitchover},
+	{name: "rolling-update", labels: []string{"rolling", "switchover"}, run: stepRollingUpdate},
+	// After upgrade (which checks that a new operator image alone restarts
+	// no primary): a new image for primaries rolls them.
+	{name: "upgrade-primaries", labels: []string{"upgrade", "rolling", "chart"}, run: stepUpgradePrimaries},
 	{name: "failover-delete", labels: []string{"failover", "failover-delete"}, run: stepFailover(failoverPodDelete)},
 	{name: "failover-kill", labels: []string{"failover", "failover-kill"}, run: stepFailover(failoverSIGKILL)},
 	{name: "failover-operator-killed", labels: []string{"failover", "operator-killed"}, run: stepOperatorKilledMidFailover},
@@ -30,6 +34,8 @@ var steps = []step{
 	{name: "namespace-deletion", labels: []string{"gc", "namespace-deletion"}, run: stepNamespaceDeletion},
 	{name: "plugin", labels: []string{"plugin", "operator"}, run: stepPlugin},
 	{name: "hibernate", labels: []string{"hibernate", "fencing", "plugin"}, run: stepHibernate},
+	// Not in the default run (about a minute per three changes of primary).
+	{name: "soak", labels: []string{"soak"}, run: stepSoak, optIn: true},
 	// Last: the dashboard's series exist once the steps above produced them.
 	{name: "metrics", labels: []string{"metrics", "chart"}, run: stepMetrics},
 	// A cluster of several nodes only (make e2e-nodes); opt-in.

@@ -49,7 +49,11 @@ type config struct {
 	// nodeLossRuns is how many times the node-loss step freezes the
 	// primary's node (E2E_NODE_LOSS_RUNS).
 	nodeLossRuns int
-	artifacts    string
+	// switchoverRuns: switchovers measured by the switchover step.
+	switchoverRuns int
+	// soakFailovers: failovers of the soak step (label soak).
+	soakFailovers int
+	artifacts     string
 }
 
 func env(name, def string) string {
@@ -91,6 +95,14 @@ func loadConfig() (config, error) {
 	if err != nil || c.nodeLossRuns < 1 {
 		return c, fmt.Errorf("E2E_NODE_LOSS_RUNS=%q: want a positive number", os.Getenv("E2E_NODE_LOSS_RUNS"))
 	}
+	c.switchoverRuns, err = strconv.Atoi(env("E2E_SWITCHOVER_RUNS", "5"))
+	if err != nil || c.switchoverRuns < 1 {
+		return c, fmt.Errorf("E2E_SWITCHOVER_RUNS=%q: want a positive number", os.Getenv("E2E_SWITCHOVER_RUNS"))
+	}
+	c.soakFailovers, err = strconv.Atoi(env("E2E_SOAK_FAILOVERS", "21"))
+	if err != nil || c.soakFailovers < 3 {
+		return c, fmt.Errorf("E2E_SOAK_FAILOVERS=%q: want a number of at least 3 (one of each kind)", os.Getenv("E2E_SOAK_FAILOVERS"))
+	}
 	var missing []string
 	for name, v := range map[string]string{"KUBECONFIG": c.kubeconfig, "HELM": c.helm, "KUBECTL": c.kubectl, "E2E_IMAGE_TAG": c.imageTag, "E2E_UPGRADE_TAG": c.upgradeTag} {
 		if v == "" {
@@ -131,6 +143,8 @@ type suite struct {
 	// nodes are the cluster's nodes (more than one: the operator and MinIO
 	// are kept on the control plane, chartArgs).
 	nodes []string
+	// timelines: where each measured failover's time went.
+	timelines map[string][]*timeline
 }
 
 const (
@@ -164,7 +178,7 @@ func newSuite(t *testing.T) *suite {
 	if err := os.MkdirAll(cfg.artifacts, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := &suite{cfg: cfg, rest: rc, kube: kc, cs: cs, db: mainDB, ledger: newLedger(), failovers: map[string][]failoverRun{}, ran: map[string]bool{}, operatorSeries: map[string]bool{}, secondaryProxies: map[string]string{}}
+	s := &suite{cfg: cfg, rest: rc, kube: kc, cs: cs, db: mainDB, ledger: newLedger(), failovers: map[string][]failoverRun{}, timelines: map[string][]*timeline{}, ran: map[string]bool{}, operatorSeries: map[string]bool{}, secondaryProxies: map[string]string{}}
 	credMu.Lock()
 	credSuite = s
 	credMu.Unlock()
@@ -230,7 +244,11 @@ func TestE2E(t *testing.T) {
 	for i, st := range steps {
 		// The first step installs everything the others use; it always runs.
 		if i > 0 && !st.selected(s.cfg.focus) {
-			results = append(results, result{st.name, "not selected by E2E_FOCUS"})
+			why := "not selected by E2E_FOCUS"
+			if st.optIn && len(s.cfg.focus) == 0 {
+				why = "runs only when E2E_FOCUS names it (" + strings.Join(st.labels, ", ") + ")"
+			}
+			results = append(results, result{st.name, why})
 			continue
 		}
 		start := time.Now()

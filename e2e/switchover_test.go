@@ -26,7 +26,7 @@ func stepSwitchover(t *testing.T, s *suite) {
 	addr := s.rwAddr(t)
 	w := s.startWriter(t, addr, "switchover")
 	var gaps []time.Duration
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= s.cfg.switchoverRuns; i++ {
 		db := s.waitReady(t, s.db, 1, 3*time.Minute)
 		epoch, failovers, oldPod := db.Status.Epoch, db.Status.Failovers, db.Status.CurrentPrimary
 		w.waitAcks(t, time.Now(), uint64(epoch), 10, 2*time.Minute)

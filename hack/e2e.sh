@@ -5,8 +5,13 @@
 #
 #   E2E_FOCUS=failover,gc   run only the steps with these labels (after install)
 #   E2E_FAILOVER_RUNS=5     failovers measured per kind (pod deletion, SIGKILL)
-#   E2E_HELM_SET=a=b,c=d   more helm --set values for the release (a baseline
-#                           run: operator.livenessProbeInterval=0s)
+#   E2E_SWITCHOVER_RUNS=5   switchovers measured by the switchover step
+#   E2E_FOCUS=soak          the soak step (E2E_SOAK_FAILOVERS=21 failovers, a mix
+#                           of Pod deletion, SIGKILL and switchover); it runs only
+#                           when named, never in the default run
+#   E2E_HELM_SET=a=b,c=d    more chart values for the install (e.g.
+#                           operator.watchPrimaryPorts=false or
+#                           operator.livenessProbeInterval=0s, to compare)
 #   E2E_KEEP_CLUSTER=1      keep the cluster after a passing run (a failing run
 #                           always keeps it, for a look)
 #   E2E_TIMEOUT=90m         go test -timeout
@@ -15,7 +20,8 @@
 #
 # Before the suite it builds a second operator image (the same code with
 # another version string, tagged <rev>-e2e-upgrade) for the helm upgrade
-# step, and loads it into the node.
+# step, and loads it into the node, with the shale image tagged the same way
+# (the upgrade-primaries step).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -47,6 +53,12 @@ CGO_ENABLED=0 go build -ldflags "-X github.com/shale-rocks/shale/internal/versio
 printf 'FROM %s\nCOPY shale-operator /shale-operator\n' "$operator_image" >"$ctx/Dockerfile"
 docker build -q -t "$upgrade_image" --label "org.opencontainers.image.revision=$tag" "$ctx" >/dev/null
 "$kind" load docker-image --name "$cluster" "$upgrade_image" >/dev/null
+# The same shale image under the upgrade tag: the upgrade-primaries step
+# points the chart's operator.shaleImage at it, so every primary is
+# outdated and rolls by switchover.
+shale_upgrade_image=$IMAGE_PREFIX/shale:$upgrade_tag
+docker tag "${images[0]}" "$shale_upgrade_image"
+"$kind" load docker-image --name "$cluster" "$shale_upgrade_image" >/dev/null
 
 start=$(date +%s)
 rc=0

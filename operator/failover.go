@@ -48,6 +48,10 @@ type primaryState struct {
 	// reports nothing until the node controller's 40 s are up.
 	Unreachable      bool
 	UnreachableSince time.Time
+	// PortRefused: after the Pod was seen ready, a connection to its KV
+	// port was refused: nothing listens there any more, its process is
+	// gone (portwatch.go), though the kubelet has not said so yet.
+	PortRefused bool
 }
 
 // failoverAction is what to do about the primary.
@@ -87,6 +91,9 @@ type failoverDecision struct {
 //     store, crash-looping). A terminating Pod is not waited for: its
 //     replacement's higher epoch fences it, and waiting out its grace
 //     period would only lengthen the outage.
+//   - Its port refused a connection after it was ready: fail over at
+//     once. Nothing listens there, so its process is gone; a refusal (not
+//     a timeout) is never what a partition or a frozen process looks like.
 //   - Ready, and not found unreachable by the operator's probes: nothing
 //     to do.
 //   - Not ready after having been ready (a hung process, a lost node whose
@@ -108,6 +115,9 @@ func decideFailover(p primaryState, now time.Time, grace, startupGrace time.Dura
 		return failoverDecision{Action: actionFailover, Reason: shalev1.ReasonPrimaryFailed, Message: "the primary Pod failed (its process exited with an error or was killed)"}
 	case p.Phase == corev1.PodSucceeded:
 		return failoverDecision{Action: actionFailover, Reason: shalev1.ReasonPrimaryExited, Message: "the primary's process exited"}
+	case p.PortRefused:
+		// Before Ready: the kubelet's report that it is not lags behind.
+		return failoverDecision{Action: actionFailover, Reason: shalev1.ReasonPrimaryFailed, Message: "the primary's port refuses connections: its process is gone (the kubelet has not reported it yet)"}
 	case p.Ready && !(p.Unreachable && p.EverReady):
 		return failoverDecision{Action: actionNone, Reason: shalev1.ReasonPrimaryReady}
 	case p.EverReady:
@@ -156,7 +166,7 @@ func observePrimary(pod *corev1.Pod, available *metav1.Condition, seenReady bool
 	p := primaryState{
 		Exists:      true,
 		Terminating: pod.DeletionTimestamp != nil,
-		Phase:       pod.Status.Phase,
+		Phase:       settledPhase(pod),
 		Created:     pod.CreationTimestamp.Time,
 	}
 	var readyCond *corev1.PodCondition
@@ -186,6 +196,37 @@ func observePrimary(pod *corev1.Pod, available *metav1.Condition, seenReady bool
 		}
 	}
 	return p
+}
+
+// settledPhase is the phase the Pod is bound for. With restartPolicy Never
+// nothing restarts a container that exited, so once every container has
+// terminated the Pod is as good as Failed (an exit code other than 0) or
+// Succeeded. The kubelet reports the container's exit at its next relist
+// (within a second), but the Pod's phase only after it has torn the Pod's
+// sandbox down: 1.3 s later on kind (issue 29), which every failover after
+// a crash waited for.
+func settledPhase(pod *corev1.Pod) corev1.PodPhase {
+	phase := pod.Status.Phase
+	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever || (phase != corev1.PodRunning && phase != corev1.PodPending) ||
+		len(pod.Spec.Containers) == 0 || len(pod.Status.ContainerStatuses) < len(pod.Spec.Containers) {
+		return phase
+	}
+	settled := corev1.PodSucceeded
+	for _, c := range pod.Spec.Containers {
+		var st *corev1.ContainerStatus
+		for i := range pod.Status.ContainerStatuses {
+			if pod.Status.ContainerStatuses[i].Name == c.Name {
+				st = &pod.Status.ContainerStatuses[i]
+			}
+		}
+		if st == nil || st.State.Terminated == nil {
+			return phase
+		}
+		if st.State.Terminated.ExitCode != 0 {
+			settled = corev1.PodFailed
+		}
+	}
+	return settled
 }
 
 // nextEpoch chooses the epoch of a new primary: one above both the highest

@@ -34,6 +34,10 @@ func TestDecideFailover(t *testing.T) {
 		{"failed-while-starting", primaryState{Exists: true, Phase: corev1.PodFailed, Created: now}, actionFailover, shalev1.ReasonPrimaryFailed, 0},
 		{"succeeded", primaryState{Exists: true, Phase: corev1.PodSucceeded}, actionFailover, shalev1.ReasonPrimaryExited, 0},
 		{"ready", running(primaryState{Ready: true, EverReady: true}), actionNone, shalev1.ReasonPrimaryReady, 0},
+		// Its port refused a connection: the process is gone, though the
+		// kubelet still reports the Pod ready.
+		{"port-refused-still-ready", running(primaryState{Ready: true, EverReady: true, PortRefused: true}), actionFailover, shalev1.ReasonPrimaryFailed, 0},
+		{"port-refused-not-ready", running(primaryState{EverReady: true, NotReadySince: now, PortRefused: true}), actionFailover, shalev1.ReasonPrimaryFailed, 0},
 		{"not-ready-within-grace", running(primaryState{EverReady: true, NotReadySince: now.Add(-2 * time.Second)}), actionWait, shalev1.ReasonPrimaryNotReady, 3 * time.Second},
 		{"not-ready-at-grace", running(primaryState{EverReady: true, NotReadySince: now.Add(-grace)}), actionFailover, shalev1.ReasonPrimaryNotReady, 0},
 		{"not-ready-past-grace", running(primaryState{EverReady: true, NotReadySince: now.Add(-time.Minute)}), actionFailover, shalev1.ReasonPrimaryNotReady, 0},
@@ -85,6 +89,12 @@ func TestObservePrimary(t *testing.T) {
 	cond := func(s metav1.ConditionStatus, reason string, at time.Time) *metav1.Condition {
 		return &metav1.Condition{Type: shalev1.ConditionPrimaryAvailable, Status: s, Reason: reason, LastTransitionTime: metav1.NewTime(at)}
 	}
+	exited := func(p *corev1.Pod, restart corev1.RestartPolicy, code int32) *corev1.Pod {
+		p.Spec.RestartPolicy = restart
+		p.Spec.Containers = []corev1.Container{{Name: containerName}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}}
+		return p
+	}
 	deleting := pod(corev1.PodRunning, corev1.ConditionTrue, t0)
 	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
 	for _, tc := range []struct {
@@ -110,6 +120,23 @@ func TestObservePrimary(t *testing.T) {
 		{"failed-ready", pod(corev1.PodFailed, corev1.ConditionTrue, t0), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), false,
 			primaryState{Exists: true, Phase: corev1.PodFailed, EverReady: true, Created: t0}},
 		{"terminating", deleting, nil, false, primaryState{Exists: true, Terminating: true, Phase: corev1.PodRunning, Ready: true, Created: t0}},
+		// The process was killed: the kubelet reported the container's
+		// exit, not yet the Pod's phase (it tears the sandbox down first).
+		{"killed-phase-not-yet-failed", exited(pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), corev1.RestartPolicyNever, 137), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), true,
+			primaryState{Exists: true, Phase: corev1.PodFailed, EverReady: true, NotReadySince: t0.Add(time.Minute), Created: t0}},
+		{"exited-0-phase-not-yet-succeeded", exited(pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), corev1.RestartPolicyNever, 0), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), true,
+			primaryState{Exists: true, Phase: corev1.PodSucceeded, EverReady: true, NotReadySince: t0.Add(time.Minute), Created: t0}},
+		// A container the kubelet restarts is not the end of its Pod.
+		{"exited-restartable", exited(pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), corev1.RestartPolicyOnFailure, 1), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), true,
+			primaryState{Exists: true, Phase: corev1.PodRunning, EverReady: true, NotReadySince: t0.Add(time.Minute), Created: t0}},
+		// Only one of two containers exited: still running.
+		{"one-of-two-exited", func() *corev1.Pod {
+			p := exited(pod(corev1.PodRunning, corev1.ConditionTrue, t0), corev1.RestartPolicyNever, 137)
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "other"})
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "other", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+			return p
+		}(), cond(metav1.ConditionTrue, shalev1.ReasonPrimaryReady, t0), true,
+			primaryState{Exists: true, Phase: corev1.PodRunning, Ready: true, EverReady: true, Created: t0}},
 		// Seen ready (status.readyEpoch), then frozen while a failover was
 		// refused, which replaced the condition's reason: not starting.
 		{"refused-failover-of-a-ready-primary", pod(corev1.PodRunning, corev1.ConditionFalse, t0.Add(time.Minute)), cond(metav1.ConditionFalse, shalev1.ReasonDatabaseNotFound, t0.Add(2*time.Minute)), true,

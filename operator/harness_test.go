@@ -48,6 +48,9 @@ func testOptions() Options {
 	o.ShaleImage = "shale.local/shale:test"
 	o.FailoverGrace = time.Second
 	o.LivenessProbeInterval = 200 * time.Millisecond
+	// The stand-in primaries' listeners come and go with each test, not
+	// with their Pods; TestOperatorPortWatch turns the watch on.
+	o.WatchPrimaryPorts = false
 	o.FailoverBackoff, o.FailoverBackoffMax = 200*time.Millisecond, time.Second
 	o.ObjectStoreCheckInterval = 2 * time.Second
 	o.GCInterval = 0 // tests drive the collector themselves

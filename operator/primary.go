@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
@@ -118,6 +119,7 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 	}
 	if d.Reason == shalev1.ReasonPrimaryReady {
 		rep.set(shalev1.ConditionPrimaryAvailable, metav1.ConditionTrue, shalev1.ReasonPrimaryReady, fmt.Sprintf("primary %s (epoch %d) is ready", pod.Name, epoch))
+		r.watchPort(ctx, db, pod)
 		r.deleteStalePrimaries(ctx, db, epoch)
 		if err := r.recordCreated(ctx, db, store); err != nil {
 			return ctrl.Result{}, err
@@ -137,13 +139,36 @@ func (r *rocksDBReconciler) reconcileServingPrimary(ctx context.Context, db *sha
 }
 
 // observePrimary is observePrimary with the operator's own probes of the
-// Pod (RFC 0015).
+// Pod (RFC 0015) and its port watch (portwatch.go).
 func (r *rocksDBReconciler) observePrimary(pod *corev1.Pod, db *shalev1.RocksDB, epoch int64, now time.Time) primaryState {
 	p := observePrimary(pod, db.Condition(shalev1.ConditionPrimaryAvailable), db.Status.ReadyEpoch == epoch)
 	if pod != nil {
 		p.Unreachable, p.UnreachableSince, _ = r.liveness.verdict(pod.UID, now)
+		p.PortRefused = r.ports.refused(pod.UID)
 	}
 	return p
+}
+
+// watchPort watches the ready primary's KV port (portwatch.go): a refused
+// connection brings the RocksDB back to Reconcile, which fails over.
+func (r *rocksDBReconciler) watchPort(ctx context.Context, db *shalev1.RocksDB, pod *corev1.Pod) {
+	if r.ports == nil {
+		return
+	}
+	addr, _ := secondaryAddr(pod) // the primary's port has the same name
+	key := client.ObjectKeyFromObject(db)
+	if addr == "" || r.ports.watching(pod.UID, addr) {
+		return
+	}
+	dial, err := r.kvDial(ctx, db, db.ServiceName())
+	if err != nil {
+		return // no identity to connect with yet: the kubelet's word only
+	}
+	r.ports.watch(key, pod.UID, addr, dial, func() {
+		obj := &shalev1.RocksDB{}
+		obj.Namespace, obj.Name = key.Namespace, key.Name
+		r.portEvents <- event.GenericEvent{Object: obj}
+	})
 }
 
 // recordCreated records, the first time a primary is seen ready, where the

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -40,6 +41,12 @@ const storeTimeout = 30 * time.Second
 // deletion.
 type rocksDBReconciler struct {
 	client.Client
+	// ports watches each ready primary's KV port (portwatch.go; nil: off,
+	// Options.WatchPrimaryPorts), and portEvents brings a refusal to
+	// Reconcile.
+	ports      *portWatches
+	portEvents chan event.GenericEvent
+
 	apiReader client.Reader
 	recorder  record.EventRecorder
 	stores    *stores
@@ -140,6 +147,8 @@ func (r *rocksDBReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.forCordonedNode), builder.WithPredicates(cordonChanged)).
 		Watches(&shalev1.RocksDB{}, handler.EnqueueRequestsFromMapFunc(r.forBootstrapSource)).
 		Watches(&shalev1.Checkpoint{}, handler.EnqueueRequestsFromMapFunc(r.forBootstrapSource)).
+		// A primary's port found refused (liveness.go).
+		WatchesRawSource(source.Channel(r.portEvents, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
 
@@ -543,4 +552,5 @@ func (r *rocksDBReconciler) forget(key types.NamespacedName) {
 	delete(r.secondaryPolled, key)
 	delete(r.tiersPolled, key)
 	delete(r.coldAfterSeen, key)
+	r.ports.forget(key)
 }

@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/auth"
@@ -37,6 +38,10 @@ type Options struct {
 	// dead node after FailoverGrace rather than after the node
 	// controller's 40 s; 0 turns the probes off.
 	LivenessProbeInterval time.Duration
+	// WatchPrimaryPorts: hold a connection to each ready primary's KV
+	// port and fail over at once when a new one is refused (its process
+	// is gone), before the kubelet reports it (portwatch.go).
+	WatchPrimaryPorts bool
 	// StartupGrace is how long a new primary may take to become ready
 	// before it is replaced.
 	StartupGrace time.Duration
@@ -117,6 +122,7 @@ func DefaultOptions() Options {
 	return Options{
 		FailoverGrace:            5 * time.Second,
 		LivenessProbeInterval:    time.Second,
+		WatchPrimaryPorts:        true,
 		StartupGrace:             10 * time.Minute,
 		FailoverBackoff:          45 * time.Second,
 		FailoverBackoffMax:       5 * time.Minute,
@@ -329,6 +335,10 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*gc, error) {
 		secondaryStatus: grpcSecondaryStatus,
 		issuer:          is,
 		creds:           creds,
+		portEvents:      make(chan event.GenericEvent),
+	}
+	if opts.WatchPrimaryPorts {
+		dbr.ports = newPortWatches()
 	}
 	if opts.LivenessProbeInterval > 0 {
 		dbr.liveness = newLivenessProber(mgr.GetClient(), dbr.kvDial, opts.LivenessProbeInterval, opts.FailoverGrace, ctrl.Log.WithName("liveness"))

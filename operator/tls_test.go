@@ -159,6 +159,12 @@ func (h *harness) guardedKV(lis net.Listener, ns, certSecret, accessSecret strin
 // certificate and access list of the named Secrets.
 func (h *harness) serveGuarded(lis net.Listener, ns, certSecret, accessSecret string, kv kvv1.KVServer) {
 	h.t.Helper()
+	h.serveGuardedServer(lis, ns, certSecret, accessSecret, kv)
+}
+
+// serveGuardedServer is serveGuarded, returning the server.
+func (h *harness) serveGuardedServer(lis net.Listener, ns, certSecret, accessSecret string, kv kvv1.KVServer) *grpc.Server {
+	h.t.Helper()
 	dir := h.mountSecret(h.secret(ns, certSecret))
 	cfg := auth.ServerConfig{TLS: auth.TLSFiles{Cert: filepath.Join(dir, keyTLSCert), Key: filepath.Join(dir, keyTLSKey), CA: filepath.Join(dir, keyCA)}}
 	if accessSecret != "" {
@@ -172,6 +178,7 @@ func (h *harness) serveGuarded(lis net.Listener, ns, certSecret, accessSecret st
 	kvv1.RegisterKVServer(srv, kv)
 	go srv.Serve(lis)
 	h.t.Cleanup(srv.Stop)
+	return srv
 }
 
 // testCertificates: the CA, a database's certificates and client
