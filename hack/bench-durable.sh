@@ -16,7 +16,11 @@
 #     slatedb), its Python binding (hack/durable-peer.py), "peer-py".
 # Builds alternate ROUNDS times (default 2). Server CPU per op is the
 # primary's utime+stime over the benchmark, MinIO's likewise (both from
-# /proc/<pid>/stat); extra flags for this tree's primary go in NEW_FLAGS.
+# /proc/<pid>/stat); requests per op are MinIO's S3 requests over the
+# benchmark (its node metrics: every setup's requests, the peer's included);
+# writes per group are the primary's durable groups
+# (shale_write_group_members_total / shale_write_groups_total, sync="true":
+# one segment upload each). Extra flags for this tree's primary go in NEW_FLAGS.
 # PIPELINE=D (default 4; PIPELINE= skips it) adds setup "pipe": this tree's
 # primary with --wal-pipeline-depth D (docs/rfcs/0013-pipelined-writes.md),
 # in the same rounds as "new" (depth 1).
@@ -65,8 +69,18 @@ if [ -n "$BASE" ]; then
 fi
 [ -n "$PIPELINE" ] && builds+=(pipe)
 
+export MINIO_PROMETHEUS_AUTH_TYPE=public # requests per op from its metrics
 bench_minio
 minio_pid=${pids[-1]}
+# requests: MinIO's S3 requests so far.
+requests() {
+  { curl -fs "http://127.0.0.1:$port/minio/v2/metrics/node" || true; } | awk '/^minio_s3_requests_total[{]/ { n += $2 } END { printf "%d\n", n }'
+}
+# groups ADDR: the primary's durable groups and the writes they carried.
+groups() {
+  { curl -fs "http://$1/metrics" || true; } | awk '/^shale_write_groups_total[{]sync="true"[}]/ { g = $2 }
+    /^shale_write_group_members_total[{]sync="true"[}]/ { w = $2 } END { printf "%d %d\n", g, w }'
+}
 echo "# MinIO on 127.0.0.1:$port; DURATION=$DURATION, THREADS=$THREADS, ROUNDS=$ROUNDS, builds: ${builds[*]}${BASE:+ (base: $BASE)}" >&2
 
 results=$work/results.jsonl
@@ -88,32 +102,36 @@ for round in $(seq "$ROUNDS"); do
     pids+=("$ppid")
     for _ in $(seq 600); do "$work/new/shale" kv --addr "127.0.0.1:$kv" status >/dev/null 2>&1 && break; sleep 0.1; done
     for t in $THREADS; do
-      m0=$(cpu "$minio_pid")
+      m0=$(cpu "$minio_pid"); r0=$(requests); read -r g0 w0 < <(groups "127.0.0.1:$m")
       "$work/new/shale" bench --addr "127.0.0.1:$kv" --server-metrics "127.0.0.1:$m" --benchmarks fillsync \
         --duration "$DURATION" --keys 100000 --threads "$t" --key-size 20 --value-size 400 --compression-ratio 0.5 \
         --seed "$round" --progress-interval 1h -o json 2>>"$work/bench.log" >"$work/one.json"
-      m1=$(cpu "$minio_pid")
+      m1=$(cpu "$minio_pid"); r1=$(requests); read -r g1 w1 < <(groups "127.0.0.1:$m")
       jq -c --arg setup "$b" --argjson round "$round" --argjson t "$t" --argjson mcpu "$(((m1 - m0) * 1000000 / hz))" \
+        --argjson reqs "$((r1 - r0))" --argjson groups "$((g1 - g0))" --argjson members "$((w1 - w0))" \
         '.benchmarks[] | {setup: $setup, round: $round, threads: $t, opsPerSec, p50: .latencyMicros.p50,
           p99: .latencyMicros.p99, clientCpuMicrosPerOp, serverCpuMicrosPerOp,
-          minioCpuMicrosPerOp: ($mcpu / .ops), errors}' "$work/one.json" >>"$results"
+          minioCpuMicrosPerOp: ($mcpu / .ops), requestsPerOp: ($reqs / .ops),
+          writesPerGroup: (if $groups > 0 then $members / $groups else null end), errors}' "$work/one.json" >>"$results"
     done
     kill "$ppid"
     wait "$ppid" 2>/dev/null || true
   done
   for peer in "${peers[@]}"; do
     for t in $THREADS; do
-      m0=$(cpu "$minio_pid")
+      m0=$(cpu "$minio_pid"); r0=$(requests)
       if [ "$peer" = peer-rs ]; then
         "$PEER_BIN" "s3://bench/$peer-$round-$t" "$t" "$secs" "$PEER_FLUSH" >"$work/one.json"
       else
         "$PEER_PYTHON" "$repo/hack/durable-peer.py" "s3://bench/$peer-$round-$t" "$t" "$secs" "$PEER_FLUSH" >"$work/one.json"
       fi
-      m1=$(cpu "$minio_pid")
-      # MinIO's CPU includes the peer's one-second warm-up: an upper bound.
+      m1=$(cpu "$minio_pid"); r1=$(requests)
+      # MinIO's CPU and requests include the peer's one-second warm-up: upper bounds.
       jq -c --arg setup "$peer" --argjson round "$round" --argjson mcpu "$(((m1 - m0) * 1000000 / hz))" \
+        --argjson reqs "$((r1 - r0))" \
         '{setup: $setup, round: $round, threads, opsPerSec, p50, p99, clientCpuMicrosPerOp,
-          serverCpuMicrosPerOp: null, minioCpuMicrosPerOp: ($mcpu / .ops), errors: 0}' "$work/one.json" >>"$results"
+          serverCpuMicrosPerOp: null, minioCpuMicrosPerOp: ($mcpu / .ops), requestsPerOp: ($reqs / .ops),
+          writesPerGroup: null, errors: 0}' "$work/one.json" >>"$results"
     done
   done
   # RocksDB alone: db_bench fillsync, 16 threads, local directory (fsync per
@@ -128,10 +146,11 @@ for round in $(seq "$ROUNDS"); do
 done
 [ -n "${DURABLE_JSON:-}" ] && cp "$results" "$DURABLE_JSON"
 
-printf '\n%-8s %-5s %7s %9s %9s %9s %12s %12s %12s\n' setup round threads ops/s "p50 µs" "p99 µs" "client µs/op" "server µs/op" "MinIO µs/op"
+printf '\n%-8s %-5s %7s %9s %9s %9s %12s %12s %12s %8s %8s\n' setup round threads ops/s "p50 µs" "p99 µs" "client µs/op" "server µs/op" "MinIO µs/op" "req/op" "w/group"
 jq -r '[.setup, .round, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor),
-    ((.clientCpuMicrosPerOp // 0)|floor), ((.serverCpuMicrosPerOp // 0)|floor), ((.minioCpuMicrosPerOp // 0)|floor)] | @tsv' "$results" |
-  awk -F'\t' '{ printf "%-8s %-5s %7s %9d %9d %9d %12d %12d %12d\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
+    ((.clientCpuMicrosPerOp // 0)|floor), ((.serverCpuMicrosPerOp // 0)|floor), ((.minioCpuMicrosPerOp // 0)|floor),
+    (.requestsPerOp // 0), (.writesPerGroup // 0)] | @tsv' "$results" |
+  awk -F'\t' '{ printf "%-8s %-5s %7s %9d %9d %9d %12d %12d %12d %8.4f %8.1f\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }'
 echo
 echo "# means over the rounds; ratios of this tree (new) to each"
 jq -rs 'def mean(f): (map(f) | if length > 0 then add/length else null end);

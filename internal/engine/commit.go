@@ -49,14 +49,16 @@ type committer struct {
 
 	// pipelined: a durable committer over pipelined uploads (pipeline.go).
 	// Its groups are answered after the next group started, so the window
-	// works as a flush interval instead: while groups are in flight
-	// (inflight), a new leader starts no earlier than window after the
-	// previous group started (lastStart), so the uploads in flight carry
-	// more writers each and cost fewer requests; with none in flight it
-	// goes at once.
+	// paces them instead (pace): while groups are in flight (inflight), a
+	// new leader starts no earlier than the spacing after the previous
+	// group started (lastStart), so the uploads in flight carry more
+	// writers each and cost fewer requests; once none is in flight (paced
+	// wakes it) it waits as at depth 1 (fill).
 	pipelined bool
 	inflight  int
 	lastStart time.Time
+	recent    time.Duration // mean time from a pipelined group's start to its durability (EWMA)
+	paced     bool          // the leader waits in pace; the last group in flight to become durable wakes it (full)
 
 	groups, writes atomic.Uint64 // for metrics: groups written, writes in them
 }
@@ -144,7 +146,7 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) (wait fu
 		c.busy = true
 	}
 	if c.pipelined {
-		c.interval()
+		c.pace()
 	} else {
 		c.fill()
 	}
@@ -160,8 +162,10 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) (wait fu
 	rest := copy(c.queue, c.queue[n:])
 	clear(c.queue[rest:])
 	c.queue = c.queue[:rest]
+	var start time.Time
 	if c.pipelined {
-		c.lastStart = time.Now()
+		start = time.Now()
+		c.lastStart = start
 	}
 	c.mu.Unlock()
 
@@ -196,8 +200,18 @@ func (c *committer) write(p *pendingWrite, apply func(*rocksshim.Batch) (wait fu
 			next = nil
 		}
 		err = wait()
+		took := time.Since(start)
 		c.mu.Lock()
 		c.inflight--
+		if err == nil {
+			c.learn(took)
+		}
+		if c.inflight == 0 && c.paced {
+			// Nothing in flight: the waiting leader goes at once, as at
+			// depth 1.
+			c.paced = false
+			c.full <- struct{}{}
+		}
 		c.mu.Unlock()
 	}
 	for _, w := range group {
@@ -267,25 +281,76 @@ func (c *committer) fill() {
 	}
 }
 
-// interval is fill for a pipelined committer, called the same way: while
-// groups are in flight it waits until window after the previous group's
-// start (a flush interval); else it returns at once.
-func (c *committer) interval() {
-	if c.window <= 0 || c.inflight == 0 {
+// pace is fill for a pipelined committer, called the same way. With no
+// group in flight it is fill: the previous group's writers are answered
+// and come back, as at depth 1. While groups are in flight, the new
+// leader starts its group once the spacing has passed since the previous
+// group's start or, when the last group in flight becomes durable first,
+// as with none in flight (docs/rfcs/0013-pipelined-writes.md, "When a
+// group starts"). Waiting here applies nothing and takes no ticket: what
+// is durable and what readers see do not depend on it.
+func (c *committer) pace() {
+	if c.window > 0 && c.inflight > 0 {
+		wait := time.Until(c.lastStart.Add(c.spacing()))
+		if wait <= 0 {
+			return
+		}
+		if c.full == nil {
+			c.full = make(chan struct{}, 1)
+			c.timer = time.NewTimer(wait)
+		} else {
+			c.timer.Reset(wait)
+		}
+		c.paced = true
+		c.mu.Unlock()
+		select {
+		case <-c.full:
+			c.timer.Stop()
+		case <-c.timer.C:
+		}
+		c.mu.Lock()
+		if !c.paced {
+			// Woken after the timer fired, or before Stop: drain it.
+			select {
+			case <-c.full:
+			default:
+			}
+		}
+		c.paced = false
+		if c.inflight > 0 {
+			return // the spacing passed
+		}
+	}
+	c.fill()
+}
+
+// spacing is the least time between the starts of two pipelined groups
+// while one is in flight: the window (a flush interval, as the peer's
+// 2 ms) or, when larger, a fraction of the time a group recently took to
+// become durable. A fixed interval shorter than an upload keeps
+// upload/interval uploads in flight however busy the store: on a store
+// whose PUTs cost its CPU or its disk's fsyncs, that many smaller uploads
+// each cost a PUT and make every upload slower (issue 29: depth 4 with a
+// 2 ms interval made 2.3x the PUTs of depth 1 and half its writes). Tied
+// to the upload time, about 1/paceFraction + 1 uploads are in flight, each
+// carrying the writers of a fraction of an upload time, and the spacing
+// follows the store: slower uploads, fewer and larger groups.
+func (c *committer) spacing() time.Duration {
+	return max(c.window, c.recent/paceFraction)
+}
+
+// paceFraction: a new group starts at the earliest half an upload time
+// after the previous one, so about two uploads are in flight.
+const paceFraction = 2
+
+// learn folds a pipelined group's time to durability into recent (an
+// exponentially weighted mean over about 8 groups).
+func (c *committer) learn(took time.Duration) {
+	if c.recent == 0 {
+		c.recent = took
 		return
 	}
-	wait := time.Until(c.lastStart.Add(c.window))
-	if wait <= 0 {
-		return
-	}
-	if c.timer == nil {
-		c.timer = time.NewTimer(wait)
-	} else {
-		c.timer.Reset(wait)
-	}
-	c.mu.Unlock()
-	<-c.timer.C
-	c.mu.Lock()
+	c.recent += (took - c.recent) / 8
 }
 
 // skipAfterMiss is how many groups go without waiting after a failed wait.

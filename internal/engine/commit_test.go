@@ -152,3 +152,74 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A pipelined committer (RFC 0013, "When a group starts") holds a new
+// leader while a group is in flight for the spacing it learned (here an
+// hour: half of two hours), so the writers that queue meanwhile join its
+// group instead of splitting into groups of their own; the group in
+// flight becoming durable releases it at once.
+func TestGroupCommitPipelinedPacing(t *testing.T) {
+	c := &committer{pipelined: true, window: time.Millisecond, recent: 2 * time.Hour}
+	var mu sync.Mutex
+	var groups []int
+	held := make(chan struct{}) // the first group's upload
+	put := func(key string) error {
+		p := &pendingWrite{key: []byte(key), value: []byte("v"), done: make(chan commitResult, 1)}
+		return c.write(p, func(b *rocksshim.Batch) (func() error, error) {
+			mu.Lock()
+			groups = append(groups, b.Count())
+			first := len(groups) == 1
+			mu.Unlock()
+			if first {
+				return func() error { <-held; return nil }, nil
+			}
+			return func() error { return nil }, nil
+		})
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(groups) }
+	errs := make(chan error, 4)
+	go func() { errs <- put("a") }()
+	waitFor(t, func() bool { return count() == 1 })
+	go func() { errs <- put("b") }() // leads the next group: waits in pace
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.paced || count() > 1 })
+	go func() { errs <- put("c") }()
+	go func() { errs <- put("d") }()
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.queue) == 3 || count() > 1 })
+	if n := count(); n != 1 {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("groups = %v while the first was in flight, want only [1]: the next leader did not wait for the spacing", groups)
+	}
+	close(held)
+	for i := 0; i < 4; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(groups) != 2 || groups[0] != 1 || groups[1] != 3 {
+		t.Fatalf("groups = %v, want [1 3]: b, c and d in one group started when the first became durable", groups)
+	}
+}
+
+// The spacing is the window, or half the recent time to durability when
+// that is longer; recent is a mean over about 8 groups.
+func TestGroupCommitPacingSpacing(t *testing.T) {
+	c := &committer{window: 2 * time.Millisecond}
+	if got := c.spacing(); got != 2*time.Millisecond {
+		t.Fatalf("spacing with nothing learned = %s, want the window (2ms)", got)
+	}
+	c.learn(20 * time.Millisecond)
+	if c.recent != 20*time.Millisecond || c.spacing() != 10*time.Millisecond {
+		t.Fatalf("after one group of 20ms: recent %s, spacing %s; want 20ms and 10ms", c.recent, c.spacing())
+	}
+	c.learn(4 * time.Millisecond) // 20 + (4-20)/8 = 18
+	if c.recent != 18*time.Millisecond || c.spacing() != 9*time.Millisecond {
+		t.Fatalf("after 20ms and 4ms: recent %s, spacing %s; want 18ms and 9ms", c.recent, c.spacing())
+	}
+	c.recent = time.Millisecond
+	if got := c.spacing(); got != 2*time.Millisecond {
+		t.Fatalf("spacing with fast uploads = %s, want the window (2ms)", got)
+	}
+}
