@@ -31,7 +31,11 @@
 # multireadrandom with 1 thread (what a single caller waits: 32 Gets one
 # after another vs one MultiGet of 32), and scan of 1,000 pairs (4 threads
 # and 1 thread).
-# Ops count keys (a MultiGet of 32 is 32) or scans.
+# Ops count keys (a MultiGet of 32 is 32) or scans. Each row also gives
+# the GETs the primary made per op (its range cache's) and MinIO's CPU per
+# GET (its utime+stime over the benchmark): on one machine at 0 ms of
+# added latency these bound every setup (docs/performance.md, "Issue 29,
+# second pass").
 #
 #   make bench-remote-reads                   # NUM=1000000 ROUNDS=1
 #   NUM=200000 READ_SECONDS=10 make bench-remote-reads
@@ -85,6 +89,10 @@ if [ "$LATENCY" != 0 ]; then
 fi
 
 bench_minio
+minio_pid=${pids[-1]}
+# cputicks PID: the process's utime+stime in clock ticks.
+cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
 db=s3://bench/db
 echo "# MinIO on 127.0.0.1:$port; NUM=$NUM ROUNDS=$ROUNDS READ_SECONDS=$SECONDS_EACH CACHE=$CACHE BASE=$BASE SETUPS='$SETUPS' LATENCY='$LATENCY' READAHEAD=$READAHEAD; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 direct=$AWS_ENDPOINT_URL
@@ -125,13 +133,27 @@ stop
 results=$work/results.jsonl
 : >"$results"
 run() { # setup round benchmark threads extra...
-  local setup=$1 round=$2 bench=$3 threads=$4
+  local setup=$1 round=$2 bench=$3 threads=$4 t0 g0
   shift 4
+  # MinIO's CPU and the primary's GETs over the benchmark: what one GET
+  # costs the store (the bound at 0 ms of added latency on one machine).
+  t0=$(cputicks "$minio_pid")
+  g0=$(range_gets)
   "$shale" bench --addr "127.0.0.1:$kv" --server-metrics "127.0.0.1:$m" --benchmarks "$bench" --threads "$threads" \
     --duration "${SECONDS_EACH}s" --seed "$round" "${common[@]}" "$@" 2>>"$work/bench.log" |
     jq -c --arg setup "$setup" --arg latency "$lat" --argjson round "$round" --argjson threads "$threads" --arg load "$(cut -d' ' -f1 /proc/loadavg)" \
       '.benchmarks[] | {setup: $setup, latency: $latency, round: $round, name, threads: $threads, opsPerSec, p50: .latencyMicros.p50,
-        p99: .latencyMicros.p99, serverCpuMicrosPerOp, errors, load: $load}' >>"$results"
+        p99: .latencyMicros.p99, serverCpuMicrosPerOp, errors, load: $load}' >"$work/run.json"
+  local ticks gets
+  ticks=$(($(cputicks "$minio_pid") - t0))
+  gets=$(($(range_gets) - g0))
+  jq -c --argjson ticks "$ticks" --argjson hz "$hz" --argjson gets "$gets" \
+    '. + {storeGets: $gets, storeGetsPerOp: ($gets / ([.opsPerSec * '"$SECONDS_EACH"', 1] | max)),
+      storeCpuMicrosPerGet: (if $gets > 0 then $ticks / $hz * 1e6 / $gets else null end)}' "$work/run.json" >>"$results"
+}
+# range_gets: the GETs the primary's range cache made so far (0 when it has none).
+range_gets() {
+  curl -fs "http://127.0.0.1:$m/metrics" | awk '/^shale_range_cache_gets_total/ {n = $2} END {printf "%d\n", n + 0}'
 }
 for round in $(seq "$ROUNDS"); do
   for lat in $LATENCY; do
@@ -179,9 +201,10 @@ if [ -n "${PEER_PYTHON:-}" ]; then
 fi
 [ -n "${REMOTE_JSON:-}" ] && cp "$results" "$REMOTE_JSON"
 
-printf '\n%-7s %-7s %-5s %-16s %7s %12s %9s %9s %12s %5s\n' setup latency round benchmark threads "keys/s" "p50 µs" "p99 µs" "server µs/op" load
-jq -r '[.setup, .latency, .round, .name, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor), ((.serverCpuMicrosPerOp // 0)*10|round/10), .load] | @tsv' "$results" |
-  awk -F'\t' '{ printf "%-7s %-7s %-5s %-16s %7d %12d %9d %9d %12.1f %5s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }'
+printf '\n%-7s %-7s %-5s %-16s %7s %12s %9s %9s %12s %8s %13s %5s\n' setup latency round benchmark threads "keys/s" "p50 µs" "p99 µs" "server µs/op" "GETs/op" "store µs/GET" load
+jq -r '[.setup, .latency, .round, .name, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor), ((.serverCpuMicrosPerOp // 0)*10|round/10),
+    ((.storeGetsPerOp // 0)*100|round/100), ((.storeCpuMicrosPerGet // 0)|floor), .load] | @tsv' "$results" |
+  awk -F'\t' '{ printf "%-7s %-7s %-5s %-16s %7d %12d %9d %9d %12.1f %8.2f %13d %5s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }'
 echo
 echo "# means over the rounds; ratios: new/base, new/cached, async/new (per round after it), readahead/new, async/readahead, multireadrandom/readrandom (same setup, latency and threads)"
 echo "# latency: added to each request to MinIO by hack/latencyproxy (0: direct)"
