@@ -448,6 +448,16 @@ func (a *Archiver) mergeIndexes(ctx context.Context, all bool) error {
 	return nil
 }
 
+// Archived says whether the archive has every slot up to through of a log
+// version (an index names them, or the version is finished): the owner
+// keeps a fold's segments until then (RFC 0011 step 22a).
+func (a *Archiver) Archived(name string, epoch, through uint64) bool {
+	ref := layout.VersionRef{Name: name, Epoch: epoch}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.done_[ref] || a.gapped[ref] || a.next[ref] > through
+}
+
 // Wake asks for a pass soon (the owner stored something).
 func (a *Archiver) Wake() {
 	select {

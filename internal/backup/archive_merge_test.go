@@ -5,13 +5,24 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/backup"
+	"github.com/shale-rocks/shale/internal/engine"
+	"github.com/shale-rocks/shale/internal/kvserver"
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
+	"github.com/shale-rocks/shale/primary"
 )
 
 // countingStore counts the requests made to a store, by kind, and which
@@ -213,4 +224,139 @@ func TestArchiveMergeReadsOnlyUnknownIndexes(t *testing.T) {
 	if st := a3.Status(); st.Objects != 0 {
 		t.Fatalf("an archiver opened after the merges copied %d objects again", st.Objects)
 	}
+}
+
+// heldArchive is a backup store whose archive writes (but the archive's
+// first start record) wait while held.
+type heldArchive struct {
+	objstore.Store
+	mu   sync.Mutex
+	gate chan struct{} // nil: not held
+}
+
+func (h *heldArchive) hold() {
+	h.mu.Lock()
+	h.gate = make(chan struct{})
+	h.mu.Unlock()
+}
+
+func (h *heldArchive) release() {
+	h.mu.Lock()
+	if h.gate != nil {
+		close(h.gate)
+		h.gate = nil
+	}
+	h.mu.Unlock()
+}
+
+func (h *heldArchive) wait(ctx context.Context, key string) error {
+	if !strings.HasPrefix(key, backup.ArchivePrefix) || key == backup.ArchiveStartedKey {
+		return nil
+	}
+	h.mu.Lock()
+	g := h.gate
+	h.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *heldArchive) Put(ctx context.Context, key string, r io.Reader, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	if err := h.wait(ctx, key); err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	return h.Store.Put(ctx, key, r, size, opts)
+}
+
+func (h *heldArchive) Copy(ctx context.Context, src, dst string, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	if err := h.wait(ctx, dst); err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	return h.Store.Copy(ctx, src, dst, opts)
+}
+
+// An archive behind the folding still dates every write group: the owner
+// keeps a fold's segments until the archive has them (RFC 0011 step 22a),
+// so a restore to a time inside a fold's span is exact. Without that, the
+// archive held only the fold, and the restore was refused ("only as one
+// fold (the archive was behind)"), as in the e2e step pitr under load.
+func TestArchiveKeepsSegmentsOfFolds(t *testing.T) {
+	minio(t)
+	const db = "s3://src/orders"
+	src, bak := open(t, db), open(t, "s3://bak/shale/orders")
+	loc := location(t, bak)
+	held := &heldArchive{Store: bak}
+	defer held.release()
+	sc := shalefs.Config{Lease: 100 * time.Millisecond, DeleteGrace: time.Hour, CacheDir: filepath.Join(t.TempDir(), "cache"), FoldSegments: 32}
+	s, err := primary.Start(primary.Config{DB: db, Listen: "127.0.0.1:0", Limits: kvserver.DefaultLimits(), Engine: engine.DefaultOptions(), Storage: sc,
+		Archive: &backup.ArchiveConfig{To: backup.Location{Store: held, Database: "orders"}, Interval: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &owner{srv: s, kv: kvv1.NewKVClient(conn), conn: conn}
+	t.Cleanup(p.stop)
+	waitFor(t, "the archiver to open", func() bool { return s.Archiver() != nil })
+
+	var h history
+	h.fill(t, p.kv, "base", 20)
+	checkpoint(t, p.kv, "c1")
+	m := create(t, src, loc, "b1", "c1")
+	base := h.want(nil, func(w ack) bool { return w.seq <= m.Checkpoint.Sequence })
+	h.writes = slices.DeleteFunc(h.writes, func(w ack) bool { return w.seq <= m.Checkpoint.Sequence })
+
+	// The archive stops; 100 writes (one segment each) fold three times.
+	held.hold()
+	h.fill(t, p.kv, "a", 50)
+	tMid := time.Now()
+	after(tMid)
+	h.fill(t, p.kv, "b", 50)
+	folds := func() []string {
+		var out []string
+		for _, k := range keysUnder(t, src, "") {
+			if _, _, first, last, ok := layout.ParseSegmentKey(k); ok && last > first && strings.HasSuffix(strings.Split(k, "/")[0], ".log") {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	waitFor(t, "three folds of the WAL", func() bool { return len(folds()) >= 3 })
+
+	// The archive goes on and catches up.
+	held.release()
+	waitArchivedPast(t, bak, time.Now())
+	got, _ := restoreAndRead(t, loc, backup.Target{Time: tMid}, "s3://src/r-mid")
+	sameState(t, "restored to a time inside a fold's span", got, h.want(base, func(w ack) bool { return !w.acked.After(tMid) }))
+
+	// The archive holds the segments, not the folds, and once it has
+	// them the owner deletes them.
+	var archivedFolds []string
+	for k := range archivedKeys(t, bak) {
+		if _, _, first, last, ok := layout.ParseSegmentKey(k); ok && last > first {
+			archivedFolds = append(archivedFolds, k)
+		}
+	}
+	if len(archivedFolds) > 0 {
+		t.Fatalf("the archive copied folds %v: their segments were gone", archivedFolds)
+	}
+	waitFor(t, "the folded segments deleted", func() bool {
+		for _, f := range folds() {
+			name, e, first, last, _ := layout.ParseSegmentKey(f)
+			for seq := max(first, 2); seq <= last; seq++ {
+				if _, err := src.Stat(context.Background(), layout.SegmentKey(name, e, seq)); err == nil {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }
