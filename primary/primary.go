@@ -164,6 +164,14 @@ func startCtx(runCtx context.Context, cfg Config) (_ *Server, err error) {
 			a.Wake()
 		}
 	}
+	if cfg.Archive != nil && sc.KeepFolded == nil {
+		// A fold's segments stay until the archive has them (RFC 0011
+		// step 22a): they date each write group, the fold only its span.
+		sc.KeepFolded = func(name string, epoch, through uint64) bool {
+			a := s.archiver.Load()
+			return a == nil || !a.Archived(name, epoch, through)
+		}
+	}
 	if sc.Owner == "" {
 		host, _ := os.Hostname()
 		sc.Owner = fmt.Sprintf("%s pid %d", host, os.Getpid())

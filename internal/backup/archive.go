@@ -53,12 +53,13 @@ type Archiver struct {
 	gapped   map[layout.VersionRef]bool   // versions with a recorded gap
 	pruned   map[layout.VersionRef]bool   // versions a prune took (step 23a)
 	pass     uint64
-	written  int // index objects in the archive (at open), or written since the last merge
+	known    map[string]knownIndex // the archive's index objects this archiver read or wrote
 	gaps     int
 	objects  int64
 	lastErr  error
 	caughtUp time.Time
 	lastStat time.Time
+	stale    bool            // a pass copied something since the status was written
 	lags     []time.Duration // for tests and benchmarks: recent lags
 
 	lim       limiter
@@ -67,6 +68,15 @@ type Archiver struct {
 	caughtUpG prometheus.Gauge
 	objsCtr   prometheus.Counter
 	bytesCt   prometheus.Counter
+}
+
+// knownIndex is an index object an archiver knows: its level, and for a
+// pass's index (level 0) its contents, so that a merge reads nothing it
+// wrote or read before (a merge of 512 objects read back from a starved
+// store stopped the archive for ~50 s in the e2e step pitr).
+type knownIndex struct {
+	level int
+	ix    *ArchiveIndex // nil above level 0 (merged objects are large)
 }
 
 // OpenArchiver reads what the archive holds (its indexes and gaps), checks
@@ -89,7 +99,7 @@ func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
 		cfg.Now = time.Now
 	}
 	a := &Archiver{cfg: cfg, src: cfg.Source, dst: cfg.To.Store, wake: make(chan struct{}, 1), done: make(chan struct{}),
-		archived: map[string]bool{}, next: map[layout.VersionRef]uint64{}, done_: map[layout.VersionRef]bool{}, gapped: map[layout.VersionRef]bool{},
+		archived: map[string]bool{}, known: map[string]knownIndex{}, next: map[layout.VersionRef]uint64{}, done_: map[layout.VersionRef]bool{}, gapped: map[layout.VersionRef]bool{},
 		lim: limiter{rate: float64(cfg.Rate)}}
 	a.lagHist = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shale_backup_archive_lag_seconds",
 		Help:    "From a log object stored in the database's store to its copy in the archive (RFC 0011 step 22).",
@@ -129,11 +139,21 @@ func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
 	}
 
 	// The archive's state is the archive: what the indexes name.
-	idx, err := readIndexes(ctx, a.dst)
+	idxKeys, err := listIndexKeys(ctx, a.dst)
 	if err != nil {
 		return nil, err
 	}
-	a.written = len(idx)
+	idx, err := readIndexKeys(ctx, a.dst, idxKeys, 16)
+	if err != nil {
+		return nil, err
+	}
+	for i, k := range idxKeys {
+		ki := knownIndex{level: idx[i].Level}
+		if ki.level == 0 {
+			ki.ix = &idx[i]
+		}
+		a.known[k] = ki
+	}
 	// Pruned versions (step 23a) are done: never copied again.
 	pruned, err := readPruned(ctx, a.dst)
 	if err != nil {
@@ -191,6 +211,9 @@ func OpenArchiver(ctx context.Context, cfg ArchiveConfig) (*Archiver, error) {
 // listings and, when it copied something, an index object.
 const minPassGap = 100 * time.Millisecond
 
+// statusEvery spaces the writes of archive/status.json while passes copy.
+const statusEvery = time.Second
+
 // compactAfter is how many index objects the archive may hold before an
 // archiver merges them into one (a restore and an archiver's start read
 // them all).
@@ -227,7 +250,7 @@ func (a *Archiver) Start() {
 					go func() {
 						defer merging.Done()
 						defer func() { merged <- struct{}{} }()
-						if err := a.CompactIndexes(ctx); err != nil && ctx.Err() == nil {
+						if err := a.mergeIndexes(ctx, false); err != nil && ctx.Err() == nil {
 							a.cfg.Logger.Warn("merge the archive's index objects", "err", err)
 						}
 					}()
@@ -249,10 +272,18 @@ func (a *Archiver) Start() {
 	}()
 }
 
+// indexesWritten counts the pass indexes (level 0) this archiver knows
+// in the archive: the next merge's work.
 func (a *Archiver) indexesWritten() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.written
+	n := 0
+	for _, k := range a.known {
+		if k.level == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // CompactIndexes merges every index object of the archive into one, under
@@ -261,19 +292,101 @@ func (a *Archiver) indexesWritten() int {
 // archiver merging at the same time) leaves entries named twice at worst,
 // which readers take once.
 func (a *Archiver) CompactIndexes(ctx context.Context) error {
-	var keys []string
-	if err := a.dst.List(ctx, ArchiveIndexPrefix, func(o objstore.ObjectInfo) error {
-		keys = append(keys, o.Key)
-		return nil
-	}); err != nil {
-		return fmt.Errorf("list %s: %w", ArchiveIndexPrefix, err)
-	}
-	if len(keys) < 2 {
-		return nil
-	}
-	idx, err := readIndexKeys(ctx, a.dst, keys)
+	return a.mergeIndexes(ctx, true)
+}
+
+// MergeIndexes is the merge an archiver runs beside its passes once it
+// wrote CompactAfter pass indexes (Start runs it; exported for tests).
+func (a *Archiver) MergeIndexes(ctx context.Context) error {
+	return a.mergeIndexes(ctx, false)
+}
+
+// mergeReads bounds the index objects a merge reads at a time: a merge
+// runs beside the passes and must not starve them of the store.
+const mergeReads = 2
+
+// mergeIndexes merges the pass indexes (level 0) into one object of the
+// next level, from memory: it reads only the index objects it does not
+// know (another archiver's: a deposed owner's, until it stops). The merged
+// objects are merged in turn, reading them, once there are CompactAfter of
+// them (all: every object).
+func (a *Archiver) mergeIndexes(ctx context.Context, all bool) error {
+	a.mu.Lock()
+	before := slices.Collect(maps.Keys(a.known))
+	a.mu.Unlock()
+	keys, err := listIndexKeys(ctx, a.dst)
 	if err != nil {
 		return err
+	}
+	listed := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		listed[k] = true
+	}
+	have := map[string]knownIndex{}
+	var unknown []string
+	a.mu.Lock()
+	for _, k := range before {
+		if !listed[k] {
+			delete(a.known, k) // merged by another archiver
+		}
+	}
+	for _, k := range keys {
+		if ki, ok := a.known[k]; ok {
+			have[k] = ki
+		} else {
+			unknown = append(unknown, k)
+		}
+	}
+	a.mu.Unlock()
+	if len(unknown) > 0 {
+		idx, err := readIndexKeys(ctx, a.dst, unknown, mergeReads)
+		if err != nil {
+			return err
+		}
+		a.mu.Lock()
+		for i, k := range unknown {
+			ki := knownIndex{level: idx[i].Level}
+			if ki.level == 0 {
+				ki.ix = &idx[i]
+			}
+			a.known[k] = ki
+			have[k] = knownIndex{level: idx[i].Level, ix: &idx[i]}
+		}
+		a.mu.Unlock()
+	}
+	var take []string
+	merged := 0
+	for _, k := range keys {
+		if have[k].level > 0 {
+			merged++
+		}
+	}
+	all = all || merged >= a.cfg.CompactAfter
+	level := 0
+	for _, k := range keys {
+		if all || have[k].level == 0 {
+			take = append(take, k)
+			level = max(level, have[k].level)
+		}
+	}
+	if len(take) < 2 {
+		return nil
+	}
+	// Merged objects are read again only when merged in turn.
+	var toRead []string
+	for _, k := range take {
+		if have[k].ix == nil {
+			toRead = append(toRead, k)
+		}
+	}
+	if len(toRead) > 0 {
+		idx, err := readIndexKeys(ctx, a.dst, toRead, mergeReads)
+		if err != nil {
+			return err
+		}
+		for i, k := range toRead {
+			have[k] = knownIndex{level: idx[i].Level, ix: &idx[i]}
+		}
 	}
 	// Entries of pruned versions leave the indexes here (step 23a); the
 	// versions stay Completed, so no archiver copies them again.
@@ -281,52 +394,68 @@ func (a *Archiver) CompactIndexes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	merged := ArchiveIndex{Epoch: a.cfg.Epoch}
+	out := ArchiveIndex{Epoch: a.cfg.Epoch, Level: level + 1}
 	seen := map[string]int{}
 	done := map[layout.VersionRef]bool{}
-	for _, ix := range idx {
-		if ix.ListedAt.After(merged.ListedAt) {
-			merged.ListedAt = ix.ListedAt
+	for _, k := range take {
+		ix := have[k].ix
+		if ix.ListedAt.After(out.ListedAt) {
+			out.ListedAt = ix.ListedAt
 		}
 		for _, o := range ix.Objects {
 			if ref, ok := archivedRef(o.Key); ok && pruned[ref] {
 				continue
 			}
 			if i, ok := seen[o.Key]; ok {
-				if o.StoredAt.Before(merged.Objects[i].StoredAt) {
-					merged.Objects[i] = o
+				if o.StoredAt.Before(out.Objects[i].StoredAt) {
+					out.Objects[i] = o
 				}
 				continue
 			}
-			seen[o.Key] = len(merged.Objects)
-			merged.Objects = append(merged.Objects, o)
+			seen[o.Key] = len(out.Objects)
+			out.Objects = append(out.Objects, o)
 		}
 		for _, r := range ix.Completed {
 			if !done[r] {
 				done[r] = true
-				merged.Completed = append(merged.Completed, r)
+				out.Completed = append(out.Completed, r)
 			}
 		}
 	}
-	slices.SortFunc(merged.Objects, func(x, y IndexEntry) int { return strings.Compare(x.Key, y.Key) })
+	slices.SortFunc(out.Objects, func(x, y IndexEntry) int { return strings.Compare(x.Key, y.Key) })
 	a.mu.Lock()
 	a.pass++
-	merged.Pass = a.pass
+	out.Pass = a.pass
 	a.mu.Unlock()
-	b := Format(merged)
-	key := ArchiveIndexKey(merged.Epoch, merged.Pass)
+	b := Format(out)
+	key := ArchiveIndexKey(out.Epoch, out.Pass)
 	if _, err := a.dst.Put(ctx, key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
 		return fmt.Errorf("write the merged archive index: %w", err)
 	}
-	if err := a.dst.DeleteMany(ctx, keys); err != nil {
+	a.mu.Lock()
+	a.known[key] = knownIndex{level: out.Level}
+	a.mu.Unlock()
+	if err := a.dst.DeleteMany(ctx, take); err != nil {
 		return fmt.Errorf("delete merged archive indexes: %w", err)
 	}
 	a.mu.Lock()
 	// Passes may have written more while this merged (they are left for
 	// the next merge).
-	a.written = max(0, a.written-len(keys)) + 1
+	for _, k := range take {
+		delete(a.known, k)
+	}
 	a.mu.Unlock()
 	return nil
+}
+
+// Archived says whether the archive has every slot up to through of a log
+// version (an index names them, or the version is finished): the owner
+// keeps a fold's segments until then (RFC 0011 step 22a).
+func (a *Archiver) Archived(name string, epoch, through uint64) bool {
+	ref := layout.VersionRef{Name: name, Epoch: epoch}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.done_[ref] || a.gapped[ref] || a.next[ref] > through
 }
 
 // Wake asks for a pass soon (the owner stored something).
@@ -542,7 +671,7 @@ func (a *Archiver) Pass(ctx context.Context) (err error) {
 			return fmt.Errorf("write the archive index: %w", err)
 		}
 		a.mu.Lock()
-		a.written++
+		a.known[ArchiveIndexKey(ix.Epoch, ix.Pass)] = knownIndex{ix: &ix}
 		for _, e := range entries {
 			// Log objects are tracked by the next slot per version
 			// (a.next), not by key: a long-lived primary stores millions.
@@ -592,7 +721,12 @@ func (a *Archiver) Pass(ctx context.Context) (err error) {
 	a.mu.Lock()
 	a.caughtUp = listedAt
 	a.caughtUpG.Set(float64(listedAt.UnixNano()) / 1e9)
-	due := len(entries) > 0 || len(gaps) > 0 || a.cfg.Now().Sub(a.lastStat) >= 5*time.Second
+	// At most once a second while passes copy (under load a pass runs
+	// every 100 ms: the status was half of the archive's PUTs), at once
+	// for a gap, and every 5 s when idle.
+	a.stale = a.stale || len(entries) > 0
+	since := a.cfg.Now().Sub(a.lastStat)
+	due := len(gaps) > 0 || since >= 5*time.Second || a.stale && since >= statusEvery
 	st := ArchiveStatus{CaughtUpAt: listedAt, Epoch: a.cfg.Epoch, Objects: a.objects, Gaps: a.gaps}
 	a.mu.Unlock()
 	if due {
@@ -601,7 +735,7 @@ func (a *Archiver) Pass(ctx context.Context) (err error) {
 			return fmt.Errorf("write the archive status: %w", err)
 		}
 		a.mu.Lock()
-		a.lastStat = a.cfg.Now()
+		a.lastStat, a.stale = a.cfg.Now(), false
 		a.mu.Unlock()
 	}
 	return nil
@@ -657,6 +791,14 @@ func (a *Archiver) copyOne(ctx context.Context, j copyJob) error {
 
 // readIndexes reads every index object of an archive.
 func readIndexes(ctx context.Context, s objstore.Store) ([]ArchiveIndex, error) {
+	keys, err := listIndexKeys(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return readIndexKeys(ctx, s, keys, 16)
+}
+
+func listIndexKeys(ctx context.Context, s objstore.Store) ([]string, error) {
 	var keys []string
 	if err := s.List(ctx, ArchiveIndexPrefix, func(o objstore.ObjectInfo) error {
 		keys = append(keys, o.Key)
@@ -664,16 +806,17 @@ func readIndexes(ctx context.Context, s objstore.Store) ([]ArchiveIndex, error) 
 	}); err != nil {
 		return nil, fmt.Errorf("list %s: %w", ArchiveIndexPrefix, err)
 	}
-	return readIndexKeys(ctx, s, keys)
+	return keys, nil
 }
 
-func readIndexKeys(ctx context.Context, s objstore.Store, keys []string) ([]ArchiveIndex, error) {
+// readIndexKeys reads index objects, at most reads at a time.
+func readIndexKeys(ctx context.Context, s objstore.Store, keys []string, reads int) ([]ArchiveIndex, error) {
 	out := make([]ArchiveIndex, len(keys))
 	at := make(map[string]int, len(keys))
 	for i, k := range keys {
 		at[k] = i
 	}
-	err := parallel(ctx, 16, keys, func(ctx context.Context, key string) error {
+	err := parallel(ctx, reads, keys, func(ctx context.Context, key string) error {
 		b, err := get(ctx, s, key)
 		if err != nil {
 			return err

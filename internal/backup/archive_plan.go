@@ -40,12 +40,17 @@ type IndexEntry struct {
 	StoredAt time.Time `json:"storedAt"`
 }
 
-// ArchiveIndex is archive/index/<E>/<pass>: what one pass copied.
+// ArchiveIndex is archive/index/<E>/<pass>: what one pass copied, or a
+// merge of index objects.
 type ArchiveIndex struct {
 	Epoch    uint64       `json:"epoch"`
 	Pass     uint64       `json:"pass"`
 	ListedAt time.Time    `json:"listedAt"`
 	Objects  []IndexEntry `json:"objects"`
+	// Level: 0 for a pass's index; a merge of objects of levels up to n
+	// is at n+1 (an archiver merges level 0 from its memory, and the
+	// merged objects only once there are as many of them: step 18).
+	Level int `json:"level,omitempty"`
 	// Completed: log versions this pass found whole in the archive and
 	// finished (sealed, or deleted by their owner and copied whole).
 	Completed []layout.VersionRef `json:"completed,omitempty"`

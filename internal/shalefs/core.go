@@ -74,6 +74,16 @@ type Config struct {
 	// background (default 256; negative: never). A takeover then reads a
 	// busy log in a few hundred objects, not one per synced write.
 	FoldSegments int
+	// KeepFolded, when set, is asked once a fold is stored whether the
+	// segments it covers (slots up to through of the owner's version of
+	// log name) are still wanted: the continuous archive has not copied
+	// them yet (RFC 0005 step 2a). Their deletion then waits until it
+	// says no, for at most KeepFoldedFor (default 2m) and while a log has
+	// at most KeepFoldedSegments kept segments (default 4096; beyond, the
+	// oldest kept fold's go at once). No write waits for it.
+	KeepFolded         func(name string, epoch, through uint64) bool
+	KeepFoldedFor      time.Duration
+	KeepFoldedSegments int
 	// WALPipelineDepth > 1 keeps up to that many WAL segment uploads in
 	// flight (owner_pipeline.go, docs/rfcs/0013-pipelined-writes.md): a
 	// WAL sync returns once its upload is queued, and the engine waits for
@@ -149,6 +159,10 @@ func (c *Config) defaults() {
 	def(&c.WALAttempt, min(2*time.Second, c.WriteTimeout))
 	if c.FoldSegments == 0 {
 		c.FoldSegments = 256
+	}
+	def(&c.KeepFoldedFor, 2*time.Minute)
+	if c.KeepFoldedSegments <= 0 {
+		c.KeepFoldedSegments = 4096
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -364,6 +378,8 @@ type Owner struct {
 
 	ck        catalogState  // the checkpoint catalog (owner_catalog.go)
 	lastSweep time.Duration // when the trash loop last swept checkpoint directories (wait reading)
+	keepMu    sync.Mutex
+	kept      []keptFold // folds whose segments wait for the archive (owner_fold.go)
 
 	// stopMu orders starting background folds against Stop.
 	stopMu  sync.Mutex

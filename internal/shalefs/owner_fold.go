@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"time"
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
@@ -116,5 +118,77 @@ func (f *Owner) foldLog(ctx context.Context, name string, st *file) error {
 			keys = append(keys, layout.SegmentKey(name, f.epoch, s.Seq))
 		}
 	}
+	if f.cfg.KeepFolded != nil && f.cfg.KeepFolded(name, f.epoch, last) {
+		// The archive lacks them: kept a while (RFC 0005 step 2a).
+		for _, k := range f.keep(keptFold{name: name, last: last, keys: keys, at: f.waitNow()}) {
+			f.dropKept(ctx, k)
+		}
+		return nil
+	}
 	return f.background().do(ctx, func(ctx context.Context) error { return f.delMany(ctx, keys, ActFold) })
+}
+
+// keptFold is a fold whose covered segments are kept for the archive.
+type keptFold struct {
+	name string
+	last uint64
+	keys []string
+	at   time.Duration // waitNow when kept
+}
+
+// keep adds k to the kept folds and returns the folds of its log to drop
+// at once: the oldest, beyond KeepFoldedSegments kept segments.
+func (f *Owner) keep(k keptFold) []keptFold {
+	f.keepMu.Lock()
+	defer f.keepMu.Unlock()
+	f.kept = append(f.kept, k)
+	n := 0
+	for _, o := range f.kept {
+		if o.name == k.name {
+			n += len(o.keys)
+		}
+	}
+	var out []keptFold
+	f.kept = slices.DeleteFunc(f.kept, func(o keptFold) bool {
+		if n > f.cfg.KeepFoldedSegments && o.name == k.name {
+			n -= len(o.keys)
+			out = append(out, o)
+			return true
+		}
+		return false
+	})
+	return out
+}
+
+// releaseKept deletes the kept segments the archive has, or kept for
+// KeepFoldedFor (the keep loop runs it; not after a stop or fence: the
+// segments then stay, covered, until the trash deletes their version).
+func (f *Owner) releaseKept() {
+	now := f.waitNow()
+	f.keepMu.Lock()
+	var due []keptFold
+	f.kept = slices.DeleteFunc(f.kept, func(o keptFold) bool {
+		if now-o.at >= f.cfg.KeepFoldedFor || !f.cfg.KeepFolded(o.name, f.epoch, o.last) {
+			due = append(due, o)
+			return true
+		}
+		return false
+	})
+	f.keepMu.Unlock()
+	for _, k := range due {
+		f.dropKept(context.Background(), k)
+	}
+}
+
+func (f *Owner) dropKept(ctx context.Context, k keptFold) {
+	if err := f.background().do(ctx, func(ctx context.Context) error { return f.delMany(ctx, k.keys, ActFold) }); err != nil {
+		f.cfg.Logger.Warn("delete folded segments", "log", k.name, "err", err)
+	}
+}
+
+// KeptFolds is how many folds have segments kept for the archive.
+func (f *Owner) KeptFolds() int {
+	f.keepMu.Lock()
+	defer f.keepMu.Unlock()
+	return len(f.kept)
 }

@@ -500,3 +500,98 @@ func (w *logWriter) write(i int) error {
 	}
 	return err
 }
+
+// With the archive on (Config.KeepFolded), a fold's segments stay until
+// the archive has them (RFC 0005 step 2a), within the bounds: at most
+// KeepFoldedSegments per log (the oldest kept fold's segments go first)
+// and KeepFoldedFor. A takeover over kept segments reads every write, and
+// no write waits for the archive.
+func TestKeepFoldedSegmentsForTheArchive(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const fold, keep, writes = 16, 48, 200
+		var archived atomic.Uint64 // the archive has slots up to this
+		asked := map[bool]int{}
+		var askedMu = make(chan struct{}, 1)
+		c1 := filepath.Join(t.TempDir(), "c1")
+		f1, err := Open(ctx, Config{Store: store, CacheDir: c1, Epoch: 1, Lease: 100 * time.Millisecond, FoldSegments: fold,
+			KeepFoldedSegments: keep, KeepFoldedFor: time.Hour,
+			KeepFolded: func(name string, epoch, through uint64) bool {
+				askedMu <- struct{}{}
+				asked[epoch == 1]++
+				<-askedMu
+				return through > archived.Load()
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d1 := openDB(t, f1, c1)
+		for i := 0; i < writes; i++ {
+			if err := d1.Put([]byte(fmt.Sprintf("k%04d", i)), []byte(fmt.Sprintf("v%d", i)), true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wal string
+		for _, n := range f1.List() {
+			if FileType(n) == "wal" {
+				wal = n
+			}
+		}
+		waitCond(t, "the folds of the WAL", func() bool { _, folds, _ := versionObjects(t, store, wal, 1); return folds >= writes/fold-1 })
+		data, folds, _ := versionObjects(t, store, wal, 1)
+		t.Logf("%s with the archive behind: %d segments and %d folds after %d synced writes (folds of %d, at most %d kept)", wal, data, folds, writes, fold, keep)
+		// Kept: more than the unfolded tail; bounded: at most keep more.
+		if data <= 2*fold+1 || data > keep+2*fold+1 {
+			t.Fatalf("%s holds %d segments with the archive behind: want between %d and %d", wal, data, 2*fold+2, keep+2*fold+1)
+		}
+		// The archive catches up: the kept segments go.
+		archived.Store(1 << 62)
+		waitCond(t, "the kept segments deleted", func() bool {
+			data, _, _ := versionObjects(t, store, wal, 1)
+			return f1.KeptFolds() == 0 && data <= 2*fold+1
+		})
+		if asked[false] > 0 || asked[true] == 0 {
+			t.Fatalf("KeepFolded asked about epoch 1 %d times, about others %d times", asked[true], asked[false])
+		}
+
+		// A new owner, whose archive never catches up: its segments go
+		// after KeepFoldedFor; it reads every write over the kept ones.
+		f1.Stop()
+		c2 := filepath.Join(t.TempDir(), "c2")
+		f2, err := Open(ctx, Config{Store: store, CacheDir: c2, Epoch: 2, Lease: 100 * time.Millisecond, FoldSegments: fold,
+			KeepFoldedFor: 2 * time.Second, KeepFolded: func(string, uint64, uint64) bool { return true }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d2 := openDB(t, f2, c2)
+		defer d2.Close()
+		for i := 0; i < writes; i++ {
+			v, ok, err := d2.Get([]byte(fmt.Sprintf("k%04d", i)))
+			if err != nil || !ok || string(v) != fmt.Sprintf("v%d", i) {
+				t.Fatalf("k%04d after the takeover: %q %v %v", i, v, ok, err)
+			}
+		}
+		for i := writes; i < writes+2*fold; i++ {
+			if err := d2.Put([]byte(fmt.Sprintf("k%04d", i)), []byte(fmt.Sprintf("v%d", i)), true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitCond(t, "a fold of the new owner kept", func() bool { return f2.KeptFolds() > 0 })
+		waitCond(t, "the kept segments deleted after KeepFoldedFor", func() bool { return f2.KeptFolds() == 0 })
+	})
+}
+
+// waitCond polls cond until it holds (up to a minute).
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -170,6 +170,10 @@ func Open(ctx context.Context, cfg Config) (*Owner, error) {
 	f.wg.Add(2)
 	go f.leaseLoop()
 	go f.trashLoop()
+	if f.cfg.KeepFolded != nil {
+		f.wg.Add(1)
+		go f.every(250*time.Millisecond, f.releaseKept)
+	}
 	return f, nil
 }
 
