@@ -168,7 +168,9 @@ func CountCheckpointKeys(ctx context.Context, store objstore.Store, name, scratc
 	}
 	defer os.RemoveAll(dir)
 	cache := filepath.Join(dir, "db")
-	r, _, err := shalefs.OpenCheckpointReader(ctx, shalefs.Config{Store: store, CacheDir: cache}, name)
+	// A bounded cache: tables past it are read range by range, so the
+	// count needs little local disk.
+	r, _, err := shalefs.OpenCheckpointReader(ctx, shalefs.Config{Store: store, CacheDir: cache, CacheBytes: 256 << 20}, name)
 	if err != nil {
 		return 0, err
 	}
