@@ -11,6 +11,7 @@ import (
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	"github.com/shale-rocks/shale/internal/backup"
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
 // RFC 0011 step 14a: create counts the keys of the source's checkpoint
@@ -44,6 +45,10 @@ func TestVerifyComparesSourceKeys(t *testing.T) {
 	big := counted("b1", "big")
 	if *big.SourceKeys != n {
 		t.Fatalf("the source's checkpoint holds %d keys, counted %d", n, *big.SourceKeys)
+	}
+	// The counting reader's lease is gone with it (invariant 5).
+	if left := keysUnder(t, src, layout.ReadersPrefix); len(left) != 0 {
+		t.Fatalf("the count left reader leases in the source: %v", left)
 	}
 	rep, err := verify("b1")
 	if err != nil || rep.Keys != n || rep.SourceKeys == nil || *rep.SourceKeys != n {
