@@ -39,8 +39,10 @@ type VerifyReport struct {
 
 // Verify checks backup id (RFC 0011 step 14): every object's size and
 // SHA-256, RocksDB's checksums of every table, and a read-only open of
-// the restored copy, counting its keys with checksums verified. scratch
-// is a local directory it may fill with the whole backup (removed after).
+// the restored copy, counting its keys with checksums verified, and the
+// count compared with the source checkpoint's when the manifest has it
+// (step 14a). scratch is a local directory it may fill with the whole
+// backup (removed after).
 func Verify(ctx context.Context, loc Location, id, scratch string) (VerifyReport, error) {
 	var rep VerifyReport
 	if err := ValidID(id); err != nil {
