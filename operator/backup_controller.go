@@ -190,8 +190,12 @@ func planBackup(in backupInput) backupStep {
 		j := in.Jobs[jobVerify]
 		switch {
 		case j.Succeeded && j.Report != nil:
-			return backupStep{Verify: &shalev1.BackupVerification{Phase: "Succeeded", Keys: j.Report.Keys,
-				Message: fmt.Sprintf("opened with RocksDB, every checksum matched: %d keys, sequence %d", j.Report.Keys, j.Report.Sequence)}, Event: eventBackupVerified}
+			compared := "not compared with the source (the backup's manifest has no source key count)"
+			if j.Report.SourceKeys != nil {
+				compared = fmt.Sprintf("equal to the source checkpoint's %d", *j.Report.SourceKeys)
+			}
+			return backupStep{Verify: &shalev1.BackupVerification{Phase: "Succeeded", Keys: j.Report.Keys, SourceKeys: j.Report.SourceKeys,
+				Message: fmt.Sprintf("opened with RocksDB, every checksum matched: %d keys (%s), sequence %d", j.Report.Keys, compared, j.Report.Sequence)}, Event: eventBackupVerified}
 		case j.Succeeded, j.Failed:
 			msg := j.Message
 			if j.Succeeded {

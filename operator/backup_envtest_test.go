@@ -75,7 +75,7 @@ func parseJobArgs(t *testing.T, args []string) jobArgs {
 	a := jobArgs{cmd: args[1], flags: map[string]string{}}
 	for i := 2; i < len(args); i++ {
 		switch {
-		case args[i] == "--resume" || args[i] == "--missing-ok":
+		case args[i] == "--resume" || args[i] == "--missing-ok" || args[i] == "--count-source-keys":
 			a.flags[args[i]] = "true"
 		case strings.HasPrefix(args[i], "--"):
 			a.flags[args[i]] = args[i+1]
@@ -122,13 +122,14 @@ func (h *harness) runBackupJob(ns, name string) (jobArgs, error) {
 			h.t.Fatal(err)
 		}
 		var m backup.Manifest
-		m, err = backup.Create(ctx, backup.CreateConfig{Source: src, To: loc, ID: a.flags["--id"], Checkpoint: a.flags["--checkpoint"]})
+		m, err = backup.Create(ctx, backup.CreateConfig{Source: src, To: loc, ID: a.flags["--id"], Checkpoint: a.flags["--checkpoint"],
+			CountSourceKeys: a.flags["--count-source-keys"] != "", Scratch: h.t.TempDir()})
 		rep = jobreport.Report{Command: "create", ID: m.ID, Bytes: m.Bytes, Objects: int64(len(m.Objects)), CopiedBytes: m.CopiedBytes,
-			CopiedObjects: int64(m.CopiedObjects), Sequence: m.Checkpoint.Sequence, Time: m.Checkpoint.CreatedAt, Completed: m.CompletedAt}
+			CopiedObjects: int64(m.CopiedObjects), Sequence: m.Checkpoint.Sequence, Time: m.Checkpoint.CreatedAt, Completed: m.CompletedAt, SourceKeys: keysOf(m.SourceKeys)}
 	case "verify":
 		var v backup.VerifyReport
 		v, err = backup.Verify(ctx, loc, a.pos[0], h.t.TempDir())
-		rep = jobreport.Report{Command: "verify", ID: a.pos[0], Keys: int64(v.Keys), Sequence: v.Sequence}
+		rep = jobreport.Report{Command: "verify", ID: a.pos[0], Keys: int64(v.Keys), Sequence: v.Sequence, SourceKeys: keysOf(v.SourceKeys)}
 	case "prune":
 		keep, _ := strconv.Atoi(a.flags["--keep-last"])
 		var ms []backup.Manifest
@@ -334,7 +335,7 @@ func TestBackupResource(t *testing.T) {
 	fwd.fmu.Unlock()
 	c := job.Spec.Template.Spec.Containers[0]
 	args := strings.Join(c.Args, " ")
-	want := fmt.Sprintf("backup create --db %s --checkpoint backup-nightly-1 --id nightly-1 --to s3://vault/shale/_backups/%s --database %s --to-credentials-dir %s --report /dev/termination-log", dbURL, ns, dbID, backupCredentialsDir)
+	want := fmt.Sprintf("backup create --db %s --checkpoint backup-nightly-1 --id nightly-1 --count-source-keys --to s3://vault/shale/_backups/%s --database %s --to-credentials-dir %s --report /dev/termination-log", dbURL, ns, dbID, backupCredentialsDir)
 	if args != want {
 		t.Errorf("Job args\n%s\nwant\n%s", args, want)
 	}
@@ -376,8 +377,9 @@ func TestBackupResource(t *testing.T) {
 		t.Fatalf("verify Job %+v: %v", a, err)
 	}
 	b = h.waitBackup(ns, "nightly-1", "verified", func(b *shalev1.Backup) bool { return b.Status.LastVerifiedRestore != nil })
-	if v := b.Status.Verification; v == nil || v.Phase != "Succeeded" || v.Keys != n {
-		t.Errorf("verification %s, want Succeeded with %d keys", jsonString(v), n)
+	if v := b.Status.Verification; v == nil || v.Phase != "Succeeded" || v.Keys != n || v.SourceKeys == nil || *v.SourceKeys != n ||
+		!strings.Contains(v.Message, fmt.Sprintf("equal to the source checkpoint's %d", n)) {
+		t.Errorf("verification %s, want Succeeded with %d keys, compared with the source's %d", jsonString(v), n, n)
 	}
 	h.waitEvent(ns, "nightly-1", eventBackupVerified)
 
@@ -556,4 +558,13 @@ func TestBackupResource(t *testing.T) {
 	if got := testutil.ToFloat64(backupScheduleInterval.WithLabelValues(ns, "orders", "hourly")); got != 3600 {
 		t.Errorf("shale_backup_schedule_interval_seconds %v, want 3600", got)
 	}
+}
+
+// keysOf is a key count for a job report, as the CLI writes it.
+func keysOf(n *uint64) *int64 {
+	if n == nil {
+		return nil
+	}
+	v := int64(*n)
+	return &v
 }

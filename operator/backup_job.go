@@ -150,7 +150,9 @@ func backupJob(s backupJobSpec) (*batchv1.Job, string) {
 		Image:           s.Image,
 		ImagePullPolicy: pull,
 		Args:            args,
-		// Verify downloads the backup here; nothing else writes locally.
+		// Verify downloads the backup here, and create's
+		// --count-source-keys keeps its bounded reader cache here;
+		// nothing else writes locally.
 		Env:                      []corev1.EnvVar{{Name: "TMPDIR", Value: cacheDir}},
 		VolumeMounts:             append([]corev1.VolumeMount{{Name: "cache", MountPath: cacheDir}}, acc.mounts...),
 		SecurityContext:          containerSecurityContext(),
@@ -186,7 +188,13 @@ func backupArgs(kind string, b *shalev1.Backup, db *shalev1.RocksDB, src, dst *s
 	loc := []string{"--to", backupLocationURL(dst, b.Namespace), "--database", b.Status.DatabaseID}
 	switch kind {
 	case jobCreate:
-		return append([]string{"create", "--db", src.DatabaseURL(db.Status.StoragePath), "--checkpoint", b.Status.Checkpoint, "--id", b.Status.BackupID}, loc...)
+		args := []string{"create", "--db", src.DatabaseURL(db.Status.StoragePath), "--checkpoint", b.Status.Checkpoint, "--id", b.Status.BackupID}
+		if b.Spec.Verify {
+			// The verify compares the copy's key count with this one
+			// (RFC 0011 step 14a); it costs a read of every table.
+			args = append(args, "--count-source-keys")
+		}
+		return append(args, loc...)
 	case jobVerify:
 		return append([]string{"verify", b.Status.BackupID, "--scratch", cacheDir}, loc...)
 	case jobDrop:

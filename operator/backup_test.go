@@ -99,6 +99,45 @@ func TestPlanBackup(t *testing.T) {
 	}
 }
 
+// The verify's outcome (RFC 0011 step 14a): the source's count it was
+// compared with, or "not compared" for a backup created without it; and
+// the create Job counts the source's keys only when the Backup verifies.
+func TestPlanBackupVerifyComparison(t *testing.T) {
+	ready := primaryView{Exists: true, Ready: true, Pod: "orders-primary-1", Epoch: 1}
+	b := &shalev1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b1"}, Spec: shalev1.BackupSpec{Database: "orders", BackupStore: "vault", Verify: true}}
+	b.Status = shalev1.BackupStatus{Phase: shalev1.BackupCompleted, Checkpoint: "backup-b1", CheckpointReleased: true, BackupID: "b1",
+		Verification: &shalev1.BackupVerification{Phase: "Running"}}
+	src := int64(1000)
+	for _, tc := range []struct {
+		name   string
+		rep    jobreport.Report
+		source *int64
+		msg    string
+	}{
+		{"compared", jobreport.Report{Keys: 1000, Sequence: 9, SourceKeys: &src}, &src, "1000 keys (equal to the source checkpoint's 1000)"},
+		{"not compared", jobreport.Report{Keys: 1000, Sequence: 9}, nil, "1000 keys (not compared with the source"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := planBackup(backupInput{B: b, DB: ready, Jobs: map[string]jobState{jobVerify: {Exists: true, Succeeded: true, Report: &tc.rep}}})
+			v := s.Verify
+			if v == nil || v.Phase != "Succeeded" || v.Keys != 1000 || (v.SourceKeys == nil) != (tc.source == nil) ||
+				(v.SourceKeys != nil && *v.SourceKeys != *tc.source) || !strings.Contains(v.Message, tc.msg) {
+				t.Errorf("verification %+v, want Succeeded, sourceKeys %v, message with %q", v, tc.source, tc.msg)
+			}
+		})
+	}
+	db := &shalev1.RocksDB{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orders"}}
+	store := &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Name: "vault"}}
+	for _, verify := range []bool{true, false} {
+		b := b.DeepCopy()
+		b.Spec.Verify = verify
+		args := strings.Join(backupArgs(jobCreate, b, db, store, store), " ")
+		if strings.Contains(args, "--count-source-keys") != verify {
+			t.Errorf("verify %v: create args %q", verify, args)
+		}
+	}
+}
+
 // decideRecovery: which backup a bootstrap.recovery restores, or why not.
 func TestDecideRecovery(t *testing.T) {
 	store := &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Name: "vault"}}

@@ -163,6 +163,12 @@ type BackupVerification struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Keys int64 `json:"keys,omitempty"`
+	// SourceKeys is the live key count of the source's checkpoint, counted
+	// when the backup was created (spec.verify makes the create Job count
+	// it), which Keys was compared with; unset: not compared.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SourceKeys *int64 `json:"sourceKeys,omitempty"`
 }
 
 // Backup copies a checkpoint of a RocksDB to a backup store: the operator

@@ -134,8 +134,9 @@ func (bf *backupFlags) location(db string) (backup.Location, error) {
 }
 
 func newBackupCreateCmd(bf *backupFlags) *cobra.Command {
-	var db, ck, id string
+	var db, ck, id, scratch string
 	var concurrency uint64
+	var countKeys bool
 	kc := &kvClient{timeout: 5 * time.Minute}
 	c := &cobra.Command{
 		Use:   "create --db URL (--checkpoint NAME | --addr HOST:PORT)",
@@ -146,7 +147,12 @@ admin role) and deletes it once the backup is published. While it copies,
 the backup pins the checkpoint's tables in the database
 (_shale/pins/backup-ID), so a checkpoint deleted or expired meanwhile
 loses nothing. The manifest is written last: an interrupted backup is never
-listed; rerun it with the same --id to resume, or delete it.`,
+listed; rerun it with the same --id to resume, or delete it.
+
+With --count-source-keys it also counts the live keys of the checkpoint in
+the database (read-only, through --scratch: every table read once through
+this process) and records the count in the manifest; verify then compares
+the backup's count with it.`,
 		Example: `  shale backup create --db s3://data/orders --addr orders:7070 --to s3://backups/shale
   shale backup create --db s3://data/orders --checkpoint nightly --to s3://backups/shale --id nightly-1`,
 		Args: exactArgs(),
@@ -172,7 +178,7 @@ listed; rerun it with the same --id to resume, or delete it.`,
 			if err != nil {
 				return err
 			}
-			cfg := backup.CreateConfig{Source: src, To: loc, ID: id, Checkpoint: ck, Concurrency: int(concurrency)}
+			cfg := backup.CreateConfig{Source: src, To: loc, ID: id, Checkpoint: ck, Concurrency: int(concurrency), CountSourceKeys: countKeys, Scratch: scratch}
 			if addrSet {
 				// Before asking for a checkpoint: a published id needs none.
 				sctx, scancel := context.WithTimeout(context.Background(), kc.timeout)
@@ -204,11 +210,16 @@ listed; rerun it with the same --id to resume, or delete it.`,
 				return err
 			}
 			if err := jobreport.Write(bf.report, jobreport.Report{Command: "create", ID: m.ID, Bytes: m.Bytes, Objects: int64(len(m.Objects)),
-				CopiedBytes: m.CopiedBytes, CopiedObjects: int64(m.CopiedObjects), Sequence: m.Checkpoint.Sequence, Time: m.Checkpoint.CreatedAt, Completed: m.CompletedAt}); err != nil {
+				CopiedBytes: m.CopiedBytes, CopiedObjects: int64(m.CopiedObjects), Sequence: m.Checkpoint.Sequence, Time: m.Checkpoint.CreatedAt, Completed: m.CompletedAt,
+				SourceKeys: reportKeys(m.SourceKeys)}); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.OutOrStdout(), "backup %s published: checkpoint %s, sequence %d, %d objects, %s; copied %d objects, %s (%s through this process)\n",
-				m.ID, m.Checkpoint.Name, m.Checkpoint.Sequence, len(m.Objects), byteCount(uint64(m.Bytes)), m.CopiedObjects, byteCount(uint64(m.CopiedBytes)), byteCount(uint64(m.Streamed)))
+			counted := ""
+			if m.SourceKeys != nil {
+				counted = fmt.Sprintf(", %d keys in the source's checkpoint", *m.SourceKeys)
+			}
+			fmt.Fprintf(c.OutOrStdout(), "backup %s published: checkpoint %s, sequence %d%s, %d objects, %s; copied %d objects, %s (%s through this process)\n",
+				m.ID, m.Checkpoint.Name, m.Checkpoint.Sequence, counted, len(m.Objects), byteCount(uint64(m.Bytes)), m.CopiedObjects, byteCount(uint64(m.CopiedBytes)), byteCount(uint64(m.Streamed)))
 			return nil
 		},
 	}
@@ -218,6 +229,8 @@ listed; rerun it with the same --id to resume, or delete it.`,
 	f.StringVar(&id, "id", "", "the backup's id (default: b<UTC date>-<time>); rerun an interrupted backup with its id")
 	f.StringVar(&kc.addr, "addr", "127.0.0.1:7070", "the primary that creates the checkpoint, `HOST:PORT`")
 	f.Var(uintValue{&concurrency}, "concurrency", "objects copied at once (default 8)")
+	f.BoolVar(&countKeys, "count-source-keys", false, "count the checkpoint's keys in the database into the manifest, for verify to compare (reads every table once)")
+	f.StringVar(&scratch, "scratch", os.TempDir(), "local `directory` for --count-source-keys's reader cache (bounded, removed after)")
 	kc.sec = addClientFlags(c, f, "addr")
 	noFileCompletion(c, "db", "checkpoint", "id", "addr", "concurrency")
 	return c
@@ -340,7 +353,9 @@ func newBackupVerifyCmd(bf *backupFlags) *cobra.Command {
 		Long: `Verify downloads backup ID into --scratch (it needs the backup's size in
 local disk; removed after), checks every object's size and SHA-256 against
 the manifest, runs RocksDB's checksum verification on every table, opens
-the copy read-only and counts its keys with checksums verified.`,
+the copy read-only and counts its keys with checksums verified. A backup
+created with --count-source-keys must hold as many keys as its checkpoint
+held in the database; one created without is not compared (it says so).`,
 		Example: `  shale backup verify --to s3://backups/shale --database orders b20260101-020000`,
 		Args:    exactArgs("ID"),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -354,10 +369,15 @@ the copy read-only and counts its keys with checksums verified.`,
 			if err != nil {
 				return err
 			}
-			if err := jobreport.Write(bf.report, jobreport.Report{Command: "verify", ID: args[0], Bytes: rep.Bytes, Objects: int64(rep.Objects), Keys: int64(rep.Keys), Sequence: rep.Sequence}); err != nil {
+			if err := jobreport.Write(bf.report, jobreport.Report{Command: "verify", ID: args[0], Bytes: rep.Bytes, Objects: int64(rep.Objects), Keys: int64(rep.Keys), Sequence: rep.Sequence,
+				SourceKeys: reportKeys(rep.SourceKeys)}); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.OutOrStdout(), "backup %s verified: %d objects (%s), %d tables, %d keys, sequence %d\n", args[0], rep.Objects, byteCount(uint64(rep.Bytes)), rep.Tables, rep.Keys, rep.Sequence)
+			compared := "the source's count equal"
+			if rep.SourceKeys == nil {
+				compared = "not compared with the source (created without --count-source-keys)"
+			}
+			fmt.Fprintf(c.OutOrStdout(), "backup %s verified: %d objects (%s), %d tables, %d keys (%s), sequence %d\n", args[0], rep.Objects, byteCount(uint64(rep.Bytes)), rep.Tables, rep.Keys, compared, rep.Sequence)
 			return nil
 		},
 	}
@@ -555,4 +575,13 @@ as it is now, before the deletes a real run would make.`,
 	c.Flags().Var(newDuration(&sweepGrace, 24*time.Hour), "sweep-grace", "sweep objects no backup names once they are this old (longer than any backup takes to start)")
 	noFileCompletion(c, "keep-last", "keep-within")
 	return c
+}
+
+// reportKeys is a key count for a job report (nil stays nil: not counted).
+func reportKeys(n *uint64) *int64 {
+	if n == nil {
+		return nil
+	}
+	v := int64(*n)
+	return &v
 }

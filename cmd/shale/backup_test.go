@@ -58,11 +58,11 @@ func TestBackupCLI(t *testing.T) {
 	}
 
 	createReport := filepath.Join(dir, "create-report")
-	code, out, errOut := shale("backup", "create", "--db", db, "--to", to, "--addr", p.addr, "--id", "b1", "--report", createReport)
-	if code != 0 || !strings.Contains(out, "backup b1 published") {
+	code, out, errOut := shale("backup", "create", "--db", db, "--to", to, "--addr", p.addr, "--id", "b1", "--report", createReport, "--count-source-keys", "--scratch", t.TempDir())
+	if code != 0 || !strings.Contains(out, "backup b1 published") || !strings.Contains(out, "100 keys in the source's checkpoint") {
 		t.Fatalf("create: %d %q %q", code, out, errOut)
 	}
-	if b, err := os.ReadFile(createReport); err != nil || !regexp.MustCompile(`^\{"command":"create","id":"b1","bytes":[1-9][0-9]*,"objects":[1-9][0-9]*,.*"sequence":[1-9][0-9]*,"time":"[^"]+","completed":"[^"]+"\}$`).Match(b) {
+	if b, err := os.ReadFile(createReport); err != nil || !regexp.MustCompile(`^\{"command":"create","id":"b1","bytes":[1-9][0-9]*,"objects":[1-9][0-9]*,.*"sequence":[1-9][0-9]*,"time":"[^"]+","completed":"[^"]+","sourceKeys":100\}$`).Match(b) {
 		t.Fatalf("create report: %q %v", b, err)
 	}
 	if r, err := kv.ListCheckpoints(ctx, &kvv1.ListCheckpointsRequest{}); err != nil || len(r.Checkpoints) != 0 {
@@ -80,7 +80,7 @@ func TestBackupCLI(t *testing.T) {
 		t.Fatalf("list: %d %q %q", code, out, errOut)
 	}
 	code, out, errOut = shale("backup", "verify", "--to", to, "--database", "orders", "b1", "--scratch", t.TempDir())
-	if code != 0 || !regexp.MustCompile(`verified: .* 100 keys`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`verified: .* 100 keys \(the source's count equal\)`).MatchString(out) {
 		t.Fatalf("verify: %d %q %q", code, out, errOut)
 	}
 	restored := "file://" + filepath.Join(dir, "restored")
@@ -114,6 +114,12 @@ func TestBackupCLI(t *testing.T) {
 		if code, out, errOut := shale("backup", "create", "--db", db, "--to", to, "--addr", p.addr, "--id", id); code != 0 {
 			t.Fatalf("create %s: %d %q %q", id, code, out, errOut)
 		}
+	}
+	// Created without --count-source-keys: verified, and it says the
+	// source was not compared.
+	code, out, errOut = shale("backup", "verify", "--to", to, "--database", "orders", "b3", "--scratch", t.TempDir())
+	if code != 0 || !strings.Contains(out, "100 keys (not compared with the source") {
+		t.Fatalf("verify of a backup without the source's count: %d %q %q", code, out, errOut)
 	}
 	if code, out, errOut := shale("backup", "prune", "--to", to, "--database", "orders"); code != 2 || !strings.Contains(errOut, "--keep-last") {
 		t.Fatalf("prune without a policy: %d %q %q", code, out, errOut)

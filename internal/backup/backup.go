@@ -50,8 +50,15 @@ type CreateConfig struct {
 	CreatedCheckpoint bool
 	Release           func(ctx context.Context) error
 	Concurrency       int // parallel copies (default 8)
-	Logger            *slog.Logger
-	Now               func() time.Time
+	// CountSourceKeys counts the live keys of the checkpoint in Source
+	// once it is pinned, into the manifest's SourceKeys, for verify to
+	// compare (RFC 0011 step 14a). It reads every table of the checkpoint
+	// through this process, in Scratch (default: the system's temporary
+	// directory).
+	CountSourceKeys bool
+	Scratch         string
+	Logger          *slog.Logger
+	Now             func() time.Time
 }
 
 // Create copies checkpoint cfg.Checkpoint of cfg.Source into the backup
@@ -201,6 +208,18 @@ func Create(ctx context.Context, cfg CreateConfig) (Manifest, error) {
 		return Manifest{}, err
 	}
 
+	// 14a. The source's key count, while the pin and the checkpoint hold
+	// its tables.
+	var sourceKeys *uint64
+	if cfg.CountSourceKeys {
+		n, err := CountCheckpointKeys(ctx, src, cfg.Checkpoint, cfg.Scratch)
+		if err != nil {
+			return Manifest{}, fmt.Errorf("backup %s: count the source's keys: %w (nothing is published; rerun with --id %s, or without --count-source-keys)", cfg.ID, err, cfg.ID)
+		}
+		sourceKeys = &n
+		cfg.Logger.Info("counted the source's keys", "backup", cfg.ID, "checkpoint", cfg.Checkpoint, "keys", n)
+	}
+
 	// 9. Copy what the backup store lacks.
 	present := map[string]int64{}
 	if err := dst.List(ctx, ObjectsPrefix, func(o objstore.ObjectInfo) error {
@@ -220,7 +239,7 @@ func Create(ctx context.Context, cfg CreateConfig) (Manifest, error) {
 	}
 	out := Manifest{ID: cfg.ID, Database: cfg.To.Database, Source: src.URL(),
 		Checkpoint: CheckpointRef{Name: rec.Name, ID: rec.ID, Sequence: rec.Sequence, CreatedAt: rec.CreatedAt},
-		Current:    rec.Current, Manifest: manifestKey, StartedAt: started}
+		Current:    rec.Current, Manifest: manifestKey, StartedAt: started, SourceKeys: sourceKeys}
 	sums := map[string]string{}
 	var mu sync.Mutex
 	do := func(ctx context.Context, key string) error {

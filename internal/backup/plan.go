@@ -120,6 +120,11 @@ type Manifest struct {
 	CopiedObjects int   `json:"copiedObjects"`
 	CopiedBytes   int64 `json:"copiedBytes"`
 	Streamed      int64 `json:"streamed"`
+	// SourceKeys: the live keys of the source's checkpoint at S, counted
+	// through a checkpoint reader while the pin held it (create
+	// --count-source-keys, RFC 0011 step 14a); nil: not counted (and
+	// manifests written before it). Verify compares the copy's with it.
+	SourceKeys *uint64 `json:"sourceKeys,omitempty"`
 }
 
 // Pending is pending/<id>.json: a backup that started and has not been

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shale-rocks/shale/internal/objstore"
 	"github.com/shale-rocks/shale/internal/rocksshim"
+	"github.com/shale-rocks/shale/internal/shalefs"
 	"github.com/shale-rocks/shale/internal/shalefs/layout"
 )
 
@@ -30,12 +31,18 @@ type VerifyReport struct {
 	Tables   int
 	Keys     uint64 // live keys at the backup's sequence
 	Sequence uint64 // RocksDB's last sequence in the restored copy
+	// SourceKeys is the manifest's count of the source's checkpoint (nil:
+	// the backup was created without it, nothing compared); when set,
+	// Keys equals it (else Verify fails).
+	SourceKeys *uint64
 }
 
 // Verify checks backup id (RFC 0011 step 14): every object's size and
 // SHA-256, RocksDB's checksums of every table, and a read-only open of
-// the restored copy, counting its keys with checksums verified. scratch
-// is a local directory it may fill with the whole backup (removed after).
+// the restored copy, counting its keys with checksums verified, and the
+// count compared with the source checkpoint's when the manifest has it
+// (step 14a). scratch is a local directory it may fill with the whole
+// backup (removed after).
 func Verify(ctx context.Context, loc Location, id, scratch string) (VerifyReport, error) {
 	var rep VerifyReport
 	if err := ValidID(id); err != nil {
@@ -110,25 +117,81 @@ func Verify(ctx context.Context, loc Location, id, scratch string) (VerifyReport
 	}
 	defer db.Close()
 	rep.Sequence = db.GetLatestSequenceNumber()
+	if rep.Keys, err = countKeys(ctx, db); err != nil {
+		if ctx.Err() != nil {
+			return rep, err
+		}
+		return rep, damaged("reading the restored copy: %v", err)
+	}
+	if rep.Sequence < m.Checkpoint.Sequence {
+		return rep, damaged("the restored copy ends at sequence %d, before the checkpoint's %d", rep.Sequence, m.Checkpoint.Sequence)
+	}
+	// Step 14a: the source's count, read through another path.
+	rep.SourceKeys = m.SourceKeys
+	if m.SourceKeys != nil && *m.SourceKeys != rep.Keys {
+		return rep, damaged("the restored copy holds %d keys, the source's checkpoint %s held %d at sequence %d (counted when the backup was created)",
+			rep.Keys, m.Checkpoint.Name, *m.SourceKeys, m.Checkpoint.Sequence)
+	}
+	return rep, nil
+}
+
+// countKeys counts the live keys of db, every entry read with checksums
+// verified: verify's count of the copy and create's of the source's
+// checkpoint (CountCheckpointKeys) are this one function, so they agree
+// on what a key is.
+func countKeys(ctx context.Context, db *grocksdb.DB) (uint64, error) {
 	ro := grocksdb.NewDefaultReadOptions()
 	defer ro.Destroy()
 	ro.SetVerifyChecksums(true)
 	ro.SetFillCache(false)
 	it := db.NewIterator(ro)
 	defer it.Close()
+	var n uint64
 	for it.SeekToFirst(); it.Valid(); it.Next() {
-		rep.Keys++
-		if rep.Keys%100000 == 0 && ctx.Err() != nil {
-			return rep, ctx.Err()
+		n++
+		if n%100000 == 0 && ctx.Err() != nil {
+			return n, ctx.Err()
 		}
 	}
-	if err := it.Err(); err != nil {
-		return rep, damaged("reading the restored copy: %v", err)
+	return n, it.Err()
+}
+
+// CountCheckpointKeys counts the live keys of checkpoint name of the
+// database in store (RFC 0011 step 14a): the read-only view a checkpoint
+// server opens (shalefs.OpenCheckpointReader: catalog replayed, record
+// and MANIFEST copy checked, tables read from the store by key), RocksDB
+// opened read-only on it, and verify's countKeys. scratch holds the
+// reader's cache (removed after); the reader's lease names the tables
+// while it counts and is dropped after. It writes only that lease.
+func CountCheckpointKeys(ctx context.Context, store objstore.Store, name, scratch string) (uint64, error) {
+	dir, err := os.MkdirTemp(scratch, "shale-count-")
+	if err != nil {
+		return 0, fmt.Errorf("scratch directory: %w", err)
 	}
-	if rep.Sequence < m.Checkpoint.Sequence {
-		return rep, damaged("the restored copy ends at sequence %d, before the checkpoint's %d", rep.Sequence, m.Checkpoint.Sequence)
+	defer os.RemoveAll(dir)
+	cache := filepath.Join(dir, "db")
+	// A bounded cache: tables past it are read range by range, so the
+	// count needs little local disk.
+	r, _, err := shalefs.OpenCheckpointReader(ctx, shalefs.Config{Store: store, CacheDir: cache, CacheBytes: 256 << 20}, name)
+	if err != nil {
+		return 0, err
 	}
-	return rep, nil
+	defer r.Stop()
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetInfoLogLevel(grocksdb.FatalInfoLogLevel)
+	fs := rocksshim.AttachFileSystem(opts, cache, r)
+	defer fs.Close()
+	db, err := grocksdb.OpenDbForReadOnly(opts, cache, false)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint %q of %s: RocksDB cannot open it read-only: %w", name, store.URL(), err)
+	}
+	defer db.Close()
+	n, err := countKeys(ctx, db)
+	if err != nil {
+		return n, fmt.Errorf("checkpoint %q of %s: reading its keys: %w", name, store.URL(), err)
+	}
+	return n, nil
 }
 
 // download reads key into path (when keep) and returns its SHA-256 and

@@ -29,6 +29,10 @@ type Report struct {
 	Completed time.Time `json:"completed,omitzero"`
 	// Keys a verify counted.
 	Keys int64 `json:"keys,omitempty"`
+	// SourceKeys: the source checkpoint's count in the backup's manifest
+	// (create --count-source-keys), which a verify compared Keys with;
+	// nil: none recorded, not compared.
+	SourceKeys *int64 `json:"sourceKeys,omitempty"`
 	// Deleted: the backups a prune deleted.
 	Deleted []string `json:"deleted,omitempty"`
 }
