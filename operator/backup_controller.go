@@ -575,8 +575,14 @@ func (r *backupReconciler) carryOut(ctx context.Context, b *shalev1.Backup, db *
 		return ctrl.Result{RequeueAfter: step.Retry}, nil
 	}
 	was := b.Status.Phase
+	// changed is decided on the API server's copy (patchStatus re-reads
+	// it), not on the cache's: a stale cached phase would count one
+	// transition twice (the failures metric).
+	changed := false
 	if err := patchStatus(ctx, r.Client, r.apiReader, b, func(cur *shalev1.Backup) error {
 		s := &cur.Status
+		before := s.Phase
+		defer func() { changed = s.Phase != before }()
 		s.ObservedGeneration = cur.Generation
 		if step.Phase != "" {
 			s.Phase, s.Reason = step.Phase, step.Reason
@@ -616,7 +622,7 @@ func (r *backupReconciler) carryOut(ctx context.Context, b *shalev1.Backup, db *
 	}); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if b.Status.Phase != was {
+	if changed {
 		switch b.Status.Phase {
 		case shalev1.BackupFailed:
 			backupFailures.WithLabelValues(b.Namespace, b.Spec.Database, b.Status.Reason).Inc()
