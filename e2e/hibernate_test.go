@@ -29,7 +29,7 @@ import (
 
 // stepHibernate: hibernation and fencing by hand (RFC 0014) of the main
 // database, through the plugin. Hibernated: no Pod of it runs, phase
-// Hibernated, and for 30 s MinIO serves no request in its directory
+// Hibernated, and for E2E_HIBERNATE_IDLE (30 s) MinIO serves no request in its directory
 // (MinIO's own request trace, through its admin API with the demo MinIO's
 // root keys: any request on an object of the directory, or listing a
 // prefix in it) and nothing there changes (names and ETags). Resumed:
@@ -63,7 +63,8 @@ func stepHibernate(t *testing.T, s *suite) {
 	before := objectVersions(t, mc, dir)
 	trace := s.traceMinIO(t, dir)
 	start := time.Now()
-	eventually(t, time.Minute, "30 s of hibernation with no Pod", func() (bool, string) {
+	idle := s.cfg.hibernateIdle
+	eventually(t, idle+time.Minute, fmt.Sprintf("%s of hibernation with no Pod", idle), func() (bool, string) {
 		var pods corev1.PodList
 		if err := s.kube.List(ctx(t, time.Minute), &pods, client.InNamespace(s.cfg.namespace), client.MatchingLabels{shalev1.LabelRocksDB: s.db}); err != nil {
 			return false, err.Error()
@@ -71,16 +72,16 @@ func stepHibernate(t *testing.T, s *suite) {
 		if r := running(pods.Items); len(r) > 0 {
 			t.Fatalf("a Pod of the hibernated database: %s (%s)", r[0].Name, r[0].Status.Phase)
 		}
-		return time.Since(start) >= 30*time.Second, fmt.Sprintf("%s so far", time.Since(start).Round(time.Second))
+		return time.Since(start) >= idle, fmt.Sprintf("%s so far", time.Since(start).Round(time.Second))
 	})
 	mine, others := trace.stop()
 	if len(mine) > 0 {
-		t.Errorf("MinIO served %d requests in the hibernated database's directory in 30 s: %v", len(mine), first(mine, 10))
+		t.Errorf("MinIO served %d requests in the hibernated database's directory in %s: %v", len(mine), idle, first(mine, 10))
 	}
 	if after := objectVersions(t, mc, dir); after != before {
-		t.Errorf("the hibernated database's directory changed in 30 s:\nbefore: %d bytes of listing\nafter: %d bytes", len(before), len(after))
+		t.Errorf("the hibernated database's directory changed in %s:\nbefore: %d bytes of listing\nafter: %d bytes", idle, len(before), len(after))
 	}
-	t.Logf("hibernated at epoch %d (from %d): no Pod and no request in its directory for 30 s (%d requests elsewhere in the store: other databases, the operator's checks)", db.Status.Hold.Epoch, epoch, others)
+	t.Logf("hibernated at epoch %d (from %d): no Pod and no request in its directory for %s (%d requests elsewhere in the store: other databases, the operator's checks)", db.Status.Hold.Epoch, epoch, idle, others)
 
 	// Resume.
 	plugin(t, s, "resume", s.db, "--wait", "5m")

@@ -51,6 +51,10 @@ type config struct {
 	nodeLossRuns int
 	// switchoverRuns: switchovers measured by the switchover step.
 	switchoverRuns int
+	// hibernateIdle: how long the hibernate step watches MinIO serve no
+	// request in the hibernated database's directory (E2E_HIBERNATE_IDLE;
+	// the 10 minutes is E2E_HIBERNATE_IDLE=10m).
+	hibernateIdle time.Duration
 	// soakFailovers: failovers of the soak step (label soak).
 	soakFailovers int
 	artifacts     string
@@ -94,6 +98,10 @@ func loadConfig() (config, error) {
 	c.nodeLossRuns, err = strconv.Atoi(env("E2E_NODE_LOSS_RUNS", "3"))
 	if err != nil || c.nodeLossRuns < 1 {
 		return c, fmt.Errorf("E2E_NODE_LOSS_RUNS=%q: want a positive number", os.Getenv("E2E_NODE_LOSS_RUNS"))
+	}
+	c.hibernateIdle, err = time.ParseDuration(env("E2E_HIBERNATE_IDLE", "30s"))
+	if err != nil || c.hibernateIdle <= 0 {
+		return c, fmt.Errorf("E2E_HIBERNATE_IDLE=%q: want a positive duration (30s, 10m)", os.Getenv("E2E_HIBERNATE_IDLE"))
 	}
 	c.switchoverRuns, err = strconv.Atoi(env("E2E_SWITCHOVER_RUNS", "5"))
 	if err != nil || c.switchoverRuns < 1 {

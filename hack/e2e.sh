@@ -5,6 +5,8 @@
 #
 #   E2E_FOCUS=failover,gc   run only the steps with these labels (after install)
 #   E2E_FAILOVER_RUNS=5     failovers measured per kind (pod deletion, SIGKILL)
+#   E2E_HIBERNATE_IDLE=30s  how long the hibernate step watches MinIO serve nothing to the
+#                           hibernated database (the 10 minutes: 10m)
 #   E2E_SWITCHOVER_RUNS=5   switchovers measured by the switchover step
 #   E2E_FOCUS=soak          the soak step (E2E_SOAK_FAILOVERS=21 failovers, a mix
 #                           of Pod deletion, SIGKILL and switchover); it runs only
