@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -123,7 +126,32 @@ func TestKV(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	store := &memKV{m: map[string]string{}}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13})))
+	// A verified client certificate, or else the client's token.
+	const token = "tok-of-app"
+	authn := func(ctx context.Context) error {
+		if p, ok := peer.FromContext(ctx); ok {
+			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 {
+				return nil
+			}
+		}
+		if md, _ := metadata.FromIncomingContext(ctx); slices.Contains(md.Get("authorization"), "Bearer "+token) {
+			return nil
+		}
+		return status.Error(codes.Unauthenticated, "the server requires authentication")
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13})),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := authn(ctx); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := authn(ss.Context()); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}))
 	kvv1.RegisterKVServer(srv, store)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	must(err)
@@ -225,6 +253,17 @@ func TestKV(t *testing.T) {
 	if _, err := run("kv", db.Name, "--client-secret", "foreign", "--timeout", "5s", "--", "get", "user/2"); err == nil {
 		t.Error("a client certificate of another CA was accepted")
 	}
+
+	// A Secret with no certificate (cert-manager's before it issued one):
+	// the token, over TLS; with neither, a clear refusal.
+	must(c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "token-only"},
+		Data: map[string][]byte{"ca.crt": caPEM, "token": []byte(token + "\n")}}))
+	out, err = run("kv", db.Name, "--client-secret", "token-only", "--", "scan")
+	if err != nil || out != "other\tx\nuser/2\tgrace\n" {
+		t.Errorf("kv scan with a token: %q, %v", out, err)
+	}
+	must(c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ca-only"}, Data: map[string][]byte{"ca.crt": caPEM}}))
+	wantErr("Secret ca-only has neither tls.crt and tls.key nor token", "kv", db.Name, "--client-secret", "ca-only", "--", "get", "k")
 
 	// Several clients: which one must be said.
 	must(c.Get(ctx, client.ObjectKeyFromObject(db), db))
