@@ -177,6 +177,11 @@ func buildPrimaryPod(db *shalev1.RocksDB, store *shalev1.ObjectStore, epoch int6
 			}},
 		},
 	}
+	if v := db.Annotations[shalev1.AnnotationRestartedAt]; v != "" {
+		// A restart asked for (kubectl shale restart): it enters the
+		// pod-spec hash, so the running primary becomes outdated.
+		pod.Annotations[shalev1.AnnotationRestartedAt] = v
+	}
 	applyScheduling(&pod.Spec, p.PodScheduling)
 	applyTLS(&pod.Spec, podTLS{enabled: db.TLSEnabled(), certSecret: db.PrimaryTLSSecretName(), accessSecret: db.AccessSecretName(), server: true, probePort: portKV})
 	storeAccessOf(store).apply(&pod.Spec, &pod.Spec.Containers[0])

@@ -50,7 +50,8 @@ const (
 // podSpecHash hashes what a primary Pod was built from, leaving out what
 // depends on the epoch or on the database's history rather than on the
 // spec: --epoch, --existing (the first primary has none), --standby, a
-// clone's bootstrap flags and their Secret, and the annotations. Nor
+// clone's bootstrap flags and their Secret, and the annotations but
+// AnnotationRestartedAt (kubectl shale restart). Nor
 // --cold-after: the operator applies a change of it to the running
 // primary (SetTiering, tiering.go), so it needs no switchover.
 //
@@ -85,10 +86,14 @@ func podSpecHash(pod *corev1.Pod) string {
 		}
 	}
 	spec.Volumes = vols
+	// A restart request (AnnotationRestartedAt) is the one annotation
+	// that counts; omitempty keeps the hash of a Pod without one what it
+	// was before it existed, so upgrading the operator rolls nothing.
 	b, err := json.Marshal(struct {
-		Labels map[string]string
-		Spec   *corev1.PodSpec
-	}{primaryLabelsSansEpoch(pod.Labels), spec})
+		Labels      map[string]string
+		Spec        *corev1.PodSpec
+		RestartedAt string `json:",omitempty"`
+	}{primaryLabelsSansEpoch(pod.Labels), spec, pod.Annotations[shalev1.AnnotationRestartedAt]})
 	if err != nil {
 		panic("marshalling a Pod spec: " + err.Error()) // plain data: cannot fail
 	}

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -195,5 +196,63 @@ func TestDeploymentRolledOut(t *testing.T) {
 		if got, why := deploymentRolledOut(tc.d, "h", 3); got != tc.want {
 			t.Errorf("%s: rolled out %v (%s), want %v", fmt.Sprintf("%+v %+v", tc.d.Annotations, tc.d.Status), got, why, tc.want)
 		}
+	}
+}
+
+// TestRestartedAtHash: kubectl shale restart's annotation rolls the
+// primary and the secondaries (their hashes change with each new value)
+// and changes nothing else: same args, env, resources, same Pod spec; no
+// annotation (or another annotation) leaves both hashes as they were, so
+// upgrading the operator rolls nothing.
+func TestRestartedAtHash(t *testing.T) {
+	db, store := secondaryFixture()
+	with := func(v string, extra ...string) *shalev1.RocksDB {
+		d := db.DeepCopy()
+		d.Annotations = map[string]string{}
+		for i := 0; i+1 < len(extra); i += 2 {
+			d.Annotations[extra[i]] = extra[i+1]
+		}
+		if v != "" {
+			d.Annotations[shalev1.AnnotationRestartedAt] = v
+		}
+		return d
+	}
+	prim := func(d *shalev1.RocksDB) *corev1.Pod { return primaryPod(d, store, 3, "img:1") }
+	sec := func(d *shalev1.RocksDB) *appsv1.Deployment { return secondaryDeployment(d, store, "img:1") }
+	ph := func(d *shalev1.RocksDB) string { return prim(d).Annotations[shalev1.AnnotationPodSpecHash] }
+	sh := func(d *shalev1.RocksDB) string { return sec(d).Annotations[shalev1.AnnotationSpecHash] }
+
+	base, sbase := ph(db), sh(db)
+	other := with("", shalev1.AnnotationSwitchover, "2026-01-01T00:00:00Z", "team", "a")
+	if ph(other) != base || sh(other) != sbase {
+		t.Errorf("other annotations changed a hash: primary %s vs %s, secondaries %s vs %s", ph(other), base, sh(other), sbase)
+	}
+	r1, r2 := with("2026-11-26T10:00:00Z"), with("2026-11-26T11:00:00Z")
+	if ph(r1) == base || ph(r2) == ph(r1) {
+		t.Errorf("restartedAt did not change the primary's hash: none %s, first %s, second %s", base, ph(r1), ph(r2))
+	}
+	if sh(r1) == sbase || sh(r2) == sh(r1) {
+		t.Errorf("restartedAt did not change the secondaries' hash: none %s, first %s, second %s", sbase, sh(r1), sh(r2))
+	}
+	if got := standbyPod(r1, store, 4, "img:1").Annotations[shalev1.AnnotationPodSpecHash]; got != ph(r1) {
+		t.Errorf("a standby's hash %s, want the restarted primary's %s (else the switchover's Pod is outdated too)", got, ph(r1))
+	}
+	// Nothing else: the Pod specs are the same, only the annotation differs.
+	p0, p1 := prim(db), prim(r1)
+	if !equality.Semantic.DeepEqual(p0.Spec, p1.Spec) || !equality.Semantic.DeepEqual(p0.Labels, p1.Labels) {
+		t.Error("restartedAt changed the primary Pod's spec or labels, want only its annotation")
+	}
+	if got := p1.Annotations[shalev1.AnnotationRestartedAt]; got != "2026-11-26T10:00:00Z" {
+		t.Errorf("primary Pod annotation %s=%q, want the RocksDB's", shalev1.AnnotationRestartedAt, got)
+	}
+	s0, s1 := sec(db), sec(r1)
+	if !equality.Semantic.DeepEqual(s0.Spec.Template.Spec, s1.Spec.Template.Spec) || !equality.Semantic.DeepEqual(s0.Spec.Template.Labels, s1.Spec.Template.Labels) {
+		t.Error("restartedAt changed the secondaries' Pod template spec or labels, want only its annotation")
+	}
+	if len(s0.Spec.Template.Annotations) != 0 {
+		t.Errorf("secondaries' template annotations %v without a restart, want none", s0.Spec.Template.Annotations)
+	}
+	if got := s1.Spec.Template.Annotations[shalev1.AnnotationRestartedAt]; got != "2026-11-26T10:00:00Z" {
+		t.Errorf("secondaries' template annotation %q, want the RocksDB's", got)
 	}
 }

@@ -151,6 +151,11 @@ func secondaryDeploymentOn(db *shalev1.RocksDB, store *shalev1.ObjectStore, defa
 	applyTLS(&dep.Spec.Template.Spec, podTLS{enabled: db.TLSEnabled(), certSecret: db.SecondaryTLSSecretName(), accessSecret: db.AccessSecretName(), server: true, probePort: portSecondaryKV})
 	pod := &dep.Spec.Template.Spec
 	storeAccessOf(store).apply(pod, &pod.Containers[0])
+	if v := db.Annotations[shalev1.AnnotationRestartedAt]; v != "" {
+		// A restart asked for (kubectl shale restart), as `kubectl rollout
+		// restart` does it: a new template annotation rolls the Pods.
+		dep.Spec.Template.Annotations = map[string]string{shalev1.AnnotationRestartedAt: v}
+	}
 	dep.Annotations = map[string]string{shalev1.AnnotationSpecHash: specHash(dep.Spec)}
 	return dep
 }

@@ -77,6 +77,14 @@ const (
 	// (docs/rfcs/0012-switchover.md). Set it to a value it has not had
 	// before (a date will do); each value is acted on once.
 	AnnotationSwitchover = "shale.rocks/switchover"
+	// AnnotationRestartedAt, on a RocksDB, asks for a rolling restart
+	// without a failover (kubectl shale restart): the operator copies its
+	// value onto the primary's Pod and the secondaries' Pod template, where
+	// it enters their spec hashes, so a new value rolls the secondaries and
+	// then the primary by switchover like any other update (respecting
+	// spec.primaryUpdateStrategy). Set it to a value it has not had before
+	// (the plugin writes the time, RFC 3339).
+	AnnotationRestartedAt = "shale.rocks/restartedAt"
 	// AnnotationFenced, on a RocksDB, "true": fence the database by hand
 	// (docs/rfcs/0014-hibernation-and-fencing.md): the primary Pod is
 	// deleted, a fence Pod claims the next epoch in the store (so no

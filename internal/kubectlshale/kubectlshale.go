@@ -1,7 +1,7 @@
 // Package kubectlshale is the kubectl plugin `kubectl shale`: one screen of
 // a database's state, a bug-report bundle, and its Pods' logs, read with the
 // user's own kubeconfig and RBAC (the plugin holds no credentials of its
-// own and never reads Secrets).
+// own; it reads no Secret but the client Secret `kv` connects with).
 package kubectlshale
 
 import (
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -26,6 +27,9 @@ import (
 type Target struct {
 	Config    *rest.Config
 	Namespace string
+	// Forward, when not nil, replaces the port-forward to a Pod (tests:
+	// envtest has no kubelet).
+	Forward func(ctx context.Context, pod *corev1.Pod, port int32) (addr string, stop func(), err error)
 }
 
 // plugin holds the clients of one invocation.
@@ -33,8 +37,11 @@ type plugin struct {
 	c   client.Client
 	cs  kubernetes.Interface
 	ns  string
+	cfg *rest.Config
 	out io.Writer
 	now func() time.Time
+	// forward port-forwards to a Pod's port: portForward, or a test's.
+	forward func(ctx context.Context, pod *corev1.Pod, port int32) (addr string, stop func(), err error)
 }
 
 // NewCommand returns `kubectl shale`. connect, when not nil, replaces the
@@ -43,7 +50,7 @@ func NewCommand(connect func() (Target, error)) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "kubectl-shale",
 		Short:         "Inspect and operate Shale RocksDB databases",
-		Long:          "kubectl shale: the state of a Shale database on one screen, a bug-report bundle, its Pods' logs, switchover, fencing and hibernation.\nInstall by copying the kubectl-shale binary onto your PATH; kubectl then runs it as `kubectl shale`.",
+		Long:          "kubectl shale: the state of a Shale database on one screen, a bug-report bundle, its Pods' logs, switchover, rolling restart, fencing and hibernation, and a port-forwarded KV client.\nInstall by copying the kubectl-shale binary onto your PATH; kubectl then runs it as `kubectl shale`.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -86,9 +93,13 @@ func NewCommand(connect func() (Target, error)) *cobra.Command {
 		if err != nil {
 			return nil, fmt.Errorf("connect to the cluster: %w", err)
 		}
-		return &plugin{c: c, cs: cs, ns: t.Namespace, out: cmd.OutOrStdout(), now: time.Now}, nil
+		p := &plugin{c: c, cs: cs, cfg: t.Config, ns: t.Namespace, out: cmd.OutOrStdout(), now: time.Now, forward: t.Forward}
+		if p.forward == nil {
+			p.forward = p.portForward
+		}
+		return p, nil
 	}
-	root.AddCommand(statusCommand(open), reportCommand(open), logsCommand(open), switchoverCommand(open))
+	root.AddCommand(statusCommand(open), reportCommand(open), logsCommand(open), switchoverCommand(open), restartCommand(open), kvCommand(open))
 	root.AddCommand(holdCommands(open)...)
 	return root
 }
