@@ -6,6 +6,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -14,9 +15,11 @@ import (
 	"github.com/shale-rocks/shale/internal/kubectlshale"
 )
 
-// stepPlugin: `kubectl shale status` and `report` against the cluster, as
-// a user runs them: the screen names the serving primary and its epoch;
-// the report holds the primary's real log (the kubelet's) and no Secret.
+// stepPlugin: `kubectl shale status`, `report`, `kv` and `restart` against
+// the cluster, as a user runs them: the screen names the serving primary
+// and its epoch; the report holds the primary's real log (the kubelet's)
+// and no Secret; kv writes and reads through a port-forward; restart
+// moves the primary by a switchover and loses nothing.
 func stepPlugin(t *testing.T, s *suite) {
 	db := s.waitReady(t, s.db, 1, 3*time.Minute)
 	run := func(args ...string) []byte {
@@ -76,4 +79,27 @@ func stepPlugin(t *testing.T, s *suite) {
 		t.Errorf("the report has no operator log (namespace %s)", s.cfg.namespace)
 	}
 	t.Logf("report: %d files, primary log %d bytes, %d operator logs", len(files), len(primaryLog), operatorLogs)
+
+	// kv: a client port-forwarded to the primary Pod, with the database's
+	// client Secret; the write is read back through the Service too.
+	key := fmt.Sprintf("plugin-kv-%d", time.Now().UnixNano())
+	run("kv", s.db, "--", "put", key, "from-the-plugin")
+	if got := strings.TrimSpace(string(run("kv", s.db, "--", "get", key))); got != "from-the-plugin" {
+		t.Errorf("kubectl shale kv get %s = %q, want from-the-plugin", key, got)
+	}
+
+	// restart: a rolling restart, the primary moved by a switchover (the
+	// epoch goes up by one, no failover), every acknowledged write kept.
+	addr := s.rwAddr(t)
+	before := s.rocksDB(t, s.db)
+	out := string(run("restart", s.db, "--wait", "110s"))
+	after := s.waitReady(t, s.db, before.Status.Epoch+1, 3*time.Minute)
+	if after.Status.CurrentPrimary == before.Status.CurrentPrimary {
+		t.Errorf("kubectl shale restart kept primary %s", after.Status.CurrentPrimary)
+	}
+	if after.Status.Failovers != before.Status.Failovers {
+		t.Errorf("kubectl shale restart: status.failovers went from %d to %d: a failover, not a switchover", before.Status.Failovers, after.Status.Failovers)
+	}
+	s.verifyLedger(t, addr)
+	t.Logf("kubectl shale restart: %s; epoch %d -> %d, primary %s -> %s", strings.TrimSpace(out), before.Status.Epoch, after.Status.Epoch, before.Status.CurrentPrimary, after.Status.CurrentPrimary)
 }
