@@ -254,13 +254,22 @@ func (c *committer) fill() {
 		c.skip--
 		return
 	}
+	c.sleep(c.window, &c.waiting)
+	if 2*len(c.queue) < c.last {
+		c.skip = skipAfterMiss
+	}
+}
+
+// sleep waits, with c.mu released, for d or until a writer clears *flag
+// and signals c.full (fill's arrivals, pace's last group durable).
+func (c *committer) sleep(d time.Duration, flag *bool) {
 	if c.full == nil {
 		c.full = make(chan struct{}, 1)
-		c.timer = time.NewTimer(c.window)
+		c.timer = time.NewTimer(d)
 	} else {
-		c.timer.Reset(c.window)
+		c.timer.Reset(d)
 	}
-	c.waiting = true
+	*flag = true
 	c.mu.Unlock()
 	select {
 	case <-c.full:
@@ -268,17 +277,14 @@ func (c *committer) fill() {
 	case <-c.timer.C:
 	}
 	c.mu.Lock()
-	if !c.waiting {
-		// arrived sent after the timer fired, or before Stop: drain it.
+	if !*flag {
+		// Signalled after the timer fired, or before Stop: drain it.
 		select {
 		case <-c.full:
 		default:
 		}
 	}
-	c.waiting = false
-	if 2*len(c.queue) < c.last {
-		c.skip = skipAfterMiss
-	}
+	*flag = false
 }
 
 // pace is fill for a pipelined committer, called the same way. With no
@@ -295,28 +301,7 @@ func (c *committer) pace() {
 		if wait <= 0 {
 			return
 		}
-		if c.full == nil {
-			c.full = make(chan struct{}, 1)
-			c.timer = time.NewTimer(wait)
-		} else {
-			c.timer.Reset(wait)
-		}
-		c.paced = true
-		c.mu.Unlock()
-		select {
-		case <-c.full:
-			c.timer.Stop()
-		case <-c.timer.C:
-		}
-		c.mu.Lock()
-		if !c.paced {
-			// Woken after the timer fired, or before Stop: drain it.
-			select {
-			case <-c.full:
-			default:
-			}
-		}
-		c.paced = false
+		c.sleep(wait, &c.paced)
 		if c.inflight > 0 {
 			return // the spacing passed
 		}
