@@ -128,20 +128,26 @@ func (l *ledger) counts() (acked, refused int) {
 // and checks that no refused key exists.
 func (s *suite) verifyLedger(t *testing.T, addr string) {
 	t.Helper()
-	s.ledger.mu.Lock()
-	keys := make([]string, 0, len(s.ledger.acked))
-	for k := range s.ledger.acked {
+	verifyLedgerOf(t, addr, s.ledger)
+}
+
+// verifyLedgerOf is verifyLedger for the ledger of another database.
+func verifyLedgerOf(t *testing.T, addr string, l *ledger) {
+	t.Helper()
+	l.mu.Lock()
+	keys := make([]string, 0, len(l.acked))
+	for k := range l.acked {
 		keys = append(keys, k)
 	}
-	want := make(map[string]string, len(s.ledger.acked))
-	for k, v := range s.ledger.acked {
+	want := make(map[string]string, len(l.acked))
+	for k, v := range l.acked {
 		want[k] = v
 	}
-	refused := make([]string, 0, len(s.ledger.refused))
-	for k := range s.ledger.refused {
+	refused := make([]string, 0, len(l.refused))
+	for k := range l.refused {
 		refused = append(refused, k)
 	}
-	s.ledger.mu.Unlock()
+	l.mu.Unlock()
 	sort.Strings(keys)
 
 	var lost, wrong []string
@@ -211,12 +217,17 @@ func kvStatus(t *testing.T, addr string) *kvv1.StatusResponse {
 
 // put writes one key with sync=true and records the outcome in the ledger.
 func (s *suite) put(ctx context.Context, kv kvv1.KVClient, key, value string) error {
+	return putTo(ctx, kv, s.ledger, key, value)
+}
+
+// putTo is put recording into ledger l (another database's).
+func putTo(ctx context.Context, kv kvv1.KVClient, l *ledger, key, value string) error {
 	_, err := kv.Put(ctx, &kvv1.PutRequest{Key: []byte(key), Value: []byte(value), Sync: true})
 	switch status.Code(err) {
 	case codes.OK:
-		s.ledger.ack(key, value)
+		l.ack(key, value)
 	case codes.FailedPrecondition:
-		s.ledger.refuse(key)
+		l.refuse(key)
 	}
 	return err
 }
@@ -243,6 +254,10 @@ type writer struct {
 	prefix string
 	stop   chan struct{}
 	done   chan struct{}
+	// ledger records the outcomes (the suite's, unless another database's);
+	// pace, if set, is the pause after each acknowledged write.
+	ledger *ledger
+	pace   time.Duration
 
 	mu     sync.Mutex
 	acks   []ack
@@ -254,7 +269,13 @@ type writer struct {
 }
 
 func (s *suite) startWriter(t *testing.T, addr, prefix string) *writer {
-	w := &writer{s: s, addr: addr, prefix: prefix, stop: make(chan struct{}), done: make(chan struct{})}
+	return s.startWriterTo(t, addr, prefix, s.ledger, 0)
+}
+
+// startWriterTo is startWriter recording into ledger l, pausing pace after
+// each acknowledged write (a few writes a second, not as fast as it can).
+func (s *suite) startWriterTo(t *testing.T, addr, prefix string, l *ledger, pace time.Duration) *writer {
+	w := &writer{s: s, addr: addr, prefix: prefix, stop: make(chan struct{}), done: make(chan struct{}), ledger: l, pace: pace}
 	go w.loop()
 	t.Cleanup(w.halt)
 	return w
@@ -291,7 +312,7 @@ func (w *writer) loop() {
 		key := fmt.Sprintf("%s/%09d", w.prefix, i)
 		value := fmt.Sprintf("%s-%d", key, time.Now().UnixNano())
 		c, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		err := w.s.put(c, kv, key, value)
+		err := putTo(c, kv, w.ledger, key, value)
 		at := time.Now()
 		if err == nil && epoch == 0 {
 			// First success on this connection: ask who answered. The
@@ -320,6 +341,12 @@ func (w *writer) loop() {
 			case <-w.stop:
 				return
 			case <-time.After(20 * time.Millisecond):
+			}
+		} else if w.pace > 0 {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(w.pace):
 			}
 		}
 	}

@@ -36,6 +36,9 @@ var steps = []step{
 	{name: "hibernate", labels: []string{"hibernate", "fencing", "plugin"}, run: stepHibernate},
 	// Not in the default run (about a minute per three changes of primary).
 	{name: "soak", labels: []string{"soak"}, run: stepSoak, optIn: true},
+	// Not in the default run: 20 databases, a primary killed every 10 s
+	// for 5 minutes (issue 29).
+	{name: "scale", labels: []string{"scale"}, run: stepScale, optIn: true},
 	// Last: the dashboard's series exist once the steps above produced them.
 	{name: "metrics", labels: []string{"metrics", "chart"}, run: stepMetrics},
 	// A cluster of several nodes only (make e2e-nodes); opt-in.

@@ -57,6 +57,10 @@ type config struct {
 	hibernateIdle time.Duration
 	// soakFailovers: failovers of the soak step (label soak).
 	soakFailovers int
+	// scaleDBs and scaleDuration: the scale step's databases and how long
+	// it kills primaries (E2E_SCALE_DBS, E2E_SCALE_DURATION).
+	scaleDBs      int
+	scaleDuration time.Duration
 	artifacts     string
 }
 
@@ -110,6 +114,14 @@ func loadConfig() (config, error) {
 	c.soakFailovers, err = strconv.Atoi(env("E2E_SOAK_FAILOVERS", "21"))
 	if err != nil || c.soakFailovers < 3 {
 		return c, fmt.Errorf("E2E_SOAK_FAILOVERS=%q: want a number of at least 3 (one of each kind)", os.Getenv("E2E_SOAK_FAILOVERS"))
+	}
+	c.scaleDBs, err = strconv.Atoi(env("E2E_SCALE_DBS", "20"))
+	if err != nil || c.scaleDBs < 1 {
+		return c, fmt.Errorf("E2E_SCALE_DBS=%q: want a positive number of databases", os.Getenv("E2E_SCALE_DBS"))
+	}
+	c.scaleDuration, err = time.ParseDuration(env("E2E_SCALE_DURATION", "5m"))
+	if err != nil || c.scaleDuration <= 0 {
+		return c, fmt.Errorf("E2E_SCALE_DURATION=%q: want a positive duration (5m)", os.Getenv("E2E_SCALE_DURATION"))
 	}
 	var missing []string
 	for name, v := range map[string]string{"KUBECONFIG": c.kubeconfig, "HELM": c.helm, "KUBECTL": c.kubectl, "E2E_IMAGE_TAG": c.imageTag, "E2E_UPGRADE_TAG": c.upgradeTag} {
