@@ -85,6 +85,10 @@ func TestFoldedWALRecoversAtTakeover(t *testing.T) {
 
 		c2 := filepath.Join(t.TempDir(), "c2")
 		f2 := openFS(t, store, 2, c2)
+		// Stopped after d2 closes (defers run last first): its loops
+		// (folds, deletes of kept segments) must not outlive the test's
+		// directory.
+		defer f2.Stop()
 		d2 := openDB(t, f2, c2)
 		defer d2.Close()
 		for i := 0; i < writes; i++ {
@@ -567,6 +571,10 @@ func TestKeepFoldedSegmentsForTheArchive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Stopped after d2 closes (defers run last first): its loops
+		// (folds, deletes of kept segments) must not outlive the test's
+		// directory.
+		defer f2.Stop()
 		d2 := openDB(t, f2, c2)
 		defer d2.Close()
 		for i := 0; i < writes; i++ {
