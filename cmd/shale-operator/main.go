@@ -123,8 +123,11 @@ func run() int {
 		return 1
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: metricsAddr},
+		// Events per reason, not per object: an incident's failovers must
+		// not silence the events after them (operator/eventbroadcaster.go).
+		EventBroadcaster:        operator.NewEventBroadcaster(), //nolint:staticcheck // the one way to set the correlator's options
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        operator.LeaderElectionID,
