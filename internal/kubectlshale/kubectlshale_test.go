@@ -20,6 +20,31 @@ import (
 
 const samples = "../../config/samples/"
 
+// sampleDB starts an API server and creates namespace ns holding the
+// sample RocksDB, after adjust (if any) changed it.
+func sampleDB(t *testing.T, ns string, adjust func(*shalev1.RocksDB)) (*testenv.Env, *shalev1.RocksDB) {
+	t.Helper()
+	env := testenv.Start(t, testenv.WithCRDDirs("../../config/crd/bases"), testenv.WithScheme(shalev1.AddToScheme))
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range env.Objects(t, samples+"shale_v1alpha1_rocksdb.yaml") {
+		o.SetNamespace(ns)
+		if d, ok := o.(*shalev1.RocksDB); ok {
+			if adjust != nil {
+				adjust(d)
+			}
+			if err := env.Client.Create(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			return env, d
+		}
+	}
+	t.Fatal("the sample has no RocksDB")
+	return nil, nil
+}
+
 // TestPlugin runs the plugin's commands against a real API server holding
 // a database as the operator leaves it (the status written here), and
 // checks what a user reads: the status screen, the report's files (with no

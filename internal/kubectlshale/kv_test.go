@@ -29,7 +29,6 @@ import (
 	kvv1 "github.com/shale-rocks/shale/api/kv/v1"
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
 	"github.com/shale-rocks/shale/internal/pki"
-	"github.com/shale-rocks/shale/internal/testenv"
 )
 
 // memKV stands in for a Shale server behind the port-forward (envtest has
@@ -88,23 +87,14 @@ func (s *memKV) Scan(r *kvv1.ScanRequest, stream grpc.ServerStreamingServer[kvv1
 // NAME-rw.NS.svc), and prints what shale kv prints; bad input and missing
 // pieces get errors that say what to do.
 func TestKV(t *testing.T) {
-	env := testenv.Start(t, testenv.WithCRDDirs("../../config/crd/bases"), testenv.WithScheme(shalev1.AddToScheme))
+	const ns = "kv"
+	env, db := sampleDB(t, ns, nil)
 	ctx := context.Background()
 	c := env.Client
-	const ns = "kv"
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
-		}
-	}
-	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	var db *shalev1.RocksDB
-	for _, o := range env.Objects(t, samples+"shale_v1alpha1_rocksdb.yaml") {
-		o.SetNamespace(ns)
-		if d, ok := o.(*shalev1.RocksDB); ok {
-			db = d
-			must(c.Create(ctx, d))
 		}
 	}
 	db.Status = shalev1.RocksDBStatus{Phase: shalev1.PhaseReady, Epoch: 2, CurrentPrimary: db.PrimaryPodName(2)}

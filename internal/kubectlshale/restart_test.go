@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	shalev1 "github.com/shale-rocks/shale/api/v1alpha1"
-	"github.com/shale-rocks/shale/internal/testenv"
 )
 
 // TestRestart: kubectl shale restart sets shale.rocks/restartedAt (a new
@@ -23,24 +22,14 @@ import (
 // supervised primary waits, and with --wait returns only once the
 // secondaries' Deployment and the serving primary carry the new value.
 func TestRestart(t *testing.T) {
-	env := testenv.Start(t, testenv.WithCRDDirs("../../config/crd/bases"), testenv.WithScheme(shalev1.AddToScheme))
+	const ns = "rs"
+	env, db := sampleDB(t, ns, func(d *shalev1.RocksDB) { d.Spec.Secondaries.Replicas = 1 })
 	ctx := context.Background()
 	c := env.Client
-	const ns = "rs"
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
-		}
-	}
-	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	var db *shalev1.RocksDB
-	for _, o := range env.Objects(t, samples+"shale_v1alpha1_rocksdb.yaml") {
-		o.SetNamespace(ns)
-		if d, ok := o.(*shalev1.RocksDB); ok {
-			db = d
-			db.Spec.Secondaries.Replicas = 1
-			must(c.Create(ctx, d))
 		}
 	}
 	run := func(args ...string) (string, error) {
