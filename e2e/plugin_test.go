@@ -83,8 +83,8 @@ func stepPlugin(t *testing.T, s *suite) {
 	// kv: a client port-forwarded to the primary Pod, with the database's
 	// client Secret; the write is read back through the Service too.
 	key := fmt.Sprintf("plugin-kv-%d", time.Now().UnixNano())
-	run("kv", s.db, "--", "put", key, "from-the-plugin")
-	if got := strings.TrimSpace(string(run("kv", s.db, "--", "get", key))); got != "from-the-plugin" {
+	run("kv", s.db, "--client", "e2e", "--", "put", key, "from-the-plugin")
+	if got := strings.TrimSpace(string(run("kv", s.db, "--client", "e2e", "--", "get", key))); got != "from-the-plugin" {
 		t.Errorf("kubectl shale kv get %s = %q, want from-the-plugin", key, got)
 	}
 
