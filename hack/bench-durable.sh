@@ -24,6 +24,12 @@
 # PIPELINE=D (default 4; PIPELINE= skips it) adds setup "pipe": this tree's
 # primary with --wal-pipeline-depth D (docs/rfcs/0013-pipelined-writes.md),
 # in the same rounds as "new" (depth 1).
+# BATCH=N (default 100; BATCH= skips it) adds the batched load of issue 29:
+# `shale bench fillrandom --batch N` (sync=false Writes of N puts) from
+# BATCH_THREADS (default 16) clients into base's and this tree's primary, and
+# the Rust peer's embedded load of the same WriteBatches, not awaiting
+# durability (SlateDB's acknowledgement, as sync=false is Shale's); rows
+# "fillbatch", ops count keys.
 #
 #   make bench-durable
 #   PEER_BIN=hack/durable-peer/target/release/durable-peer make bench-durable
@@ -37,6 +43,8 @@ ROUNDS=${ROUNDS:-2}
 BASE=${BASE-main}
 PIPELINE=${PIPELINE-4}
 PEER_FLUSH=${PEER_FLUSH:-2ms}
+BATCH=${BATCH-100}
+BATCH_THREADS=${BATCH_THREADS:-16}
 built_peer=$repo/hack/durable-peer/target/release/durable-peer
 [ -z "${PEER_BIN:-}" ] && [ -x "$built_peer" ] && PEER_BIN=$built_peer
 peers=()
@@ -101,27 +109,36 @@ for round in $(seq "$ROUNDS"); do
     ppid=$!
     pids+=("$ppid")
     for _ in $(seq 600); do "$work/new/shale" kv --addr "127.0.0.1:$kv" status >/dev/null 2>&1 && break; sleep 0.1; done
-    for t in $THREADS; do
+    runs=()
+    for t in $THREADS; do runs+=("fillsync $t 1"); done
+    [ -n "$BATCH" ] && [ "$b" != pipe ] && runs+=("fillrandom $BATCH_THREADS $BATCH")
+    for run in "${runs[@]}"; do
+      read -r bench t batch <<<"$run"
       m0=$(cpu "$minio_pid"); r0=$(requests); read -r g0 w0 < <(groups "127.0.0.1:$m")
-      "$work/new/shale" bench --addr "127.0.0.1:$kv" --server-metrics "127.0.0.1:$m" --benchmarks fillsync \
+      "$work/new/shale" bench --addr "127.0.0.1:$kv" --server-metrics "127.0.0.1:$m" --benchmarks "$bench" --batch "$batch" \
         --duration "$DURATION" --keys 100000 --threads "$t" --key-size 20 --value-size 400 --compression-ratio 0.5 \
         --seed "$round" --progress-interval 1h -o json 2>>"$work/bench.log" >"$work/one.json"
       m1=$(cpu "$minio_pid"); r1=$(requests); read -r g1 w1 < <(groups "127.0.0.1:$m")
-      jq -c --arg setup "$b" --argjson round "$round" --argjson t "$t" --argjson mcpu "$(((m1 - m0) * 1000000 / hz))" \
+      [ "$bench" = fillrandom ] && bench=fillbatch
+      jq -c --arg setup "$b" --arg bench "$bench" --argjson round "$round" --argjson t "$t" --argjson mcpu "$(((m1 - m0) * 1000000 / hz))" \
         --argjson reqs "$((r1 - r0))" --argjson groups "$((g1 - g0))" --argjson members "$((w1 - w0))" \
-        '.benchmarks[] | {setup: $setup, round: $round, threads: $t, opsPerSec, p50: .latencyMicros.p50,
+        '.benchmarks[] | {setup: $setup, bench: $bench, round: $round, threads: $t, opsPerSec, p50: .latencyMicros.p50,
           p99: .latencyMicros.p99, clientCpuMicrosPerOp, serverCpuMicrosPerOp,
           minioCpuMicrosPerOp: ($mcpu / .ops), requestsPerOp: ($reqs / .ops),
-          writesPerGroup: (if $groups > 0 then $members / $groups else null end), errors}' "$work/one.json" >>"$results"
+          writesPerGroup: (if $groups > 0 and $bench == "fillsync" then $members / $groups else null end), errors}' "$work/one.json" >>"$results"
     done
     kill "$ppid"
     wait "$ppid" 2>/dev/null || true
   done
   for peer in "${peers[@]}"; do
-    for t in $THREADS; do
+    runs=()
+    for t in $THREADS; do runs+=("$t 0"); done
+    [ -n "$BATCH" ] && [ "$peer" = peer-rs ] && runs+=("$BATCH_THREADS $BATCH")
+    for run in "${runs[@]}"; do
+      read -r t batch <<<"$run"
       m0=$(cpu "$minio_pid"); r0=$(requests)
       if [ "$peer" = peer-rs ]; then
-        "$PEER_BIN" "s3://bench/$peer-$round-$t" "$t" "$secs" "$PEER_FLUSH" >"$work/one.json"
+        "$PEER_BIN" "s3://bench/$peer-$round-$t-$batch" "$t" "$secs" "$PEER_FLUSH" "$batch" >"$work/one.json"
       else
         "$PEER_PYTHON" "$repo/hack/durable-peer.py" "s3://bench/$peer-$round-$t" "$t" "$secs" "$PEER_FLUSH" >"$work/one.json"
       fi
@@ -129,7 +146,7 @@ for round in $(seq "$ROUNDS"); do
       # MinIO's CPU and requests include the peer's one-second warm-up: upper bounds.
       jq -c --arg setup "$peer" --argjson round "$round" --argjson mcpu "$(((m1 - m0) * 1000000 / hz))" \
         --argjson reqs "$((r1 - r0))" \
-        '{setup: $setup, round: $round, threads, opsPerSec, p50, p99, clientCpuMicrosPerOp,
+        '{setup: $setup, bench: .name, round: $round, threads, opsPerSec, p50, p99, clientCpuMicrosPerOp,
           serverCpuMicrosPerOp: null, minioCpuMicrosPerOp: ($mcpu / .ops), requestsPerOp: ($reqs / .ops),
           writesPerGroup: null, errors: 0}' "$work/one.json" >>"$results"
     done
@@ -141,30 +158,30 @@ for round in $(seq "$ROUNDS"); do
   awk -v round="$round" '
     /^fillsync/ { for (i = 1; i <= NF; i++) if ($i == "ops/sec") ops = $(i-1) }
     /^Percentiles:/ { p50 = $3; p99 = $7 }
-    END { printf "{\"setup\":\"db_bench\",\"round\":%d,\"threads\":16,\"opsPerSec\":%s,\"p50\":%s,\"p99\":%s,\"errors\":0}\n", round, ops, p50, p99 }' \
+    END { printf "{\"setup\":\"db_bench\",\"bench\":\"fillsync\",\"round\":%d,\"threads\":16,\"opsPerSec\":%s,\"p50\":%s,\"p99\":%s,\"errors\":0}\n", round, ops, p50, p99 }' \
     "$work/db_bench.txt" >>"$results"
 done
 [ -n "${DURABLE_JSON:-}" ] && cp "$results" "$DURABLE_JSON"
 
-printf '\n%-8s %-5s %7s %9s %9s %9s %12s %12s %12s %8s %8s\n' setup round threads ops/s "p50 µs" "p99 µs" "client µs/op" "server µs/op" "MinIO µs/op" "req/op" "w/group"
-jq -r '[.setup, .round, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor),
+printf '\n%-8s %-9s %-5s %7s %9s %9s %9s %12s %12s %12s %8s %8s\n' setup bench round threads ops/s "p50 µs" "p99 µs" "client µs/op" "server µs/op" "MinIO µs/op" "req/op" "w/group"
+jq -r '[.setup, .bench, .round, .threads, (.opsPerSec|floor), (.p50|floor), (.p99|floor),
     ((.clientCpuMicrosPerOp // 0)|floor), ((.serverCpuMicrosPerOp // 0)|floor), ((.minioCpuMicrosPerOp // 0)|floor),
     (.requestsPerOp // 0), (.writesPerGroup // 0)] | @tsv' "$results" |
-  awk -F'\t' '{ printf "%-8s %-5s %7s %9d %9d %9d %12d %12d %12d %8.4f %8.1f\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }'
+  awk -F'\t' '{ printf "%-8s %-9s %-5s %7s %9d %9d %9d %12d %12d %12d %8.4f %8.1f\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }'
 echo
 echo "# means over the rounds; ratios of this tree (new) to each"
 jq -rs 'def mean(f): (map(f) | if length > 0 then add/length else null end);
   (map(select(.setup=="db_bench")) | mean(.opsPerSec)) as $dbb |
-  map(select(.setup != "db_bench")) | group_by(.threads)[] | . as $g |
+  map(select(.setup != "db_bench")) | group_by([.bench, .threads])[] | . as $g |
   ($g | map(select(.setup=="new")) | mean(.opsPerSec)) as $new |
   ($g | map(select(.setup=="base")) | mean(.opsPerSec)) as $base |
   ($g | map(select(.setup=="pipe")) | mean(.opsPerSec)) as $pipe |
   ($g | map(select(.setup=="peer-rs")) | mean(.opsPerSec)) as $rs |
   ($g | map(select(.setup=="peer-py")) | mean(.opsPerSec)) as $py |
-  "threads \($g[0].threads): new \($new|floor) ops/s" +
+  "\($g[0].bench), threads \($g[0].threads): new \($new|floor) ops/s" +
   (if $base then ", base \($base|floor) (new/base \($new/$base*100|round/100))" else "" end) +
   (if $rs then ", SlateDB (Rust) \($rs|floor) (new/peer \($new/$rs*100|round/100))" else "" end) +
   (if $py then ", SlateDB (Python) \($py|floor) (new/peer \($new/$py*100|round/100))" else "" end) +
-  (if $dbb then ", db_bench 16 threads \($dbb|floor) (new/db_bench \($new/$dbb*100|round/100))" else "" end) +
+  (if $dbb and $g[0].bench == "fillsync" then ", db_bench 16 threads \($dbb|floor) (new/db_bench \($new/$dbb*100|round/100))" else "" end) +
   (if $pipe then "; pipe (depth '"${PIPELINE:-1}"') \($pipe|floor) ops/s (pipe/new \($pipe/$new*100|round/100)" +
     (if $rs then ", pipe/peer \($pipe/$rs*100|round/100)" else "" end) + ")" else "" end)' "$results"

@@ -4,7 +4,7 @@
 //! It does what hack/durable-peer.py does with SlateDB's Python binding, but
 //! without the ~600 µs of Python CPU per put that held that peer back:
 //!
-//!   durable-peer URL THREADS SECONDS [FLUSH]
+//!   durable-peer URL THREADS SECONDS [FLUSH [BATCH]]
 //!
 //! URL is s3://bucket/path (the database lives under path, "peer" if none).
 //! THREADS concurrent writer tasks on a multi-threaded tokio runtime each put
@@ -24,6 +24,15 @@
 //! process's user+system CPU time (getrusage, every thread) over the measured
 //! part, divided by the ops.
 //!
+//! With BATCH N > 0 it is the embedded load of `shale bench fillrandom
+//! --batch N` instead ("fillbatch"): each writer writes WriteBatches of N
+//! puts of the same keys and values and does not wait for durability
+//! (SlateDB acknowledges a write once it is in its WAL buffer and memtable,
+//! as Shale's sync=false writes are acknowledged once in RocksDB's WAL and
+//! memtable). ops count keys, latencies are per batch; "flushMicros" is the
+//! `Db::flush` after the measured part, which makes every write durable
+//! (not counted in opsPerSec).
+//!
 //! Environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 //! AWS_REGION (object_store reads every AWS_* variable; plain HTTP is allowed
 //! here, for a MinIO on loopback).
@@ -41,7 +50,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use object_store::aws::AmazonS3Builder;
-use slatedb::{Db, Settings};
+use slatedb::{Db, Settings, WriteBatch};
 
 /// splitmix64: a small, fast, seedable generator; each writer has its own.
 struct Rng(u64);
@@ -68,27 +77,38 @@ impl Rng {
     }
 }
 
-/// One writer: durable puts until deadline (a put started before it
-/// finishes); returns each put's latency in nanoseconds.
-async fn writer(db: Db, seed: u64, deadline: Instant) -> Result<Vec<u64>, slatedb::Error> {
+/// One writer until deadline (a request started before it finishes):
+/// durable puts (batch 0), or WriteBatches of `batch` puts not awaited;
+/// returns each request's latency in nanoseconds.
+async fn writer(db: Db, seed: u64, deadline: Instant, batch: u64) -> Result<Vec<u64>, slatedb::Error> {
     let mut rng = Rng(seed);
     let mut value = [0u8; 400];
     let mut lat = Vec::with_capacity(1 << 14);
     while Instant::now() < deadline {
         let t = Instant::now();
-        let key = format!("{:020}", rng.below(100_000));
-        rng.fill(&mut value[..200]);
-        db.put(key.as_bytes(), &value[..]).await?.await_durable().await?;
+        if batch == 0 {
+            let key = format!("{:020}", rng.below(100_000));
+            rng.fill(&mut value[..200]);
+            db.put(key.as_bytes(), &value[..]).await?.await_durable().await?;
+        } else {
+            let mut wb = WriteBatch::new();
+            for _ in 0..batch {
+                let key = format!("{:020}", rng.below(100_000));
+                rng.fill(&mut value[..200]);
+                wb.put(key.as_bytes(), &value[..]);
+            }
+            db.write(wb).await?;
+        }
         lat.push(t.elapsed().as_nanos() as u64);
     }
     Ok(lat)
 }
 
 /// THREADS writers at once for secs; all their latencies.
-async fn phase(db: &Db, threads: u64, seed0: u64, secs: f64) -> Result<Vec<u64>, String> {
+async fn phase(db: &Db, threads: u64, seed0: u64, secs: f64, batch: u64) -> Result<Vec<u64>, String> {
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let tasks: Vec<_> = (0..threads)
-        .map(|i| tokio::spawn(writer(db.clone(), seed0 + i, deadline)))
+        .map(|i| tokio::spawn(writer(db.clone(), seed0 + i, deadline, batch)))
         .collect();
     let mut all = Vec::new();
     for t in tasks {
@@ -106,7 +126,7 @@ fn cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-async fn run(url: &str, threads: u64, seconds: f64, flush: &str) -> Result<(), String> {
+async fn run(url: &str, threads: u64, seconds: f64, flush: &str, batch: u64) -> Result<(), String> {
     let rest = url
         .strip_prefix("s3://")
         .ok_or_else(|| format!("{url}: want s3://bucket/path"))?;
@@ -128,21 +148,27 @@ async fn run(url: &str, threads: u64, seconds: f64, flush: &str) -> Result<(), S
         .map_err(|e| format!("open {url}: {e}"))?;
 
     // One second of warm-up, not counted.
-    phase(&db, threads, 1 << 32, 1.0).await?;
+    phase(&db, threads, 1 << 32, 1.0, batch).await?;
     let cpu0 = cpu_time();
     let start = Instant::now();
-    let mut lat = phase(&db, threads, 0, seconds).await?;
+    let mut lat = phase(&db, threads, 0, seconds, batch).await?;
     let secs = start.elapsed().as_secs_f64();
     let cpu = (cpu_time() - cpu0).as_secs_f64();
+    let flushed = Instant::now();
+    db.flush().await.map_err(|e| format!("flush: {e}"))?;
+    let flush_us = flushed.elapsed().as_secs_f64() * 1e6;
     db.close().await.map_err(|e| format!("close: {e}"))?;
 
     lat.sort_unstable();
     let n = lat.len();
     let us = |i: usize| if n > 0 { lat[i] as f64 / 1e3 } else { 0.0 };
-    let per_op = if n > 0 { cpu / n as f64 * 1e6 } else { 0.0 };
+    let ops = n as u64 * batch.max(1);
+    let per_op = if ops > 0 { cpu / ops as f64 * 1e6 } else { 0.0 };
+    let name = if batch == 0 { "fillsync" } else { "fillbatch" };
     println!(
-        "{{\"name\":\"fillsync\",\"threads\":{threads},\"ops\":{n},\"opsPerSec\":{:.1},\"p50\":{:.1},\"p99\":{:.1},\"clientCpuMicrosPerOp\":{per_op:.2},\"flushInterval\":\"{}\"}}",
-        n as f64 / secs,
+        "{{\"name\":\"{name}\",\"threads\":{threads},\"batch\":{},\"ops\":{ops},\"opsPerSec\":{:.1},\"p50\":{:.1},\"p99\":{:.1},\"clientCpuMicrosPerOp\":{per_op:.2},\"flushMicros\":{flush_us:.0},\"flushInterval\":\"{}\"}}",
+        batch.max(1),
+        ops as f64 / secs,
         us(n / 2),
         us(n * 99 / 100),
         flush.replace(['"', '\\'], ""),
@@ -154,10 +180,10 @@ async fn run(url: &str, threads: u64, seconds: f64, flush: &str) -> Result<(), S
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let usage = || {
-        eprintln!("usage: durable-peer s3://bucket/path THREADS SECONDS [FLUSH]");
+        eprintln!("usage: durable-peer s3://bucket/path THREADS SECONDS [FLUSH [BATCH]]");
         ExitCode::from(2)
     };
-    if args.len() < 4 || args.len() > 5 {
+    if args.len() < 4 || args.len() > 6 {
         return usage();
     }
     let (Ok(threads), Ok(seconds)) = (args[2].parse::<u64>(), args[3].parse::<f64>()) else {
@@ -167,7 +193,10 @@ async fn main() -> ExitCode {
         return usage();
     }
     let flush = args.get(4).map_or("2ms", String::as_str);
-    match run(&args[1], threads, seconds, flush).await {
+    let Ok(batch) = args.get(5).map_or(Ok(0), |b| b.parse::<u64>()) else {
+        return usage();
+    };
+    match run(&args[1], threads, seconds, flush, batch).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("durable-peer: {e}");
