@@ -30,6 +30,9 @@
 # the Rust peer's embedded load of the same WriteBatches, not awaiting
 # durability (SlateDB's acknowledgement, as sync=false is Shale's); rows
 # "fillbatch", ops count keys.
+# Each round also times one conditional PUT (hack/putlatency: 8 KiB objects,
+# If-None-Match, one at a time, for DURATION): the floor of a durable write,
+# and the denominator of the "p50 ≤ 1.2× one PUT's p50" ratio printed last.
 #
 #   make bench-durable
 #   PEER_BIN=hack/durable-peer/target/release/durable-peer make bench-durable
@@ -68,6 +71,7 @@ cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
 go build -o "$work/new/shale" "$repo/cmd/shale"
+go build -o "$work/putlatency" "$repo/hack/putlatency"
 builds=(new)
 if [ -n "$BASE" ]; then
   mkdir -p "$work/base-src"
@@ -151,6 +155,10 @@ for round in $(seq "$ROUNDS"); do
           writesPerGroup: null, errors: 0}' "$work/one.json" >>"$results"
     done
   done
+  # One conditional PUT at a time: the floor of a durable write.
+  "$work/putlatency" -db "s3://bench/putlat-$round" -size 8192 -duration "$DURATION" >"$work/one.json"
+  jq -c --argjson round "$round" '{setup: "put", bench: "put", round: $round, threads: 1, opsPerSec: .putsPerSec, p50, p99, errors: 0}' \
+    "$work/one.json" >>"$results"
   # RocksDB alone: db_bench fillsync, 16 threads, local directory (fsync per
   # write group), the same keys and values.
   db_bench --benchmarks=fillsync --db="$work/db_bench-$round" --threads=16 --duration="$secs" --num=100000000 \
@@ -172,7 +180,9 @@ echo
 echo "# means over the rounds; ratios of this tree (new) to each"
 jq -rs 'def mean(f): (map(f) | if length > 0 then add/length else null end);
   (map(select(.setup=="db_bench")) | mean(.opsPerSec)) as $dbb |
-  map(select(.setup != "db_bench")) | group_by([.bench, .threads])[] | . as $g |
+  (map(select(.setup=="put")) | mean(.p50)) as $put |
+  map(select(.setup != "db_bench" and .setup != "put")) | group_by([.bench, .threads])[] | . as $g |
+  ($g | map(select(.setup=="new")) | mean(.p50)) as $newp50 |
   ($g | map(select(.setup=="new")) | mean(.opsPerSec)) as $new |
   ($g | map(select(.setup=="base")) | mean(.opsPerSec)) as $base |
   ($g | map(select(.setup=="pipe")) | mean(.opsPerSec)) as $pipe |
@@ -182,6 +192,7 @@ jq -rs 'def mean(f): (map(f) | if length > 0 then add/length else null end);
   (if $base then ", base \($base|floor) (new/base \($new/$base*100|round/100))" else "" end) +
   (if $rs then ", SlateDB (Rust) \($rs|floor) (new/peer \($new/$rs*100|round/100))" else "" end) +
   (if $py then ", SlateDB (Python) \($py|floor) (new/peer \($new/$py*100|round/100))" else "" end) +
+  (if $put and $g[0].bench == "fillsync" then ", p50 \($newp50/1000*10|round/10) ms = \($newp50/$put*100|round/100)× one PUT'"'"'s \($put/1000*10|round/10) ms" else "" end) +
   (if $dbb and $g[0].bench == "fillsync" then ", db_bench 16 threads \($dbb|floor) (new/db_bench \($new/$dbb*100|round/100))" else "" end) +
   (if $pipe then "; pipe (depth '"${PIPELINE:-1}"') \($pipe|floor) ops/s (pipe/new \($pipe/$new*100|round/100)" +
     (if $rs then ", pipe/peer \($pipe/$rs*100|round/100)" else "" end) + ")" else "" end)' "$results"
