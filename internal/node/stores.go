@@ -28,8 +28,8 @@ type Stores struct {
 	Cold objstore.Store // nil: no cold tier
 }
 
-// bucketTimeout bounds the check that a bucket answers.
-const bucketTimeout = 30 * time.Second
+// bucketTimeout bounds the check that a bucket answers, retries included.
+const bucketTimeout = time.Minute
 
 // OpenStores opens cfg's stores and checks them before anything is
 // written: a bad URL, a missing bucket or bad credentials, and a cold tier
@@ -48,10 +48,7 @@ func OpenStores(cfg StoreConfig) (Stores, error) {
 	}
 	if s3, ok := s.DB.(*objstore.S3Store); ok {
 		// A missing bucket or bad credentials: say so before anything else.
-		ctx, cancel := context.WithTimeout(context.Background(), bucketTimeout)
-		err := s3.CheckBucket(ctx)
-		cancel()
-		if err != nil {
+		if err := checkBucket(s3, bucketTimeout); err != nil {
 			return Stores{}, fmt.Errorf("--db %s: %w", s.URL, err)
 		}
 	}
@@ -66,4 +63,27 @@ func OpenStores(cfg StoreConfig) (Stores, error) {
 		}
 	}
 	return s, nil
+}
+
+// checkBucket asks whether the bucket answers, again and again while the
+// failure is one that may pass (the store unreachable or failing, a Pod's
+// DNS not answering yet) until timeout; an answer (no such bucket, refused
+// credentials) ends it at once. A node that gave up on a transient failure
+// would exit, and a primary's exit is a failover to the next epoch.
+func checkBucket(s3 *objstore.S3Store, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	delay := 250 * time.Millisecond
+	for {
+		err := s3.CheckBucket(ctx)
+		if err == nil || !objstore.IsRetryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no answer for %s: %w", timeout, err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 4*time.Second)
+	}
 }
