@@ -137,12 +137,14 @@ func Open(ctx context.Context, cfg Config) (*Owner, error) {
 	// wait only waits longer, which is safe. The old owner's lease is what
 	// must count a suspension, and does (clock.go).
 	if wait := time.Until(f.takenAt.Add(protocol.LeaseWait(cfg.Lease, cfg.LeaseMargin, prev))); wait > 0 {
-		f.leaseWaited = wait
 		cfg.Logger.Info("waiting out the previous owner's read lease", "wait", wait.Round(time.Millisecond))
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		waited, released, err := f.waitOutLeases(ctx, wait, protocol.HigherEpoch(existing, 0))
+		if err != nil {
+			return nil, err
+		}
+		f.leaseWaited = waited
+		if released {
+			cfg.Logger.Info("the previous owner released the database during the wait", "waited", waited.Round(time.Millisecond))
 		}
 	}
 	// Recorded after the wait, so a record also says that every owner
@@ -336,6 +338,38 @@ func (f *Owner) predecessors(ctx context.Context, existing []uint64, last *layou
 		return nil
 	})
 	return claims, err
+}
+
+// releasePoll is how often a new owner waiting out a lease looks for the
+// previous owner's release (RFC 0003 step 4a).
+const releasePoll = 250 * time.Millisecond
+
+// waitOutLeases waits until wait has passed, or until the release of prev
+// (the highest earlier epoch) is in the store: an owner writes its release
+// only after it stopped serving for good, so finding it after the listing
+// means what finding it at the listing means (RFC 0003 step 4a). A look
+// that fails is ignored; the wait then ends by time.
+func (f *Owner) waitOutLeases(ctx context.Context, wait time.Duration, prev uint64) (waited time.Duration, released bool, err error) {
+	start := time.Now()
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(releasePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-deadline.C:
+			return time.Since(start), false, nil
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-tick.C:
+			lctx, cancel := context.WithTimeout(ctx, 4*releasePoll)
+			_, err := f.store.Stat(lctx, layout.ReleasedKey(prev))
+			cancel()
+			if err == nil {
+				return time.Since(start), true, nil
+			}
+		}
+	}
 }
 
 // takeCurrent re-writes CURRENT with its own content under If-Match, so

@@ -172,3 +172,64 @@ func TestWarmFillsCache(t *testing.T) {
 		}
 	})
 }
+
+// RFC 0003 step 4a: B claims while A still serves (a Pod deletion starts
+// the successor before the old primary has stopped); A's release, landing
+// during B's wait, ends it. Without the release B waits the lease out.
+func TestReleaseDuringWaitEndsIt(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, loc storetest.Location) {
+		store, err := objstore.Open(loc.NewURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const lease = time.Minute
+		a, err := Open(ctx, Config{Store: store, CacheDir: filepath.Join(t.TempDir(), "a"), Epoch: 1, Lease: lease, ConfirmEvery: time.Hour, IdleConfirmEvery: time.Hour, DeleteGrace: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Stop()
+		type opened struct {
+			f   *Owner
+			err error
+		}
+		done := make(chan opened, 1)
+		go func() {
+			f, err := Open(ctx, Config{Store: store, CacheDir: filepath.Join(t.TempDir(), "b"), Epoch: 2, Lease: lease, DeleteGrace: time.Hour})
+			done <- opened{f, err}
+		}()
+		// B is waiting once its claim is raised in the owner record.
+		waitFor(t, func() bool {
+			b, ok := getObject(t, store, layout.OwnerKey)
+			r, err := layout.ParseOwnerEpochRecord([]byte(b))
+			return ok && err == nil && r.Epoch == 2
+		})
+		select {
+		case o := <-done:
+			t.Fatalf("B opened before A released, over A's unexpired lease: %v", o.err)
+		default:
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		o := <-done
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		defer o.f.Stop()
+		if w := o.f.LeaseWaited(); w >= lease {
+			t.Fatalf("B waited %s, the whole lease, though A released during the wait", w)
+		}
+		if err := a.ReadAllowed(); !errors.Is(err, ErrReleased) {
+			t.Fatalf("read on A after its release: %v, want ErrReleased", err)
+		}
+	})
+}
+
+// waitFor polls cond until it holds (the test's deadline bounds it).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
