@@ -11,6 +11,10 @@ import (
 	"io"
 	"math/rand"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -204,5 +208,58 @@ func TestS3CorruptedPutRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A store that refuses checksums (some S3-compatible services answer 501
+// NotImplemented to a checksum trailer or header; here a proxy in front of
+// MinIO does) fails the put with an error that names SHALE_S3_CHECKSUM=none,
+// and with it the puts go through.
+func TestS3ChecksumRefusedNamesTheSetting(t *testing.T) {
+	srv := miniotest.Start(t)
+	srv.CreateBucket(t, "old")
+	target, err := url.Parse(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	minioProxy := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Trailer") != "" || r.Header.Get("X-Amz-Checksum-Crc32c") != "" ||
+			strings.Contains(r.Header.Get("X-Amz-Content-Sha256"), "TRAILER") {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusNotImplemented)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NotImplemented</Code><Message>A header you provided implies functionality that is not implemented</Message></Error>`)
+			return
+		}
+		minioProxy.ServeHTTP(w, r) // keeps the Host header the request was signed for
+	}))
+	t.Cleanup(proxy.Close)
+	ctx := context.Background()
+	data := make([]byte, 6<<20) // in two parts
+	for _, checksum := range []string{"", objstore.ChecksumNone} {
+		s := openS3(t, srv, "s3://old/"+checksum, func(c *objstore.S3Config) {
+			c.Endpoint = proxy.URL
+			c.PartSize = checksumPartSize
+			c.Checksum = checksum
+			c.MaxAttempts = 1
+		})
+		for _, p := range []struct {
+			key  string
+			data []byte
+			opts objstore.PutOptions
+		}{
+			{"single", data[:1000], objstore.PutOptions{}},
+			{"parts-conditional", data, objstore.PutOptions{IfNoneMatch: true}},
+		} {
+			_, err := s.Put(ctx, p.key, bytes.NewReader(p.data), int64(len(p.data)), p.opts)
+			switch {
+			case checksum == objstore.ChecksumNone && err != nil:
+				t.Errorf("checksum=none: put %s: %v", p.key, err)
+			case checksum != objstore.ChecksumNone && (err == nil || !strings.Contains(err.Error(), "SHALE_S3_CHECKSUM=none")):
+				t.Errorf("put %s to a store refusing checksums: %v (want an error naming SHALE_S3_CHECKSUM=none)", p.key, err)
+			case err != nil:
+				t.Logf("put %s: %v", p.key, err)
+			}
+		}
 	}
 }
