@@ -54,6 +54,10 @@ type S3Store struct {
 	secure bool
 	// checksums: uploads carry a CRC32C (S3Config.Checksum).
 	checksums bool
+	// legacy: uploads as before checksums (issue 29): nothing with a
+	// PutObject, an MD5 with every part. Benchmarks' baseline only
+	// (export_test.go).
+	legacy bool
 
 	// creds is shared by both clients; chain is its provider.
 	creds *credentials.Credentials
@@ -279,6 +283,9 @@ func (s *S3Store) renewCreds(ctx context.Context, attempt int, err error, gen ui
 // putObjectOptions are minio-go's options for a put through PutObject.
 func (s *S3Store) putObjectOptions(opts PutOptions) minio.PutObjectOptions {
 	po := minio.PutObjectOptions{StorageClass: opts.StorageClass, PartSize: s.partSize}
+	if s.legacy {
+		return po
+	}
 	if s.checksums {
 		// Named, not left to TrailingHeaders: minio-go (v7.4.1) then
 		// declares the algorithm on a single PUT but sends no checksum.
@@ -385,6 +392,9 @@ func (s *S3Store) putInParts(ctx context.Context, key, name string, r io.Reader,
 
 	core := minio.Core{Client: s.client}
 	checks := partChecksOf(s.secure, s.checksums)
+	if s.legacy {
+		checks = partChecks{md5: true}
+	}
 	start := minio.PutObjectOptions{StorageClass: opts.StorageClass}
 	if checks.crc32c {
 		// The object gets a composite CRC32C (of the parts' CRC32Cs), as
