@@ -3,8 +3,10 @@ package objstore_test
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -60,6 +62,15 @@ func compositeCRC32C(data []byte, partSize int) string {
 	return fmt.Sprintf("%s-%d", base64.StdEncoding.EncodeToString(crc32c(sums)), n)
 }
 
+// body is data to put: a bytes.Reader (the CRC32C goes up as a header),
+// or for a key ending in -stream a plain reader (a trailer).
+func body(key string, data []byte) io.Reader {
+	if strings.HasSuffix(key, "-stream") {
+		return struct{ io.Reader }{bytes.NewReader(data)}
+	}
+	return bytes.NewReader(data)
+}
+
 // Over TLS, where the payload is not signed, every upload carries a CRC32C
 // that the store checks and keeps: a single PUT (its CRC32C), and objects
 // put in parts, conditional (Shale's own multipart upload) or not
@@ -95,12 +106,19 @@ func TestS3ChecksumsTLS(t *testing.T) {
 				want string
 			}{
 				{"single", small, objstore.PutOptions{}, base64.StdEncoding.EncodeToString(crc32c(small))},
+				{"single-stream", small, objstore.PutOptions{}, base64.StdEncoding.EncodeToString(crc32c(small))},
 				{"single-conditional", small, objstore.PutOptions{IfNoneMatch: true}, base64.StdEncoding.EncodeToString(crc32c(small))},
 				{"parts", big, objstore.PutOptions{}, compositeCRC32C(big, checksumPartSize)},
 				{"parts-conditional", big, objstore.PutOptions{IfNoneMatch: true}, compositeCRC32C(big, checksumPartSize)},
 			} {
-				if _, err := s.Put(ctx, p.key, bytes.NewReader(p.data), int64(len(p.data)), p.opts); err != nil {
+				info, err := s.Put(ctx, p.key, body(p.key, p.data), int64(len(p.data)), p.opts)
+				if err != nil {
 					t.Fatalf("put %s: %v", p.key, err)
+				}
+				// A single PUT's ETag stays the MD5 of its bytes, which
+				// clones compare (docs/checkpoints.md).
+				if sum := md5.Sum(p.data); len(p.data) < checksumPartSize && info.ETag != hex.EncodeToString(sum[:]) {
+					t.Errorf("%s: ETag %s, want the MD5 %x", p.key, info.ETag, sum)
 				}
 				oi, err := srv.Client().StatObject(ctx, "sums", prefix+"/"+p.key, minio.StatObjectOptions{Checksum: true})
 				if err != nil {
@@ -190,12 +208,13 @@ func TestS3CorruptedPutRefused(t *testing.T) {
 					opts objstore.PutOptions
 				}{
 					{"single", small, objstore.PutOptions{}},
+					{"single-stream", small, objstore.PutOptions{}},
 					{"single-conditional", small, objstore.PutOptions{IfNoneMatch: true}},
 					{"parts", big, objstore.PutOptions{}},
 					{"parts-conditional", big, objstore.PutOptions{IfNoneMatch: true}},
 				} {
 					c.on.Store(true)
-					_, err := s.Put(ctx, p.key, bytes.NewReader(p.data), int64(len(p.data)), p.opts)
+					_, err := s.Put(ctx, p.key, body(p.key, p.data), int64(len(p.data)), p.opts)
 					c.on.Store(false)
 					if err == nil {
 						t.Errorf("checksum=%s: corrupted put of %s succeeded", checksum, p.key)
