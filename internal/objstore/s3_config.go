@@ -92,9 +92,9 @@ type S3Config struct {
 
 	// Checksum is what every upload carries for the store to verify the
 	// bytes it received: "" or ChecksumCRC32C (the default) sends a
-	// CRC32C with each object and part (a trailer over TLS, where the
-	// payload is not signed); ChecksumNone sends none, for an
-	// S3-compatible store that refuses checksum trailers. Over plain
+	// CRC32C with each object and part (a header, or a trailer when the
+	// body cannot be read twice); ChecksumNone sends none, for an
+	// S3-compatible store that refuses checksums. Over plain
 	// HTTP the payload is signed (SHA-256 per chunk) either way; over TLS
 	// with ChecksumNone, parts carry an MD5 instead. Set by
 	// SHALE_S3_CHECKSUM.
