@@ -43,6 +43,9 @@ func storeAccessOf(store *shalev1.ObjectStore) storeAccess {
 	if store.Spec.Region != "" {
 		a.env = append(a.env, corev1.EnvVar{Name: objstore.EnvRegion, Value: store.Spec.Region})
 	}
+	if store.Spec.Checksum != "" {
+		a.env = append(a.env, corev1.EnvVar{Name: objstore.EnvChecksum, Value: store.Spec.Checksum})
+	}
 	switch {
 	case store.Spec.Credentials != nil:
 		a.env = append(a.env, corev1.EnvVar{Name: objstore.EnvCredentialsDir, Value: credentialsDir})

@@ -95,6 +95,13 @@ func TestStoreAccess(t *testing.T) {
 	}
 
 	s = base
+	s.Credentials = &shalev1.SecretReference{Name: "creds"}
+	s.Checksum = objstore.ChecksumNone
+	if _, c := pod(s); envOf(c)[objstore.EnvChecksum] != objstore.ChecksumNone {
+		t.Errorf("checksum none: env %v, want %s=%s", envOf(c), objstore.EnvChecksum, objstore.ChecksumNone)
+	}
+
+	s = base
 	s.InstanceRole = true
 	ps, c = pod(s)
 	if env := envOf(c); env[objstore.EnvInstanceRole] != "true" || len(ps.Volumes) != 0 || ps.ServiceAccountName != "" || *ps.AutomountServiceAccountToken {

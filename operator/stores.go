@@ -54,6 +54,7 @@ type stores struct {
 
 type storeKey struct {
 	url, endpoint, region string
+	checksum              string
 	identity              [sha256.Size]byte
 }
 
@@ -199,13 +200,14 @@ func (s *stores) open(ctx context.Context, os *shalev1.ObjectStore, endpoint, ur
 	if err != nil {
 		return nil, err
 	}
-	k := storeKey{url: url, endpoint: endpoint, region: os.Spec.Region, identity: sha256.Sum256([]byte(identity))}
+	k := storeKey{url: url, endpoint: endpoint, region: os.Spec.Region, checksum: os.Spec.Checksum, identity: sha256.Sum256([]byte(identity))}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st, ok := s.clients[k]; ok {
 		return st, nil
 	}
 	cfg.Endpoint, cfg.Region, cfg.Transport = endpoint, os.Spec.Region, s.transport
+	cfg.Checksum = os.Spec.Checksum
 	st, err := objstore.OpenS3(url, cfg)
 	if err != nil {
 		return nil, &configError{shalev1.ReasonInvalidConfig, fmt.Sprintf("ObjectStore %s: %v", os.Name, err)}

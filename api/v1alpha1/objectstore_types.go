@@ -61,6 +61,15 @@ type ObjectStoreSpec struct {
 	// +optional
 	InstanceRole bool `json:"instanceRole,omitempty"`
 
+	// Checksum is what uploads carry for the store to verify the bytes it
+	// received: crc32c (the default when empty: a CRC32C with every
+	// object and part) or none, for an S3-compatible store that refuses
+	// checksums (its error names this setting; then an MD5 over TLS).
+	// Pods get it as SHALE_S3_CHECKSUM.
+	// +optional
+	// +kubebuilder:validation:Enum=crc32c;none
+	Checksum string `json:"checksum,omitempty"`
+
 	// Hot is the bucket and prefix databases live under: each database in
 	// HOT.PREFIX/NAMESPACE/NAME-UID. Immutable, because databases stay
 	// where they were created.

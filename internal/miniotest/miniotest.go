@@ -10,12 +10,16 @@
 //
 // Stop and Restart keep the data directory and the port, so a test can take
 // the store away mid-flight (an outage) and bring the same data back.
+//
+// StartTLS serves HTTPS instead, with a certificate from a CA made for the
+// server; S3Config and Client trust that CA.
 package miniotest
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -34,6 +38,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/shale-rocks/shale/internal/objstore"
+	"github.com/shale-rocks/shale/internal/pki"
 )
 
 // EnvBinary overrides where the server binary is looked for.
@@ -55,6 +60,12 @@ type Server struct {
 	SecretKey string
 	// DataDir holds the server's data; it outlives Stop.
 	DataDir string
+	// CACert is the PEM certificate of the CA that signed the server's
+	// certificate (StartTLS); nil for a plain HTTP server.
+	CACert []byte
+
+	certsDir  string // --certs-dir (StartTLS): public.crt, private.key
+	transport *http.Transport
 
 	bin     string
 	addr    string
@@ -71,6 +82,19 @@ type Server struct {
 // the server binary is missing or the server does not come up.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, false)
+}
+
+// StartTLS is Start for a server that serves HTTPS (Endpoint
+// https://127.0.0.1:PORT), with a certificate for 127.0.0.1 and
+// localhost signed by a CA made for it (CACert).
+func StartTLS(t testing.TB) *Server {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, secure bool) *Server {
+	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		t.Fatal(err)
@@ -86,13 +110,27 @@ func Start(t testing.TB) *Server {
 	if err := os.Mkdir(s.DataDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if s.transport, err = minio.DefaultTransport(secure); err != nil {
+		t.Fatal(err)
+	}
+	scheme := "http://"
+	if secure {
+		scheme = "https://"
+		s.certsDir = filepath.Join(dir, "certs")
+		if s.CACert, err = writeCerts(s.certsDir); err != nil {
+			t.Fatalf("miniotest: certificates: %v", err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(s.CACert)
+		s.transport.TLSClientConfig.RootCAs = pool
+	}
 	t.Cleanup(s.Stop)
 
 	// Another process can take a port between our probe and MinIO's bind;
 	// pick fresh ports and try again when that happens.
 	for attempt := 1; ; attempt++ {
 		s.addr, s.console = freeAddr(t), freeAddr(t)
-		s.Endpoint = "http://" + s.addr
+		s.Endpoint = scheme + s.addr
 		if s.client, err = s.newClient(); err != nil {
 			t.Fatal(err)
 		}
@@ -112,6 +150,8 @@ func Start(t testing.TB) *Server {
 func (s *Server) newClient() (*minio.Client, error) {
 	return minio.New(s.addr, &minio.Options{
 		Creds:        credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+		Secure:       s.CACert != nil,
+		Transport:    s.transport,
 		Region:       Region,
 		BucketLookup: minio.BucketLookupPath,
 		MaxRetries:   1, // tests stop the server on purpose; fail fast then
@@ -145,6 +185,41 @@ func Binary() (string, error) {
 	}
 }
 
+// writeCerts makes a CA and a server certificate for 127.0.0.1 and
+// localhost in dir, as MinIO's --certs-dir wants them (public.crt,
+// private.key), and returns the CA's certificate.
+func writeCerts(dir string) ([]byte, error) {
+	now := time.Now()
+	caPEM, caKey, err := pki.NewCA("miniotest CA", now, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := pki.LoadCA(caPEM, caKey)
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := ca.Issue(pki.Leaf{
+		CommonName: "127.0.0.1",
+		IPs:        []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:   []string{"localhost"},
+		Server:     true,
+		Validity:   24 * time.Hour,
+	}, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "public.crt"), cert, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "private.key"), key, 0o600); err != nil {
+		return nil, err
+	}
+	return caPEM, nil
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
@@ -173,7 +248,11 @@ func (s *Server) start() error {
 	defer logf.Close() // the child keeps its own descriptor
 	fmt.Fprintf(logf, "--- miniotest: starting %s on %s at %s\n", s.bin, s.addr, time.Now().Format(time.RFC3339Nano))
 
-	cmd := exec.Command(s.bin, "server", s.DataDir, "--address", s.addr, "--console-address", s.console, "--quiet")
+	args := []string{"server", s.DataDir, "--address", s.addr, "--console-address", s.console, "--quiet"}
+	if s.certsDir != "" {
+		args = append(args, "--certs-dir", s.certsDir)
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Env = append(os.Environ(),
 		"MINIO_ROOT_USER="+s.AccessKey,
 		"MINIO_ROOT_PASSWORD="+s.SecretKey,
@@ -207,7 +286,7 @@ func (s *Server) start() error {
 // x-minio-server-status: offline) and a signed ListBuckets succeeds.
 func (s *Server) waitReady(exited <-chan struct{}) error {
 	deadline := time.Now().Add(startTimeout)
-	hc := &http.Client{Timeout: time.Second}
+	hc := &http.Client{Timeout: time.Second, Transport: s.transport}
 	last := errors.New("no answer")
 	for delay := 20 * time.Millisecond; ; {
 		select {
@@ -417,12 +496,16 @@ func (s *Server) Env() []string {
 
 // S3Config returns the configuration objstore.OpenS3 needs for this server.
 func (s *Server) S3Config() objstore.S3Config {
-	return objstore.S3Config{
+	c := objstore.S3Config{
 		Endpoint:        s.Endpoint,
 		AccessKeyID:     s.AccessKey,
 		SecretAccessKey: s.SecretKey,
 		Region:          Region,
 	}
+	if s.CACert != nil {
+		c.Transport = s.transport // trusts CACert
+	}
+	return c
 }
 
 // Log returns what the server has printed so far.

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,6 +21,9 @@ const (
 	EnvSessionToken    = "AWS_SESSION_TOKEN"
 	EnvRegion          = "AWS_REGION"
 	EnvDefaultRegion   = "AWS_DEFAULT_REGION" // used when AWS_REGION is unset
+
+	// EnvChecksum sets S3Config.Checksum: crc32c (the default) or none.
+	EnvChecksum = "SHALE_S3_CHECKSUM"
 
 	// DefaultRegion is the region requests are signed for when none is set.
 	DefaultRegion = "us-east-1"
@@ -85,10 +89,29 @@ type S3Config struct {
 	PartSize uint64
 	// Transport carries the requests; nil means a default HTTP transport.
 	Transport http.RoundTripper
+
+	// Checksum is what every upload carries for the store to verify the
+	// bytes it received: "" or ChecksumCRC32C (the default) sends a
+	// CRC32C with each object and part (a header, or a trailer when the
+	// body cannot be read twice); ChecksumNone sends none, for an
+	// S3-compatible store that refuses checksums. Over plain
+	// HTTP the payload is signed (SHA-256 per chunk) either way; over TLS
+	// with ChecksumNone, parts carry an MD5 instead. Set by
+	// SHALE_S3_CHECKSUM.
+	Checksum string
 }
 
+// The values of S3Config.Checksum (and SHALE_S3_CHECKSUM).
+const (
+	ChecksumCRC32C = "crc32c"
+	ChecksumNone   = "none"
+)
+
+// checksums reports whether uploads carry a CRC32C.
+func (c S3Config) checksums() bool { return c.Checksum != ChecksumNone }
+
 // S3ConfigFromEnv reads the standard AWS client variables, and
-// SHALE_S3_CREDENTIALS_DIR and SHALE_S3_INSTANCE_ROLE.
+// SHALE_S3_CREDENTIALS_DIR, SHALE_S3_INSTANCE_ROLE and SHALE_S3_CHECKSUM.
 func S3ConfigFromEnv() S3Config {
 	instanceRole, _ := strconv.ParseBool(os.Getenv(EnvInstanceRole))
 	c := S3Config{
@@ -103,7 +126,8 @@ func S3ConfigFromEnv() S3Config {
 		STSEndpoint:          os.Getenv(EnvEndpointSTS),
 		InstanceRole: instanceRole || os.Getenv(EnvContainerCredentialsFullURI) != "" ||
 			os.Getenv(EnvContainerCredentialsRelativeURI) != "",
-		Region: os.Getenv(EnvRegion),
+		Region:   os.Getenv(EnvRegion),
+		Checksum: strings.ToLower(strings.TrimSpace(os.Getenv(EnvChecksum))),
 	}
 	if c.Endpoint == "" {
 		c.Endpoint = os.Getenv(EnvEndpoint)
@@ -136,6 +160,12 @@ func (c S3Config) check() (*url.URL, error) {
 	}
 	if c.PartSize != 0 && c.PartSize < minPartSize {
 		return nil, fmt.Errorf("S3 part size %d is below the 5 MiB minimum", c.PartSize)
+	}
+	switch c.Checksum {
+	case "", ChecksumCRC32C, ChecksumNone:
+	default:
+		return nil, fmt.Errorf("S3 checksum %q (%s): want %s (the default: a CRC32C with every upload) or %s (none, for a store that refuses checksum trailers)",
+			c.Checksum, EnvChecksum, ChecksumCRC32C, ChecksumNone)
 	}
 	return u, nil
 }

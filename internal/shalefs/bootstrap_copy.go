@@ -299,7 +299,7 @@ func ParentOpener(endpoint, credentialsDir string) func(string) (objstore.Store,
 		}
 		if credentialsDir != "" {
 			// Only these: the environment's keys are the clone's.
-			c = objstore.S3Config{Endpoint: c.Endpoint, Region: c.Region, CredentialsDir: credentialsDir}
+			c = objstore.S3Config{Endpoint: c.Endpoint, Region: c.Region, CredentialsDir: credentialsDir, Checksum: c.Checksum}
 		}
 		return objstore.OpenS3(u.String(), c)
 	}
