@@ -72,7 +72,7 @@ bench-served: deps ## server and client CPU per unary Put and Get of shale prima
 bench-remote-reads: deps ## reads of tables left in the store with caches under 5% of the data: BASE (default main) vs this tree (sync, sync with --scan-readahead, --async-io) vs all cached (NUM, ROUNDS, READ_SECONDS, CACHE, SETUPS, READAHEAD, LATENCY=10ms: through a proxy adding that per request)
 	hack/bench-remote-reads.sh
 
-bench-durable: deps ## durable (sync) writes at 16 and 64 clients on MinIO: BASE (default main) vs this tree (depth 1, and PIPELINE=4 WAL uploads in flight) vs db_bench fillsync; PEER_BIN (Rust) or PEER_PYTHON add SlateDB (THREADS, DURATION, ROUNDS)
+bench-durable: deps ## durable (sync) writes at 16 and 64 clients on MinIO: BASE (default main) vs this tree (depth 1, and PIPELINE=4 WAL uploads in flight) vs one conditional PUT vs db_bench fillsync, and BATCH=100 batched loads; PEER_BIN (Rust) or PEER_PYTHON add SlateDB (THREADS, DURATION, ROUNDS)
 	hack/bench-durable.sh
 
 bench-archive-lag: deps ## the continuous archive's lag (p50/p99/max) under ~1,000 synced writes/s for 30 s on MinIO (internal/backup, build tag bench)
