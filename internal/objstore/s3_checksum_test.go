@@ -24,7 +24,6 @@ import (
 
 	"github.com/shale-rocks/shale/internal/miniotest"
 	"github.com/shale-rocks/shale/internal/objstore"
-	"github.com/shale-rocks/shale/internal/objstore/storetest"
 )
 
 const checksumPartSize = 5 << 20
@@ -33,17 +32,7 @@ const checksumPartSize = 5 << 20
 // puts, single and in parts, still fail with ErrPreconditionFailed when a
 // CRC32C trailer rides along (the fencing depends on it).
 func TestS3ConformanceTLS(t *testing.T) {
-	srv := miniotest.StartTLS(t)
-	n := 0
-	storetest.Run(t, storetest.Backend{
-		New: func(t *testing.T) objstore.Store {
-			n++
-			bucket := fmt.Sprintf("tls-%d", n)
-			srv.CreateBucket(t, bucket)
-			return openS3(t, srv, "s3://"+bucket+"/db", func(c *objstore.S3Config) { c.PartSize = checksumPartSize })
-		},
-		PartSize: checksumPartSize,
-	})
+	runS3Conformance(t, miniotest.StartTLS(t), "s3://%s/db")
 }
 
 func crc32c(b []byte) []byte {

@@ -22,7 +22,12 @@ import (
 // bucket per test, and a prefix so the store is rooted below the bucket.
 // Parts are S3's smallest, so objects of a few MiB go up in parts.
 func TestS3Conformance(t *testing.T) {
-	srv := miniotest.Start(t)
+	runS3Conformance(t, miniotest.Start(t), "s3://%s/db/root")
+}
+
+// runS3Conformance runs the store suite on srv, one bucket per test, the
+// store at urlFormat (with the bucket's name), parts of 5 MiB.
+func runS3Conformance(t *testing.T, srv *miniotest.Server, urlFormat string) {
 	const partSize = 5 << 20
 	n := 0
 	storetest.Run(t, storetest.Backend{
@@ -30,13 +35,7 @@ func TestS3Conformance(t *testing.T) {
 			n++
 			bucket := fmt.Sprintf("suite-%d", n)
 			srv.CreateBucket(t, bucket)
-			cfg := srv.S3Config()
-			cfg.PartSize = partSize
-			s, err := objstore.OpenS3("s3://"+bucket+"/db/root", cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
+			return openS3(t, srv, fmt.Sprintf(urlFormat, bucket), func(c *objstore.S3Config) { c.PartSize = partSize })
 		},
 		PartSize: partSize,
 	})
