@@ -118,6 +118,7 @@ func TestValidation(t *testing.T) {
 				s.Credentials, s.ServiceAccountName, s.InstanceRole = nil, "orders-s3", true
 			}, "set exactly one of credentials"},
 			{"service-account-name", func(s *shalev1.ObjectStoreSpec) { s.Credentials, s.ServiceAccountName = nil, "Orders_S3" }, "serviceAccountName must be a ServiceAccount name"},
+			{"checksum-md5", func(s *shalev1.ObjectStoreSpec) { s.Checksum = "md5" }, `spec.checksum: Unsupported value: "md5"`},
 		} {
 			o := &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Name: "bad-" + tc.name, Namespace: "default"}, Spec: *store.Spec.DeepCopy()}
 			tc.mutate(&o.Spec)
@@ -130,6 +131,7 @@ func TestValidation(t *testing.T) {
 		for name, mutate := range map[string]func(*shalev1.ObjectStoreSpec){
 			"service-account": func(s *shalev1.ObjectStoreSpec) { s.Credentials, s.ServiceAccountName = nil, "orders-s3" },
 			"instance-role":   func(s *shalev1.ObjectStoreSpec) { s.Credentials, s.InstanceRole = nil, true },
+			"checksum-none":   func(s *shalev1.ObjectStoreSpec) { s.Checksum = "none" },
 		} {
 			o := &shalev1.ObjectStore{ObjectMeta: metav1.ObjectMeta{Name: "src-" + name, Namespace: "default"}, Spec: *store.Spec.DeepCopy()}
 			mutate(&o.Spec)
