@@ -76,7 +76,12 @@ func checkBucket(s3 *objstore.S3Store, timeout time.Duration) error {
 	delay := 250 * time.Millisecond
 	for {
 		err := s3.CheckBucket(ctx)
-		if err == nil || !objstore.IsRetryable(err) {
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil: // the last attempt ran out of time
+			return fmt.Errorf("no answer for %s: %w", timeout, err)
+		case !objstore.IsRetryable(err):
 			return err
 		}
 		select {
